@@ -1,0 +1,64 @@
+# patchbay: the two commands a newcomer needs are `make demo` and `make test`.
+# Everything they need (virtual environment, Python packages, the NVML mock,
+# the control-plane binaries) is installed by the targets themselves.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PYTEST := $(PY) -m pytest
+export GOFLAGS ?= -mod=mod
+
+.DEFAULT_GOAL := help
+
+help: ## list targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | sort | awk 'BEGIN {FS=":.*?## "}; {printf "  %-20s %s\n", $$1, $$2}'
+
+$(VENV)/.stamp: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q -U pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.stamp ## create the virtual environment with all Python packages
+
+include hack/k8s.mk
+include hack/nvml-mock.mk
+
+lint: venv proto-check ## ruff, format check, mypy strict, import-linter, module size
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+	$(PY) hack/module_size.py
+
+fmt: venv ## format the code
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+proto: venv ## regenerate the protobuf stubs under plugin/proto
+	$(PY) hack/protogen.py
+
+proto-check: venv ## fail if regenerating the stubs changes anything
+	$(PY) hack/protogen.py --check
+
+test-unit: venv ## the fast tier: pure functions and the in-memory NVML fake
+	$(PYTEST) -q tests/unit
+
+test-integration: venv nvml-mock ## real plugin process, real sockets, pynvml + C mock
+	$(PYTEST) -q tests/integration tests/contract
+
+test-e2e: venv nvml-mock k8s-bins ## real control plane + node agents
+	$(PYTEST) -q -m cluster tests/e2e
+
+test: lint ## every tier (what CI runs)
+	$(MAKE) test-unit
+	$(MAKE) test-integration
+	$(MAKE) test-e2e
+
+bench: venv nvml-mock k8s-bins ## benchmarks: print figures, assert nothing
+	$(PY) -m tests.bench
+
+clean: ## remove build outputs in the tree (not the binary cache)
+	rm -rf build .pytest_cache .mypy_cache .ruff_cache hack/nvml-mock/build run
+
+.PHONY: help venv lint fmt proto proto-check test-unit test-integration test-e2e test bench clean
