@@ -1,0 +1,135 @@
+"""Container Device Interface specs, one file per prepared claim.
+
+The kubelet hands the container runtime the CDI device IDs we return; the
+runtime resolves them against the spec files in the CDI directory. Each
+claim gets its own spec (``k8s.patchbay.dev-claim_<uid>.json``) so that
+unprepare removes exactly that claim's devices and a crash leaves at most
+one file to garbage-collect. Claim UIDs are validated as UUIDs before they
+become part of a file name. Device nodes always carry type/major/minor so
+the runtime never has to stat a host path that may not exist yet.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from driver.atomicfile import remove_durably, write_atomic
+from driver.errors import CdiError
+
+CDI_VERSION = "0.6.0"
+VENDOR = "k8s.patchbay.dev"
+CLASS = "claim"
+KIND = f"{VENDOR}/{CLASS}"
+FILE_PREFIX = f"{VENDOR}-{CLASS}_"
+
+
+def canonical_claim_uid(uid: str) -> str:
+    """The claim UID in canonical form, or :class:`CdiError` if it is not a UUID."""
+    try:
+        return str(uuid.UUID(uid))
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise CdiError(f"claim UID {uid!r} is not a UUID") from exc
+
+
+@dataclass(frozen=True)
+class DeviceNode:
+    path: str
+    major: int
+    minor: int
+    type: str = "c"
+    host_path: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "path": self.path,
+            "type": self.type,
+            "major": self.major,
+            "minor": self.minor,
+        }
+        if self.host_path and self.host_path != self.path:
+            out["hostPath"] = self.host_path
+        return out
+
+
+@dataclass(frozen=True)
+class ContainerEdits:
+    env: tuple[str, ...] = ()
+    device_nodes: tuple[DeviceNode, ...] = ()
+    mounts: tuple[tuple[str, str], ...] = ()  # (host path, container path), read-only binds
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.env:
+            out["env"] = list(self.env)
+        if self.device_nodes:
+            out["deviceNodes"] = [n.to_json() for n in self.device_nodes]
+        if self.mounts:
+            out["mounts"] = [
+                {"hostPath": h, "containerPath": c, "options": ["ro", "nosuid", "nodev", "bind"]}
+                for h, c in self.mounts
+            ]
+        return out
+
+
+@dataclass(frozen=True)
+class CdiDevice:
+    """One device of a claim's spec; ``name`` is the device's pool name."""
+
+    name: str
+    edits: ContainerEdits = field(default_factory=ContainerEdits)
+
+
+class CdiRegistry:
+    """Writes and removes the per-claim spec files under ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def spec_path(self, claim_uid: str) -> Path:
+        return self.root / f"{FILE_PREFIX}{canonical_claim_uid(claim_uid)}.json"
+
+    @staticmethod
+    def device_id(claim_uid: str, device_name: str) -> str:
+        return f"{KIND}={canonical_claim_uid(claim_uid)}-{device_name}"
+
+    def write_claim_spec(
+        self,
+        claim_uid: str,
+        devices: Sequence[CdiDevice],
+        common: ContainerEdits | None = None,
+    ) -> list[str]:
+        """Write the claim's spec atomically; the CDI IDs of its devices, in order."""
+        uid = canonical_claim_uid(claim_uid)
+        spec: dict[str, Any] = {
+            "cdiVersion": CDI_VERSION,
+            "kind": KIND,
+            "devices": [
+                {"name": f"{uid}-{d.name}", "containerEdits": d.edits.to_json()} for d in devices
+            ],
+        }
+        if common is not None and common.to_json():
+            spec["containerEdits"] = common.to_json()
+        try:
+            write_atomic(self.spec_path(uid), json.dumps(spec, indent=1).encode())
+        except OSError as exc:
+            raise CdiError(f"cannot write CDI spec for claim {uid}: {exc}") from exc
+        return [self.device_id(uid, d.name) for d in devices]
+
+    def remove_claim_spec(self, claim_uid: str) -> bool:
+        try:
+            return remove_durably(self.spec_path(claim_uid))
+        except OSError as exc:
+            raise CdiError(f"cannot remove CDI spec for claim {claim_uid}: {exc}") from exc
+
+    def claim_uids(self) -> set[str]:
+        """UIDs of every claim that has a spec file here."""
+        if not self.root.is_dir():
+            return set()
+        return {
+            p.name[len(FILE_PREFIX) : -len(".json")] for p in self.root.glob(f"{FILE_PREFIX}*.json")
+        }

@@ -1,0 +1,142 @@
+"""The plugin's record of prepared claims, kept across restarts and upgrades.
+
+The kubelet may call unprepare after the claim object is gone, and a
+crashed plugin must finish or undo what it started, so every prepare is
+recorded in two phases: ``PrepareStarted`` (written before any side effect,
+listing the devices about to be touched) and ``PrepareCompleted``.
+
+The file is a versioned pydantic model written atomically. Newer versions may
+add fields with defaults and unknown fields are kept, so an upgrade or a
+rollback never loses information (there is deliberately no checksum, which
+would break on added fields). A file that cannot be parsed is moved aside
+under a ``.corrupt-<time>`` name and reported, never silently ignored. When
+the node's boot id changes every record is dropped: a reboot undid the
+devices' state.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from driver.atomicfile import remove_stale_temps, write_atomic
+from driver.errors import CheckpointError
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_VERSION = 1
+
+
+class ClaimState(StrEnum):
+    PREPARE_STARTED = "PrepareStarted"
+    PREPARE_COMPLETED = "PrepareCompleted"
+
+
+class DeviceRecord(BaseModel):
+    """One device prepared (or being prepared) for a claim."""
+
+    model_config = ConfigDict(extra="allow")
+
+    request_names: list[str]
+    pool_name: str
+    device_name: str
+    kind: str
+    local_id: str
+    cdi_device_ids: list[str] = Field(default_factory=list)
+    # Whatever the device type needs to undo its preparation (e.g. a MIG GPU
+    # instance id, the VF's original kernel driver).
+    undo: dict[str, Any] = Field(default_factory=dict)
+
+
+class ClaimRecord(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    uid: str
+    namespace: str
+    name: str
+    state: ClaimState
+    devices: list[DeviceRecord] = Field(default_factory=list)
+    updated: float = Field(default_factory=time.time)
+
+
+class Checkpoint(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    version: int = CHECKPOINT_VERSION
+    boot_id: str = ""
+    claims: dict[str, ClaimRecord] = Field(default_factory=dict)
+
+
+class CheckpointStore:
+    """Loads and saves the checkpoint file; one owner per process."""
+
+    def __init__(self, path: Path, boot_id: str) -> None:
+        self.path = path
+        self.boot_id = boot_id
+        self.moved_aside: Path | None = None
+
+    def load(self) -> Checkpoint:
+        """The stored checkpoint, an empty one if there is none.
+
+        A corrupt file is moved aside (its new name is logged) and an empty
+        checkpoint returned; the caller learns of it from the log and the
+        ``moved_aside`` attribute.
+        """
+        remove_stale_temps(self.path.parent)
+        self.moved_aside = None
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return Checkpoint(boot_id=self.boot_id)
+        except OSError as exc:
+            raise CheckpointError(f"cannot read checkpoint {self.path}: {exc}") from exc
+        try:
+            checkpoint = Checkpoint.model_validate_json(raw)
+        except ValidationError as exc:
+            aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
+            self.path.rename(aside)
+            self.moved_aside = aside
+            log.error(
+                "checkpoint %s is corrupt and was moved to %s; starting empty. "
+                "Claims prepared before cannot be unprepared automatically: %s",
+                self.path,
+                aside,
+                exc.errors()[0].get("msg", exc),
+            )
+            return Checkpoint(boot_id=self.boot_id)
+        if checkpoint.version > CHECKPOINT_VERSION:
+            log.warning(
+                "checkpoint %s has version %d, newer than %d; unknown fields are kept",
+                self.path,
+                checkpoint.version,
+                CHECKPOINT_VERSION,
+            )
+        if checkpoint.boot_id != self.boot_id:
+            if checkpoint.claims:
+                log.info(
+                    "boot id changed (%s -> %s): dropping %d claim records",
+                    checkpoint.boot_id or "none",
+                    self.boot_id,
+                    len(checkpoint.claims),
+                )
+            checkpoint = Checkpoint(boot_id=self.boot_id)
+        return checkpoint
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        data = checkpoint.model_dump_json(indent=1).encode()
+        try:
+            write_atomic(self.path, data, mode=0o600)
+        except OSError as exc:
+            raise CheckpointError(f"cannot write checkpoint {self.path}: {exc}") from exc
+
+
+def read_boot_id(path: Path = Path("/proc/sys/kernel/random/boot_id")) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise CheckpointError(f"cannot read the node's boot id from {path}: {exc}") from exc

@@ -1,0 +1,55 @@
+"""The plugin-facing model of a kubelet call.
+
+The gRPC layer in ``plugin/`` translates protobuf messages into these types
+and back, so the rest of patchbay never sees generated code. One kubelet call
+carries many claims; each gets its own result so one bad claim never fails
+the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class ClaimRef:
+    """A claim as the kubelet names it: only namespace, name and UID."""
+
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class PreparedDevice:
+    """One device prepared for a claim, as reported back to the kubelet."""
+
+    request_names: tuple[str, ...]
+    pool_name: str
+    device_name: str
+    cdi_device_ids: tuple[str, ...]
+    share_id: str | None = None
+
+
+@dataclass(frozen=True)
+class PrepareResult:
+    """The outcome for one claim: devices on success, a message on failure."""
+
+    devices: tuple[PreparedDevice, ...] = field(default_factory=tuple)
+    error: str = ""
+
+
+class ClaimHandler(Protocol):
+    """What the gRPC servicer calls. Implementations never raise for a
+    per-claim problem: it goes into that claim's result."""
+
+    async def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
+        """Prepare every claim; the result maps each claim UID to its outcome."""
+        ...
+
+    async def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:
+        """Unprepare every claim; the result maps each claim UID to an error
+        message, empty on success."""
+        ...

@@ -1,0 +1,273 @@
+"""Prepare and unprepare claims: the driver's answer to the kubelet.
+
+For each claim of a call: GET the ResourceClaim, check it (UID, allocated,
+our pools), decode its opaque configs, refuse devices that another claim
+holds, record ``PrepareStarted`` in the checkpoint, let each device's handler
+do its work, write the claim's CDI spec and record ``PrepareCompleted``.
+Every claim gets its own result: an error in one never fails the others.
+
+Concurrency: calls are serialised by an asyncio lock (the plugin adds a
+cross-process lock during rolling updates); the API read happens
+on the loop, blocking work (handlers, checkpoint and CDI files) in a worker
+thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from driver.cdi import CdiDevice, CdiRegistry, ContainerEdits, canonical_claim_uid
+from driver.checkpoint import Checkpoint, CheckpointStore, ClaimRecord, ClaimState, DeviceRecord
+from driver.claims.allocation import Allocation, parse_allocation
+from driver.claims.model import ClaimRef, PreparedDevice, PrepareResult
+from driver.config import opaque
+from driver.devices.handler import DeviceHandler, Inventory
+from driver.errors import ClaimError, ConfigError, PatchbayError
+from driver.metrics import PREPARE_CALLS, PREPARED_CLAIMS, UNPREPARE_CALLS
+
+log = logging.getLogger(__name__)
+
+
+class ClaimReader(Protocol):
+    async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any]: ...
+
+
+class ClaimPreparer:
+    """The :class:`driver.claims.model.ClaimHandler` of the node plugin."""
+
+    def __init__(
+        self,
+        reader: ClaimReader,
+        inventory: Inventory,
+        handlers: Mapping[str, DeviceHandler],
+        store: CheckpointStore,
+        cdi: CdiRegistry,
+        shared_checkpoint: bool = False,
+    ) -> None:
+        self._reader = reader
+        self._inventory = inventory
+        self._handlers = dict(handlers)
+        self._store = store
+        self._cdi = cdi
+        self._lock = asyncio.Lock()
+        # During a rolling update two plugin processes share the checkpoint
+        # (their calls are serialised by the plugin's cross-process lock), so
+        # each call starts from what is on disk.
+        self._shared = shared_checkpoint
+        self.checkpoint: Checkpoint = store.load()
+        PREPARED_CLAIMS.set(len(self.checkpoint.claims))
+
+    # -- public API -------------------------------------------------------
+
+    async def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
+        results: dict[str, PrepareResult] = {}
+        async with self._lock:
+            self._reload_if_shared()
+            for ref in claims:
+                try:
+                    results[ref.uid] = await self._prepare_one(ref)
+                    PREPARE_CALLS.inc(result="ok")
+                except PatchbayError as exc:
+                    log.warning(
+                        "prepare %s/%s (%s) failed: %s", ref.namespace, ref.name, ref.uid, exc
+                    )
+                    results[ref.uid] = PrepareResult(error=str(exc))
+                    PREPARE_CALLS.inc(result="error")
+                except Exception as exc:
+                    log.exception(
+                        "prepare %s/%s (%s): internal error", ref.namespace, ref.name, ref.uid
+                    )
+                    results[ref.uid] = PrepareResult(error=f"internal error: {exc!r}")
+                    PREPARE_CALLS.inc(result="error")
+        return results
+
+    async def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:
+        results: dict[str, str] = {}
+        async with self._lock:
+            self._reload_if_shared()
+            for ref in claims:
+                try:
+                    await asyncio.to_thread(self._unprepare_sync, ref.uid)
+                    results[ref.uid] = ""
+                    UNPREPARE_CALLS.inc(result="ok")
+                except Exception as exc:
+                    log.warning(
+                        "unprepare %s/%s (%s) failed: %s", ref.namespace, ref.name, ref.uid, exc
+                    )
+                    results[ref.uid] = str(exc)
+                    UNPREPARE_CALLS.inc(result="error")
+        return results
+
+    def prepared_devices(self) -> set[tuple[str, str]]:
+        """(kind, local id) of every device some claim holds or is preparing."""
+        return {(d.kind, d.local_id) for c in self.checkpoint.claims.values() for d in c.devices}
+
+    async def collect_garbage(self) -> int:
+        """Remove CDI specs that no checkpointed claim owns (debris of a crash)."""
+        async with self._lock:
+            orphans = self._cdi.claim_uids() - set(self.checkpoint.claims)
+            for uid in orphans:
+                log.info("removing orphaned CDI spec of claim %s", uid)
+                self._cdi.remove_claim_spec(uid)
+            return len(orphans)
+
+    # -- prepare ----------------------------------------------------------
+
+    def _reload_if_shared(self) -> None:
+        if self._shared:
+            self.checkpoint = self._store.load()
+
+    async def _prepare_one(self, ref: ClaimRef) -> PrepareResult:
+        canonical_claim_uid(ref.uid)
+        record = self.checkpoint.claims.get(ref.uid)
+        if record is not None and record.state is ClaimState.PREPARE_COMPLETED:
+            return _result(record)
+        claim = await self._reader.read_claim(ref.namespace, ref.name)
+        allocation = parse_allocation(claim, ref.uid, self._inventory.pools())
+        return await asyncio.to_thread(self._prepare_sync, ref, allocation)
+
+    def _prepare_sync(self, ref: ClaimRef, allocation: Allocation) -> PrepareResult:
+        stale = self.checkpoint.claims.get(ref.uid)
+        if stale is not None:
+            log.info("claim %s: undoing an interrupted prepare before retrying", ref.uid)
+            self._undo(stale)
+        planned = self._plan(ref, allocation)
+        record = ClaimRecord(
+            uid=ref.uid,
+            namespace=ref.namespace,
+            name=ref.name,
+            state=ClaimState.PREPARE_STARTED,
+            devices=[p[0] for p in planned],
+        )
+        self.checkpoint.claims[ref.uid] = record
+        self._store.save(self.checkpoint)
+        try:
+            return self._apply(ref, record, planned)
+        except Exception:
+            # Leave nothing behind: undo what the handlers did so far.
+            try:
+                self._undo(record)
+            except Exception:
+                log.exception("claim %s: rollback after a failed prepare failed", ref.uid)
+            raise
+
+    def _apply(
+        self,
+        ref: ClaimRef,
+        record: ClaimRecord,
+        planned: list[tuple[DeviceRecord, Any, opaque.DeviceConfig | None]],
+    ) -> PrepareResult:
+        cdi_devices: list[CdiDevice] = []
+        common: list[ContainerEdits] = []
+        for device_record, device, config in planned:
+            handler = self._handlers[device.kind]
+            prep = handler.prepare(device, ref.uid, config)
+            device_record.undo = {**device_record.undo, **prep.undo}
+            cdi_devices.append(CdiDevice(name=device.name, edits=prep.edits))
+            shared = handler.common_edits()
+            if shared is not None and shared not in common:
+                common.append(shared)
+        ids = self._cdi.write_claim_spec(ref.uid, _unique(cdi_devices), _merge(common))
+        by_name = dict(zip([d.name for d in _unique(cdi_devices)], ids, strict=True))
+        for device_record in record.devices:
+            device_record.cdi_device_ids = [by_name[device_record.device_name]]
+        record.state = ClaimState.PREPARE_COMPLETED
+        self._store.save(self.checkpoint)
+        PREPARED_CLAIMS.set(len(self.checkpoint.claims))
+        return _result(record)
+
+    def _plan(
+        self, ref: ClaimRef, allocation: Allocation
+    ) -> list[tuple[DeviceRecord, Any, opaque.DeviceConfig | None]]:
+        held = {
+            (d.kind, d.local_id): c.uid
+            for c in self.checkpoint.claims.values()
+            if c.uid != ref.uid
+            for d in c.devices
+        }
+        planned = []
+        for result in allocation.devices:
+            device = self._inventory.lookup(result.pool, result.device)
+            if device is None:
+                raise ClaimError(
+                    f"device {result.device} of pool {result.pool} is not on this node"
+                )
+            if device.kind not in self._handlers:
+                raise ClaimError(f"device {result.device}: no handler for type {device.kind}")
+            owner = held.get((device.kind, device.local_id))
+            if owner is not None and result.share_id is None:
+                raise ClaimError(f"device {result.device} is already prepared for claim {owner}")
+            configs = [
+                opaque.decode(c.parameters, f"config[{c.index}] ({c.source})")
+                for c in allocation.configs_for(result.request)
+            ]
+            config = opaque.effective(configs, device.kind, result.device)
+            record = DeviceRecord(
+                request_names=[result.request],
+                pool_name=result.pool,
+                device_name=result.device,
+                kind=device.kind,
+                local_id=device.local_id,
+                undo=self._handlers[device.kind].plan_undo(device),
+            )
+            planned.append((record, device, config))
+        return planned
+
+    # -- unprepare --------------------------------------------------------
+
+    def _unprepare_sync(self, uid: str) -> None:
+        record = self.checkpoint.claims.get(uid)
+        if record is None:
+            # Idempotent: nothing recorded; still drop a spec a crash left behind.
+            with contextlib.suppress(PatchbayError):
+                self._cdi.remove_claim_spec(uid)
+            return
+        self._undo(record)
+
+    def _undo(self, record: ClaimRecord) -> None:
+        for device in record.devices:
+            handler = self._handlers.get(device.kind)
+            if handler is None:
+                raise ClaimError(f"claim {record.uid}: no handler for device type {device.kind}")
+            handler.unprepare(device.kind, device.local_id, device.undo)
+        self._cdi.remove_claim_spec(record.uid)
+        del self.checkpoint.claims[record.uid]
+        self._store.save(self.checkpoint)
+        PREPARED_CLAIMS.set(len(self.checkpoint.claims))
+
+
+def _unique(devices: list[CdiDevice]) -> list[CdiDevice]:
+    seen: dict[str, CdiDevice] = {}
+    for d in devices:
+        seen.setdefault(d.name, d)
+    return list(seen.values())
+
+
+def _merge(edits: list[ContainerEdits]) -> ContainerEdits | None:
+    if not edits:
+        return None
+    env = tuple(dict.fromkeys(e for x in edits for e in x.env))
+    nodes = tuple(dict.fromkeys(n for x in edits for n in x.device_nodes))
+    mounts = tuple(dict.fromkeys(m for x in edits for m in x.mounts))
+    return ContainerEdits(env=env, device_nodes=nodes, mounts=mounts)
+
+
+def _result(record: ClaimRecord) -> PrepareResult:
+    return PrepareResult(
+        devices=tuple(
+            PreparedDevice(
+                request_names=tuple(d.request_names),
+                pool_name=d.pool_name,
+                device_name=d.device_name,
+                cdi_device_ids=tuple(d.cdi_device_ids),
+            )
+            for d in record.devices
+        )
+    )
+
+
+__all__ = ["ClaimPreparer", "ClaimReader", "ConfigError"]

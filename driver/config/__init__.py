@@ -1,0 +1,1 @@
+"""Opaque device configuration carried in DeviceClasses and claims."""

@@ -1,0 +1,2 @@
+"""The typed device model every discovery backend produces and every slice
+is built from."""

@@ -1,0 +1,52 @@
+"""What each device type does at prepare and unprepare time.
+
+A handler exists per device type (``gpu``, ``mig``, ``vf``). The claim
+preparer calls it from a worker thread (handlers may block on NVML or
+sysfs). Handlers must be idempotent: unprepare may run twice, and prepare
+may run again after a crash left a half-done preparation behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from driver.cdi import ContainerEdits
+from driver.config.opaque import DeviceConfig
+from driver.devices.model import Device
+
+
+@dataclass(frozen=True)
+class Preparation:
+    """The container edits for one prepared device and how to undo it."""
+
+    edits: ContainerEdits
+    undo: Mapping[str, Any] = field(default_factory=dict)
+
+
+class DeviceHandler(Protocol):
+    kind: str
+
+    def plan_undo(self, device: Device) -> dict[str, Any]:
+        """What unprepare needs, known before any side effect happens (it is
+        checkpointed first, so a crash mid-prepare can still be undone)."""
+        ...
+
+    def prepare(
+        self, device: Device, claim_uid: str, config: DeviceConfig | None
+    ) -> Preparation: ...
+
+    def unprepare(self, kind: str, local_id: str, undo: Mapping[str, Any]) -> None: ...
+
+    def common_edits(self) -> ContainerEdits | None:
+        """Edits every container with a device of this type needs (control nodes)."""
+        ...
+
+
+class Inventory(Protocol):
+    """The devices this node can prepare, by pool and device name."""
+
+    def pools(self) -> frozenset[str]: ...
+
+    def lookup(self, pool: str, device: str) -> Device | None: ...

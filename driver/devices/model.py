@@ -1,0 +1,125 @@
+"""Devices as patchbay publishes them in ResourceSlices.
+
+Discovery (NVML, sysfs) produces :class:`Device` values; the slice builder
+turns them into API objects. The model is frozen and hashable so two
+discoveries can be compared cheaply, and it knows the JSON shape the
+``resource.k8s.io/v1`` API expects for its attribute and capacity values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from driver import DRIVER_NAME
+
+# Standard attribute names (their own domain, not ours).
+PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
+NUMA_NODE = "resource.kubernetes.io/numaNode"
+
+# Our own attribute names are published unqualified: the apiserver and CEL
+# treat them as ``patchbay.dev/<name>`` because the slice's driver is ours.
+TYPE = "type"
+ATTACHMENT = "attachment"
+
+
+@dataclass(frozen=True)
+class Version:
+    """A semantic-version attribute value (published as ``version``)."""
+
+    value: str
+
+
+AttributeValue = bool | int | str | Version
+
+
+def qualified(name: str) -> str:
+    """The fully qualified attribute name, as ``matchAttribute`` spells it."""
+    return name if "/" in name else f"{DRIVER_NAME}/{name}"
+
+
+def attribute_json(value: AttributeValue) -> dict[str, Any]:
+    """One attribute value in the API's tagged-union shape."""
+    # bool first: bool is a subclass of int.
+    if isinstance(value, bool):
+        return {"bool": value}
+    if isinstance(value, int):
+        return {"int": value}
+    if isinstance(value, Version):
+        return {"version": value.value}
+    return {"string": value}
+
+
+@dataclass(frozen=True)
+class CounterConsumption:
+    """How much of which counters in a counter set a device uses."""
+
+    counter_set: str
+    counters: tuple[tuple[str, str], ...]  # (counter name, quantity)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "counterSet": self.counter_set,
+            "counters": {name: {"value": value} for name, value in self.counters},
+        }
+
+
+@dataclass(frozen=True)
+class CounterSet:
+    """A pool-level set of counters shared by devices (partitionable devices)."""
+
+    name: str
+    counters: tuple[tuple[str, str], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "counters": {name: {"value": value} for name, value in self.counters},
+        }
+
+
+@dataclass(frozen=True)
+class Device:
+    """One allocatable device of a pool.
+
+    ``attributes`` keys are attribute names (unqualified for ours, qualified
+    for standard ones); ``capacity`` values are Kubernetes quantities.
+    ``kind`` is the device type (``gpu``, ``mig``, ``vf``) and ``local_id``
+    the stable hardware identity (GPU UUID, VF BDF) the preparer uses.
+    """
+
+    name: str
+    kind: str
+    local_id: str
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
+    capacity: Mapping[str, str] = field(default_factory=dict)
+    consumes_counters: tuple[CounterConsumption, ...] = ()
+    node_name: str | None = None
+    binds_to_node: bool = False
+    binding_conditions: tuple[str, ...] = ()
+    binding_failure_conditions: tuple[str, ...] = ()
+
+    def has_counters(self) -> bool:
+        return bool(self.consumes_counters)
+
+    def to_json(self) -> dict[str, Any]:
+        """The device as it appears in ``ResourceSlice.spec.devices``."""
+        out: dict[str, Any] = {"name": self.name}
+        attrs = dict(self.attributes)
+        attrs.setdefault(TYPE, self.kind)
+        out["attributes"] = {k: attribute_json(attrs[k]) for k in sorted(attrs)}
+        if self.capacity:
+            out["capacity"] = {k: {"value": self.capacity[k]} for k in sorted(self.capacity)}
+        if self.consumes_counters:
+            out["consumesCounters"] = [c.to_json() for c in self.consumes_counters]
+        if self.node_name is not None:
+            out["nodeName"] = self.node_name
+        if self.binds_to_node:
+            out["bindsToNode"] = True
+        if self.binding_conditions:
+            out["bindingConditions"] = list(self.binding_conditions)
+        if self.binding_failure_conditions:
+            out["bindingFailureConditions"] = list(self.binding_failure_conditions)
+        return out

@@ -1,0 +1,1 @@
+"""Full GPUs: discovery into devices and preparation into CDI edits."""

@@ -1,0 +1,71 @@
+"""Prepare a full GPU: CDI edits only, the GPU itself needs no change.
+
+The container gets the GPU's device node and ``NVIDIA_VISIBLE_DEVICES`` set
+to its UUID (what the NVIDIA container toolkit and CUDA understand); the
+control nodes every GPU container needs go into the spec's common edits.
+Device numbers come from the node's ``/dev`` when the node exists there
+(``--dev-root``), otherwise from NVIDIA's fixed character major 195.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from driver.cdi import ContainerEdits, DeviceNode
+from driver.config.opaque import DeviceConfig, GpuConfig
+from driver.devices.handler import Preparation
+from driver.devices.model import Device
+
+NVIDIA_MAJOR = 195
+NVIDIACTL_MINOR = 255
+
+
+class GpuHandler:
+    """The :class:`driver.devices.handler.DeviceHandler` for full GPUs."""
+
+    kind = "gpu"
+
+    def __init__(self, dev_root: Path = Path("/dev")) -> None:
+        self._dev_root = dev_root
+
+    def node(self, name: str, default_minor: int | None) -> DeviceNode | None:
+        host = self._dev_root / name
+        try:
+            st = host.stat()
+        except OSError:
+            if default_minor is None:
+                return None
+            return DeviceNode(path=f"/dev/{name}", major=NVIDIA_MAJOR, minor=default_minor)
+        if not stat.S_ISCHR(st.st_mode):
+            return DeviceNode(path=f"/dev/{name}", major=NVIDIA_MAJOR, minor=default_minor or 0)
+        return DeviceNode(
+            path=f"/dev/{name}",
+            major=os.major(st.st_rdev),
+            minor=os.minor(st.st_rdev),
+            host_path=str(host),
+        )
+
+    def plan_undo(self, device: Device) -> dict[str, Any]:
+        return {}
+
+    def prepare(self, device: Device, claim_uid: str, config: DeviceConfig | None) -> Preparation:
+        minor = device.attributes.get("minor")
+        minor = minor if isinstance(minor, int) and not isinstance(minor, bool) else 0
+        env = [f"NVIDIA_VISIBLE_DEVICES={device.local_id}"]
+        if isinstance(config, GpuConfig) and config.driver_capabilities:
+            env.append(f"NVIDIA_DRIVER_CAPABILITIES={','.join(config.driver_capabilities)}")
+        node = self.node(f"nvidia{minor}", minor)
+        nodes = (node,) if node else ()
+        return Preparation(edits=ContainerEdits(env=tuple(env), device_nodes=nodes))
+
+    def unprepare(self, kind: str, local_id: str, undo: Mapping[str, Any]) -> None:
+        return None
+
+    def common_edits(self) -> ContainerEdits | None:
+        nodes = [self.node("nvidiactl", NVIDIACTL_MINOR)]
+        nodes += [self.node(n, None) for n in ("nvidia-uvm", "nvidia-uvm-tools")]
+        return ContainerEdits(device_nodes=tuple(n for n in nodes if n is not None))

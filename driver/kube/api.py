@@ -1,0 +1,157 @@
+"""The one module that talks to the Kubernetes API client.
+
+We use the ``kubernetes`` package's asyncio client for what it does well
+(kubeconfig and in-cluster configuration, TLS, token refresh, the aiohttp
+session) and send raw JSON requests through it. The generated typed models
+are skipped on purpose: they cost memory and CPU per object, and the rest of
+patchbay reads only a handful of fields. Watches stream the response body
+line by line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from kubernetes.aio import config as kconfig
+from kubernetes.aio.client import api_client, configuration
+
+from driver.errors import ApiError
+
+log = logging.getLogger(__name__)
+
+RESOURCE_V1 = "/apis/resource.k8s.io/v1"
+JsonObj = dict[str, Any]
+
+
+class ApiStatusError(ApiError):
+    """The apiserver answered with a non-success HTTP status."""
+
+    def __init__(self, method: str, path: str, status: int, body: str) -> None:
+        self.status = status
+        self.body = body
+        message = body
+        with contextlib.suppress(ValueError, AttributeError):
+            message = json.loads(body).get("message", body)
+        super().__init__(f"{method} {path}: HTTP {status}: {message}")
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+
+def claim_path(namespace: str, name: str) -> str:
+    return f"{RESOURCE_V1}/namespaces/{namespace}/resourceclaims/{name}"
+
+
+def slice_path(name: str | None = None) -> str:
+    base = f"{RESOURCE_V1}/resourceslices"
+    return base if name is None else f"{base}/{name}"
+
+
+class KubeApi:
+    """A thin asynchronous JSON client on top of the official one."""
+
+    def __init__(self, client: api_client.ApiClient) -> None:
+        self._client = client
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None) -> KubeApi:
+        """Load a kubeconfig file, or the in-cluster config when none is given."""
+        conf = configuration.Configuration()
+        try:
+            if kubeconfig:
+                await kconfig.load_kube_config(config_file=kubeconfig, client_configuration=conf)
+            else:
+                kconfig.load_incluster_config(client_configuration=conf)
+        except Exception as exc:
+            raise ApiError(f"cannot load Kubernetes client configuration: {exc}") from exc
+        return cls(api_client.ApiClient(configuration=conf))
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        request_timeout: float | None = 30.0,
+    ) -> Any:
+        params = [(k, v) for k, v in (query or {}).items() if v is not None]
+        _, url, headers, _, _ = await self._client.param_serialize(
+            method,
+            path,
+            query_params=params or None,
+            header_params={"Accept": "application/json", "Content-Type": content_type},
+            auth_settings=["BearerToken"],
+        )
+        try:
+            # The REST layer JSON-encodes ``body`` for every JSON content type.
+            resp = await self._client.call_api(
+                method, url, header_params=headers, body=body, _request_timeout=request_timeout
+            )
+        except Exception as exc:
+            raise ApiError(f"{method} {path}: {exc}") from exc
+        return resp
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> JsonObj:
+        """One request; the decoded JSON answer, or :class:`ApiStatusError`."""
+        resp = await self._request(method, path, query, body, content_type)
+        raw = await resp.read()
+        if not 200 <= resp.status < 300:
+            raise ApiStatusError(method, path, resp.status, raw.decode(errors="replace"))
+        result: JsonObj = json.loads(raw) if raw else {}
+        return result
+
+    async def get(self, path: str, query: Mapping[str, Any] | None = None) -> JsonObj:
+        return await self.call("GET", path, query)
+
+    async def create(self, path: str, body: JsonObj) -> JsonObj:
+        return await self.call("POST", path, body=body)
+
+    async def replace(self, path: str, body: JsonObj) -> JsonObj:
+        return await self.call("PUT", path, body=body)
+
+    async def merge_patch(self, path: str, body: JsonObj) -> JsonObj:
+        return await self.call(
+            "PATCH", path, body=body, content_type="application/merge-patch+json"
+        )
+
+    async def delete(self, path: str, body: JsonObj | None = None) -> JsonObj:
+        return await self.call("DELETE", path, body=body)
+
+    async def watch(
+        self, path: str, query: Mapping[str, Any], timeout_seconds: int = 300
+    ) -> AsyncIterator[JsonObj]:
+        """Stream watch events (``{"type": ..., "object": ...}``) until the
+        server ends the watch; the caller re-lists or re-watches."""
+        q = dict(query)
+        q.update(watch="true", allowWatchBookmarks="true", timeoutSeconds=timeout_seconds)
+        resp = await self._request("GET", path, q, request_timeout=timeout_seconds + 30)
+        if resp.status != 200:
+            raw = await resp.read()
+            raise ApiStatusError("WATCH", path, resp.status, raw.decode(errors="replace"))
+        stream = resp.response.content
+        try:
+            async for line in stream:
+                if line.strip():
+                    yield json.loads(line)
+        finally:
+            resp.response.release()

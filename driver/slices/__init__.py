@@ -1,0 +1,1 @@
+"""ResourceSlice building (pure) and publishing (API writes on change only)."""

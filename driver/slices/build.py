@@ -1,0 +1,129 @@
+"""Turn a pool of devices into the ResourceSlice objects to publish.
+
+Pure functions only: the publisher decides whether anything must be written.
+Devices keep their order (the scheduler's first-fit preference order), are
+split into slices that respect the per-slice limits, and counter sets go to
+slices of their own (a slice holds devices or counter sets, not both).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from driver.devices.model import CounterSet, Device
+from driver.slices import limits
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """Everything needed to publish one pool.
+
+    ``node_selection`` is the slice-level node field, e.g.
+    ``{"nodeName": "node-a"}`` or ``{"perDeviceNodeSelection": True}``.
+    """
+
+    driver: str
+    pool_name: str
+    name_prefix: str
+    node_selection: Mapping[str, Any]
+    devices: tuple[Device, ...]
+    counter_sets: tuple[CounterSet, ...] = ()
+    owner: Mapping[str, Any] | None = None
+    labels: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class DesiredSlice:
+    """One slice's name and spec, without pool generation and slice count."""
+
+    name: str
+    spec: dict[str, Any]
+
+
+def slice_name_prefix(pool_name: str, driver: str) -> str:
+    """A DNS-subdomain prefix for a pool's slices, short enough for any pool."""
+    base = f"{pool_name}-{driver.split('.')[0]}".lower()
+    if len(base) <= 200:
+        return base
+    digest = hashlib.sha256(base.encode()).hexdigest()[:10]
+    return f"{base[:189]}-{digest}"
+
+
+def publishable(devices: Sequence[Device]) -> list[Device]:
+    """Devices that respect the apiserver's limits and have unique names."""
+    seen: set[str] = set()
+    out: list[Device] = []
+    for device in devices:
+        problems = limits.device_problems(device)
+        if device.name in seen:
+            problems.append("duplicate device name in pool")
+        if problems:
+            log.error("device %s left out of the pool: %s", device.name, "; ".join(problems))
+            continue
+        seen.add(device.name)
+        out.append(device)
+    return out
+
+
+def _chunks(devices: Sequence[Device]) -> list[list[Device]]:
+    chunks: list[list[Device]] = []
+    current: list[Device] = []
+    for device in devices:
+        candidate = [*current, device]
+        cap = (
+            limits.MAX_DEVICES_WITH_COUNTERS_OR_TAINTS
+            if any(d.has_counters() for d in candidate)
+            else limits.MAX_DEVICES
+        )
+        if len(candidate) > cap:
+            chunks.append(current)
+            current = [device]
+        else:
+            current = candidate
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def build_slices(pool: PoolSpec) -> list[DesiredSlice]:
+    """The slices for ``pool``; at least one, so an empty pool is still known."""
+    bodies: list[dict[str, Any]] = []
+    sets = list(pool.counter_sets)
+    for i in range(0, len(sets), limits.MAX_COUNTER_SETS):
+        bodies.append(
+            {"sharedCounters": [s.to_json() for s in sets[i : i + limits.MAX_COUNTER_SETS]]}
+        )
+    for chunk in _chunks(publishable(pool.devices)):
+        bodies.append({"devices": [d.to_json() for d in chunk]})
+    if not bodies:
+        bodies.append({"devices": []})
+    out = []
+    for index, extra in enumerate(bodies):
+        spec: dict[str, Any] = {"driver": pool.driver, **pool.node_selection, **extra}
+        out.append(DesiredSlice(name=f"{pool.name_prefix}-{index}", spec=spec))
+    return out
+
+
+def slice_object(
+    pool: PoolSpec, desired: DesiredSlice, generation: int, count: int
+) -> dict[str, Any]:
+    """The full API object for one desired slice at a pool generation."""
+    meta: dict[str, Any] = {"name": desired.name}
+    if pool.owner:
+        meta["ownerReferences"] = [dict(pool.owner)]
+    if pool.labels:
+        meta["labels"] = dict(pool.labels)
+    spec = dict(desired.spec)
+    spec["pool"] = {"name": pool.pool_name, "generation": generation, "resourceSliceCount": count}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": meta,
+        "spec": spec,
+    }

@@ -1,0 +1,173 @@
+"""Keep one pool's ResourceSlices in the apiserver equal to what we want.
+
+Concurrency: runs as two tasks on the process's asyncio loop. A watch task
+lists and then watches our slices into a cache; a reconcile task compares the
+cache with the desired pool whenever either side changes and writes only the
+difference. Nothing runs on a timer: an idle node makes no writes, and a
+slice that someone edits or deletes (the kubelet wipes a node's slices when
+it starts) comes back within one watch event. API errors back off
+exponentially.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from driver.errors import ApiError
+from driver.kube.api import ApiStatusError, KubeApi, slice_path
+from driver.metrics import SLICE_WRITES
+from driver.slices.build import PoolSpec, build_slices, slice_object
+from driver.slices.diff import diff_pool
+
+log = logging.getLogger(__name__)
+
+BACKOFF_START = 0.2
+BACKOFF_MAX = 30.0
+
+
+class SlicePublisher:
+    """Publishes one pool and restores it when it drifts."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        query: Mapping[str, str],
+        pool_name: str,
+        field_manager: str = "patchbay",
+    ) -> None:
+        self._api = api
+        self._query = dict(query)
+        self._pool_name = pool_name
+        self._field_manager = field_manager
+        self._cache: dict[str, dict[str, Any]] = {}
+        self._desired: PoolSpec | None = None
+        self._dirty = asyncio.Event()
+        self._synced = asyncio.Event()
+        self.in_sync = asyncio.Event()
+        self.on_change: Callable[[], None] | None = None
+
+    def set_pool(self, pool: PoolSpec) -> None:
+        """Declare what the pool should hold; the reconcile task does the rest."""
+        self._desired = pool
+        self.in_sync.clear()
+        self._dirty.set()
+
+    def stored(self) -> dict[str, dict[str, Any]]:
+        return dict(self._cache)
+
+    async def run(self) -> None:
+        """Run watch and reconcile until cancelled."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._watch_loop(), name=f"slices-watch-{self._pool_name}")
+            group.create_task(self._reconcile_loop(), name=f"slices-reconcile-{self._pool_name}")
+
+    def _ours(self, obj: Mapping[str, Any]) -> bool:
+        return bool(obj.get("spec", {}).get("pool", {}).get("name") == self._pool_name)
+
+    async def _watch_loop(self) -> None:
+        delay = BACKOFF_START
+        while True:
+            try:
+                listing = await self._api.get(slice_path(), self._query)
+                self._cache = {
+                    o["metadata"]["name"]: o for o in listing.get("items", []) if self._ours(o)
+                }
+                self._synced.set()
+                self._dirty.set()
+                rv = listing["metadata"]["resourceVersion"]
+                delay = BACKOFF_START
+                while True:
+                    rv = await self._watch_once(rv)
+            except asyncio.CancelledError:
+                raise
+            except (ApiError, OSError, ValueError, KeyError) as exc:
+                log.warning("slice watch failed, retrying in %.1fs: %s", delay, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, BACKOFF_MAX)
+
+    async def _watch_once(self, rv: str) -> str:
+        async for event in self._api.watch(slice_path(), {**self._query, "resourceVersion": rv}):
+            kind, obj = event.get("type"), event.get("object", {})
+            if kind == "ERROR":
+                raise ApiError(f"watch error: {obj.get('message', obj)}")
+            rv = obj.get("metadata", {}).get("resourceVersion", rv)
+            if kind == "BOOKMARK" or not self._ours(obj):
+                continue
+            name = obj["metadata"]["name"]
+            if kind == "DELETED":
+                self._cache.pop(name, None)
+            else:
+                self._cache[name] = obj
+            self._dirty.set()
+        return rv
+
+    async def _reconcile_loop(self) -> None:
+        await self._synced.wait()
+        delay = BACKOFF_START
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            if self._desired is None:
+                continue
+            try:
+                await self._reconcile(self._desired)
+                delay = BACKOFF_START
+            except asyncio.CancelledError:
+                raise
+            except (ApiError, OSError) as exc:
+                log.warning(
+                    "publishing pool %s failed, retrying in %.1fs: %s", self._pool_name, delay, exc
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, BACKOFF_MAX)
+                self._dirty.set()
+
+    async def _reconcile(self, pool: PoolSpec) -> None:
+        desired = build_slices(pool)
+        diff = diff_pool(desired, self._cache, pool.owner)
+        if diff.in_sync:
+            self.in_sync.set()
+            return
+        log.info(
+            "pool %s: writing generation %d (%d create, %d update, %d delete)",
+            pool.pool_name,
+            diff.generation,
+            len(diff.to_create),
+            len(diff.to_update),
+            len(diff.to_delete),
+        )
+        count = len(desired)
+        for want in desired:
+            body = slice_object(pool, want, diff.generation, count)
+            if want.name in diff.to_update:
+                body["metadata"]["resourceVersion"] = self._cache[want.name]["metadata"][
+                    "resourceVersion"
+                ]
+                stored = await self._api.replace(slice_path(want.name), body)
+                SLICE_WRITES.inc(op="update")
+            else:
+                try:
+                    stored = await self._api.create(slice_path(), body)
+                except ApiStatusError as exc:
+                    if not exc.conflict:
+                        raise
+                    # Created meanwhile (e.g. by a previous incarnation): the
+                    # watch brings it into the cache and we reconcile again.
+                    log.info("slice %s already exists; will reconcile from the watch", want.name)
+                    self._dirty.set()
+                    continue
+                SLICE_WRITES.inc(op="create")
+            self._cache[want.name] = stored
+        for name in diff.to_delete:
+            try:
+                await self._api.delete(slice_path(name))
+            except ApiStatusError as exc:
+                if not exc.not_found:
+                    raise
+            SLICE_WRITES.inc(op="delete")
+            self._cache.pop(name, None)
+        if not self._dirty.is_set():
+            self.in_sync.set()

@@ -1,0 +1,68 @@
+# Local Kubernetes control plane binaries (etcd, kube-apiserver, kube-scheduler,
+# kube-controller-manager) and the node agent, built from upstream Go modules by
+# the wrapper module in hack/k8s. The pinned release lives only in
+# hack/k8s/go.mod (the k8s.io/kubernetes requirement); everything here derives
+# from it. Binaries are cached outside the work tree, keyed by that version and
+# a hash of the wrapper's go.sum, so a machine builds them once.
+
+K8S_MOD_DIR := hack/k8s
+K8S_VERSION := $(shell awk '{for (i = 1; i < NF; i++) if ($$i == "k8s.io/kubernetes" && $$(i+1) ~ /^v/) {print $$(i+1); exit}}' $(K8S_MOD_DIR)/go.mod)
+K8S_SUM_HASH := $(shell sha256sum $(K8S_MOD_DIR)/go.sum 2>/dev/null | cut -c1-8)
+K8S_CACHE_ROOT ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/patchbay
+K8S_BIN_DIR := $(K8S_CACHE_ROOT)/k8s-$(K8S_VERSION)-$(K8S_SUM_HASH)/bin
+K8S_CP_BINS := etcd kube-apiserver kube-scheduler kube-controller-manager
+K8S_GO_BUILD := go build -mod=readonly -p 2 -trimpath -ldflags "-s -w"
+
+k8s-go-check:
+	@command -v go >/dev/null 2>&1 || { \
+	  echo "k8s-bins: the 'go' command is not on PATH. Install Go >= 1.26 (https://go.dev/dl)" \
+	       "to build the local control plane ($(K8S_VERSION))." >&2; exit 1; }
+	@test -n "$(K8S_VERSION)" || { echo "k8s-bins: no k8s.io/kubernetes version in $(K8S_MOD_DIR)/go.mod" >&2; exit 1; }
+
+# Control plane: built once per (version, go.sum); an interrupted build leaves
+# only a temporary directory, never a half-filled bin dir.
+k8s-bins: k8s-go-check k8s-node-agent ## build (or reuse) etcd + kube-* + node-agent in the cache
+	@set -e; dir='$(K8S_BIN_DIR)'; missing=; \
+	for b in $(K8S_CP_BINS); do [ -x "$$dir/$$b" ] || missing="$$missing $$b"; done; \
+	if [ -z "$$missing" ]; then echo "k8s $(K8S_VERSION) control plane cached in $$dir"; exit 0; fi; \
+	echo "building k8s $(K8S_VERSION) control plane into $$dir (cold build: tens of minutes on 2 cores)"; \
+	start=$$(date +%s); tmp="$$dir.tmp.$$$$"; rm -rf "$$tmp"; mkdir -p "$$tmp"; \
+	trap 'rm -rf "$$tmp"' EXIT; \
+	for b in $(K8S_CP_BINS); do \
+	  (cd $(K8S_MOD_DIR) && $(K8S_GO_BUILD) -o "$$tmp/$$b" ./cmd/$$b); \
+	done; \
+	mkdir -p "$$dir"; for b in $(K8S_CP_BINS); do mv -f "$$tmp/$$b" "$$dir/$$b"; done; \
+	echo "k8s $(K8S_VERSION) control plane built in $$(( $$(date +%s) - start ))s"
+
+# The node agent changes more often than the pin: rebuilt whenever a hash of its
+# sources (and go.sum) differs from the one recorded next to the binary.
+k8s-node-agent: k8s-go-check ## build (or reuse) the node agent in the cache
+	@set -e; dir='$(K8S_BIN_DIR)'; \
+	[ -d $(K8S_MOD_DIR)/cmd/node-agent ] || exit 0; \
+	src=$$(find $(K8S_MOD_DIR)/cmd/node-agent -name '*.go' | sort | xargs cat $(K8S_MOD_DIR)/go.sum | sha256sum | cut -c1-16); \
+	if [ -x "$$dir/node-agent" ] && [ "$$(cat "$$dir/node-agent.src" 2>/dev/null)" = "$$src" ]; then exit 0; fi; \
+	mkdir -p "$$dir"; start=$$(date +%s); \
+	(cd $(K8S_MOD_DIR) && $(K8S_GO_BUILD) -o "$$dir/node-agent.tmp" ./cmd/node-agent); \
+	mv -f "$$dir/node-agent.tmp" "$$dir/node-agent"; echo "$$src" > "$$dir/node-agent.src"; \
+	echo "node-agent built in $$(( $$(date +%s) - start ))s"
+
+k8s-bin-dir: ## print the directory holding the cached control-plane binaries
+	@echo '$(K8S_BIN_DIR)'
+
+k8s-version: ## print the pinned Kubernetes release
+	@echo '$(K8S_VERSION)'
+
+k8s-clean: ## remove every cached control-plane build of this user
+	rm -rf '$(K8S_CACHE_ROOT)'/k8s-v*
+
+# Re-pin: rewrites the k8s.io/kubernetes requirement and every staging replace
+# (vX.Y.Z -> v0.Y.Z) in one go, then tidies. Usage: make k8s-pin K8S_PIN=v1.37.3
+k8s-pin: k8s-go-check
+	@test -n "$(K8S_PIN)" || { echo "usage: make k8s-pin K8S_PIN=v1.Y.Z" >&2; exit 1; }
+	@set -e; cd $(K8S_MOD_DIR); staging=v0$${K8S_PIN#v1}; \
+	go mod edit -require=k8s.io/kubernetes@$(K8S_PIN); \
+	for m in $$(awk '$$2 == "=>" && $$1 ~ /^k8s.io\// {print $$1}' go.mod); do \
+	  go mod edit -replace=$$m=$$m@$$staging; done; \
+	go mod tidy
+
+.PHONY: k8s-go-check k8s-bins k8s-node-agent k8s-bin-dir k8s-version k8s-clean k8s-pin

@@ -1,0 +1,80 @@
+"""The kubelet's DRA service (``DRAPlugin``), served under v1 and v1beta1.
+
+One :class:`DraServicer` instance per proto version, both sharing the same
+:class:`~driver.claims.model.ClaimHandler` and :class:`~plugin.flock.ClaimLock`,
+so a call through either version is serialised with calls through the other
+(and, with rolling update, with the other plugin pod). The servicer only
+translates and isolates failures: an exception from the handler fails every
+claim of that batch with the exception's message, never the RPC, because the
+kubelet ignores the whole response of a failed RPC and retries all claims.
+
+Concurrency model: coroutine methods on the server's asyncio loop; the handler
+is awaited directly and is responsible for pushing blocking work to threads.
+"""
+
+from __future__ import annotations
+
+import logging
+from types import ModuleType
+from typing import Any
+
+from driver.claims.model import ClaimHandler, PrepareResult
+from plugin.flock import ClaimLock
+from plugin.proto import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
+from plugin.servers import translate
+
+log = logging.getLogger(__name__)
+
+# (version prefix advertised in GetInfo, messages module, grpc module)
+VERSIONS: tuple[tuple[str, ModuleType, ModuleType], ...] = (
+    ("v1", dra_v1_pb2, dra_v1_pb2_grpc),
+    ("v1beta1", dra_v1beta1_pb2, dra_v1beta1_pb2_grpc),
+)
+
+
+class DraServicer:
+    """Implements ``DRAPlugin`` for one proto version (the ``pb2`` module)."""
+
+    def __init__(self, handler: ClaimHandler, pb2: ModuleType, lock: ClaimLock) -> None:
+        self._handler = handler
+        self._pb2 = pb2
+        self._lock = lock
+
+    async def NodePrepareResources(self, request: Any, context: Any) -> Any:
+        claims = translate.claims_from_proto(request.claims)
+        log.info("prepare %d claim(s): %s", len(claims), [c.uid for c in claims])
+        try:
+            async with self._lock:
+                results = await self._handler.prepare(claims)
+        except Exception as exc:
+            log.exception("prepare failed for the whole batch")
+            errors = translate.batch_failure(claims, exc)
+            results = {uid: PrepareResult(error=msg) for uid, msg in errors.items()}
+        for uid, result in results.items():
+            if result.error:
+                log.warning("prepare of claim %s failed: %s", uid, result.error)
+        return translate.prepare_response(self._pb2, claims, results)
+
+    async def NodeUnprepareResources(self, request: Any, context: Any) -> Any:
+        claims = translate.claims_from_proto(request.claims)
+        log.info("unprepare %d claim(s): %s", len(claims), [c.uid for c in claims])
+        try:
+            async with self._lock:
+                errors = await self._handler.unprepare(claims)
+        except Exception as exc:
+            log.exception("unprepare failed for the whole batch")
+            errors = translate.batch_failure(claims, exc)
+        for uid, error in errors.items():
+            if error:
+                log.warning("unprepare of claim %s failed: %s", uid, error)
+        return translate.unprepare_response(self._pb2, claims, errors)
+
+
+def add_dra_servicers(server: Any, handler: ClaimHandler, lock: ClaimLock) -> list[str]:
+    """Register the DRA service under every version on ``server`` (a
+    ``grpc.aio.Server``); returns the advertised names, e.g. ``"v1.DRAPlugin"``."""
+    names = []
+    for prefix, pb2, pb2_grpc in VERSIONS:
+        pb2_grpc.add_DRAPluginServicer_to_server(DraServicer(handler, pb2, lock), server)
+        names.append(f"{prefix}.DRAPlugin")
+    return names
