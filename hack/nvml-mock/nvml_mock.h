@@ -290,6 +290,8 @@ nvmlReturn_t failure_check(const char *fn, const char *uuid);
 
 struct gi_state *gpu_find_gi(struct gpu_state *g, unsigned int id);
 struct ci_state *gi_find_ci(struct gi_state *gi, unsigned int id);
+nvmlReturn_t gi_fit(const struct gpu_state *g, const struct gi_profile *p, unsigned start);
+nvmlReturn_t mig_gpu(nvmlDevice_t d, const char *fn, int need_enabled, struct dev_ref *r);
 void mig_make_uuid(char *out, const char *gpu_uuid, unsigned gi, unsigned ci);
 
 #endif

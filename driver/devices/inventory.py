@@ -1,0 +1,39 @@
+"""The devices a node can prepare right now, by pool and name.
+
+Discovery replaces the node pool's contents whenever hardware changes
+(hot-plug, MIG geometry); the preparer looks devices up here, and the slice
+publisher builds the node's pool from the same snapshot, so what the
+scheduler sees and what prepare accepts never disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from driver.devices.model import Device
+
+
+class NodeInventory:
+    """A snapshot of devices per pool, replaced atomically."""
+
+    def __init__(self) -> None:
+        self._pools: dict[str, dict[str, Device]] = {}
+
+    def replace_pool(self, pool: str, devices: Iterable[Device]) -> bool:
+        """Set the devices of ``pool``; True when anything changed."""
+        new = {d.name: d for d in devices}
+        changed = self._pools.get(pool) != new
+        self._pools[pool] = new
+        return changed
+
+    def pools(self) -> frozenset[str]:
+        return frozenset(self._pools)
+
+    def lookup(self, pool: str, device: str) -> Device | None:
+        return self._pools.get(pool, {}).get(device)
+
+    def devices(self, pool: str) -> list[Device]:
+        return list(self._pools.get(pool, {}).values())
+
+    def snapshot(self) -> Mapping[str, Mapping[str, Device]]:
+        return {p: dict(d) for p, d in self._pools.items()}

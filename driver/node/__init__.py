@@ -1,0 +1,1 @@
+"""Node-level discovery: what devices this node has now, and when that changes."""

@@ -1,0 +1,68 @@
+"""Enumerate the node's devices from NVML and sysfs into one device list.
+
+A scan initialises NVML, reads every GPU, and shuts NVML down again, so
+each scan sees GPUs that arrived or left since the last one (NVML only
+enumerates at init). Scans block: the plugin runs them in a worker thread.
+A GPU whose sysfs entry is missing is still published, without topology
+attributes, and the gap is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+from driver.devices.model import Device
+from driver.gpu.discovery import GpuFacts, SystemFacts, gpu_devices
+from driver.pci import sysfs
+
+log = logging.getLogger(__name__)
+
+
+class SystemVersions(Protocol):
+    @property
+    def driver_version(self) -> str: ...
+    @property
+    def cuda_driver_version(self) -> str: ...
+
+
+class GpuSource(Protocol):
+    """The subset of :class:`driver.nvml.backend.NvmlBackend` a scan uses."""
+
+    def init(self) -> None: ...
+    def shutdown(self) -> None: ...
+    def system_info(self) -> SystemVersions: ...
+    def gpus(self) -> Sequence[GpuFacts]: ...
+
+
+class SysfsTopology:
+    """PCI placement read from a sysfs tree (the real ``/sys`` or a simulated one)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def pcie_root(self, bdf: str) -> str | None:
+        try:
+            return sysfs.pcie_root(self.root, bdf)
+        except (OSError, ValueError) as exc:
+            log.warning("no PCIe root for %s under %s: %s", bdf, self.root, exc)
+            return None
+
+    def numa_node(self, bdf: str) -> int | None:
+        try:
+            return sysfs.numa_node(self.root, bdf)
+        except (OSError, ValueError):
+            return None
+
+
+def scan_gpus(source: GpuSource, topology: SysfsTopology) -> list[Device]:
+    """Every GPU NVML reports now, as devices of the node pool."""
+    source.init()
+    try:
+        info = source.system_info()
+        system = SystemFacts(info.driver_version, info.cuda_driver_version)
+        return gpu_devices(source.gpus(), system, topology)
+    finally:
+        source.shutdown()

@@ -1,0 +1,106 @@
+"""Wire the node plugin together and run it.
+
+Concurrency model: one asyncio loop. It runs the gRPC servers (registration,
+DRA v1/v1beta1, health), the slice publisher (list+watch and reconcile), and
+the hot-plug watcher under one TaskGroup; if any of them fails the group
+fails and the process exits non-zero (the DaemonSet restarts it) rather than
+limp on half-alive. Blocking NVML and sysfs work runs in worker threads.
+SIGTERM stops the servers gracefully, then the rest of the group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from driver import DRIVER_NAME
+from driver.cdi import CdiRegistry
+from driver.checkpoint import CheckpointStore, read_boot_id
+from driver.claims.preparer import ClaimPreparer
+from driver.devices.inventory import NodeInventory
+from driver.gpu.prepare import GpuHandler
+from driver.kube.api import KubeApi
+from driver.kube.objects import ApiClaimReader, owner_reference, wait_for_node
+from driver.node.scanner import GpuSource, SysfsTopology, scan_gpus
+from driver.slices.build import PoolSpec, slice_name_prefix
+from driver.slices.publisher import SlicePublisher
+from plugin.flock import ClaimLock
+from plugin.grpc_server import PluginServers
+from plugin.settings import PluginSettings
+from plugin.sockets import socket_paths
+
+log = logging.getLogger(__name__)
+
+
+class _Stopped(Exception):
+    """Raised inside the task group once the servers have shut down."""
+
+
+class NodePlugin:
+    """The running plugin: discovery, publishing, kubelet servers."""
+
+    def __init__(self, settings: PluginSettings, api: KubeApi, gpu_source: GpuSource) -> None:
+        self.settings = settings
+        self.api = api
+        self.gpu_source = gpu_source
+        self.inventory = NodeInventory()
+        self.topology = SysfsTopology(settings.sysfs_root)
+        self.pool_name = settings.node_name
+        self.publisher = SlicePublisher(
+            api,
+            {"fieldSelector": f"spec.nodeName={settings.node_name},spec.driver={DRIVER_NAME}"},
+            pool_name=self.pool_name,
+        )
+        self.owner: dict[str, Any] | None = None
+        self._rescan = asyncio.Event()
+
+    async def rescan(self) -> None:
+        """Re-enumerate the node's devices and republish if anything changed."""
+        devices = await asyncio.to_thread(scan_gpus, self.gpu_source, self.topology)
+        changed = self.inventory.replace_pool(self.pool_name, devices)
+        if changed or self.owner is not None:
+            self.publisher.set_pool(
+                PoolSpec(
+                    driver=DRIVER_NAME,
+                    pool_name=self.pool_name,
+                    name_prefix=slice_name_prefix(self.pool_name, DRIVER_NAME),
+                    node_selection={"nodeName": self.settings.node_name},
+                    devices=tuple(self.inventory.devices(self.pool_name)),
+                    owner=self.owner,
+                )
+            )
+        if changed:
+            log.info("node pool now has %d devices", len(devices))
+
+    async def run(self) -> None:
+        s = self.settings
+        node = await wait_for_node(self.api, s.node_name)
+        self.owner = owner_reference(node)
+        await self.rescan()
+        paths = socket_paths(
+            registry_dir=s.registry_dir, plugin_dir=s.plugin_dir, pod_uid=s.pod_uid
+        )
+        store = CheckpointStore(s.plugin_dir / "checkpoint.json", read_boot_id(s.boot_id_file))
+        preparer = ClaimPreparer(
+            ApiClaimReader(self.api),
+            self.inventory,
+            {"gpu": GpuHandler(s.dev_root)},
+            store,
+            CdiRegistry(s.cdi_root),
+            shared_checkpoint=s.pod_uid is not None,
+        )
+        await preparer.collect_garbage()
+        lock = ClaimLock(paths.lock_file if s.pod_uid else None)
+        servers = PluginServers(paths, preparer, None, lock=lock)
+
+        async def serve() -> None:
+            await servers.run()
+            raise _Stopped
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self.publisher.run(), name="slice-publisher")
+                group.create_task(serve(), name="grpc-servers")
+        except* _Stopped:
+            log.info("plugin stopped")

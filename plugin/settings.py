@@ -1,0 +1,50 @@
+"""Settings of the node plugin process (``patchbay-plugin``).
+
+Each field is one setting: flag ``--<field-with-dashes>``, env var
+``<FIELD_UPPER>``, Helm value ``kubeletPlugin.<fieldCamel>``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class PluginSettings(BaseModel):
+    """patchbay node plugin: publishes this node's devices and prepares claims."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    node_name: str = Field(description="name of the Node this plugin serves")
+    kubeconfig: str | None = Field(default=None, description="kubeconfig file; in-cluster if unset")
+    registry_dir: Path = Field(
+        default=Path("/var/lib/kubelet/plugins_registry"),
+        description="kubelet plugin registration directory",
+    )
+    plugin_dir: Path = Field(
+        default=Path("/var/lib/kubelet/plugins/patchbay.dev"),
+        description="directory for the DRA socket, checkpoint and lock",
+    )
+    pod_uid: str | None = Field(
+        default=None, description="own pod UID: enables rolling-update socket names"
+    )
+    cdi_root: Path = Field(default=Path("/var/run/cdi"), description="CDI spec directory")
+    sysfs_root: Path = Field(
+        default=Path("/sys"), description="sysfs mount to discover PCI topology"
+    )
+    dev_root: Path = Field(default=Path("/dev"), description="device node directory of the host")
+    boot_id_file: Path = Field(
+        default=Path("/proc/sys/kernel/random/boot_id"),
+        description="file holding the node's boot id (checkpoint reset on reboot)",
+    )
+    hotplug_source: str = Field(
+        default="udev",
+        description="PCI hot-plug events: 'udev', 'feed:<path>' (simulated host), or 'none'",
+    )
+    metrics_port: int = Field(default=0, description="port for /metrics and /healthz; 0 disables")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="log level name"
+    )
+    log_format: Literal["text", "json"] = Field(default="text", description="log output format")

@@ -1,0 +1,78 @@
+"""Checkpoint: atomic writes, two-phase states, boot id reset, forward
+compatibility and the way out of a corrupt file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from driver.checkpoint import Checkpoint, CheckpointStore, ClaimRecord, ClaimState, DeviceRecord
+
+
+def record(uid: str, state: ClaimState = ClaimState.PREPARE_COMPLETED) -> ClaimRecord:
+    dev = DeviceRecord(
+        request_names=["gpu"], pool_name="n1", device_name="gpu-0", kind="gpu", local_id="GPU-0",
+        undo={"gi": 3},
+    )
+    return ClaimRecord(uid=uid, namespace="ns", name="c", state=state, devices=[dev])
+
+
+def test_roundtrip_keeps_states_and_undo(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "cp.json", "boot-1")
+    cp = store.load()
+    cp.claims["a"] = record("a", ClaimState.PREPARE_STARTED)
+    cp.claims["b"] = record("b")
+    store.save(cp)
+    again = CheckpointStore(tmp_path / "cp.json", "boot-1").load()
+    assert again.claims["a"].state is ClaimState.PREPARE_STARTED
+    assert again.claims["b"].state is ClaimState.PREPARE_COMPLETED
+    assert again.claims["b"].devices[0].undo == {"gi": 3}
+    assert not list(tmp_path.glob(".*tmp*")), "no temp file left behind"
+
+
+def test_boot_id_change_drops_records(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "cp.json", "boot-1")
+    cp = store.load()
+    cp.claims["a"] = record("a")
+    store.save(cp)
+    assert CheckpointStore(tmp_path / "cp.json", "boot-2").load().claims == {}
+    assert CheckpointStore(tmp_path / "cp.json", "boot-1").load().claims != {}
+
+
+def test_newer_fields_are_read_and_kept(tmp_path: Path) -> None:
+    path = tmp_path / "cp.json"
+    data = Checkpoint(boot_id="b").model_dump(mode="json")
+    data["version"] = 2
+    data["futureField"] = {"x": 1}
+    data["claims"] = {"a": {**record("a").model_dump(mode="json"), "futureClaimField": 7}}
+    path.write_text(json.dumps(data))
+    store = CheckpointStore(path, "b")
+    cp = store.load()
+    assert cp.claims["a"].name == "c"
+    store.save(cp)
+    saved = json.loads(path.read_text())
+    assert saved["futureField"] == {"x": 1}
+    assert saved["claims"]["a"]["futureClaimField"] == 7
+
+
+def test_older_file_without_new_fields_loads(tmp_path: Path) -> None:
+    path = tmp_path / "cp.json"
+    path.write_text(json.dumps({"boot_id": "b", "claims": {}}))
+    assert CheckpointStore(path, "b").load().version == 1
+
+
+def test_corrupt_file_is_moved_aside_not_ignored(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "cp.json"
+    path.write_text("{not json")
+    store = CheckpointStore(path, "b")
+    cp = store.load()
+    assert cp.claims == {}
+    assert store.moved_aside is not None and store.moved_aside.read_text() == "{not json"
+    assert not path.exists()
+    assert "corrupt" in caplog.text and str(store.moved_aside) in caplog.text
+
+
+def test_stale_temp_from_crash_is_cleaned(tmp_path: Path) -> None:
+    (tmp_path / ".cp.json.tmp-1234").write_text("half")
+    CheckpointStore(tmp_path / "cp.json", "b").load()
+    assert not (tmp_path / ".cp.json.tmp-1234").exists()

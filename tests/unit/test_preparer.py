@@ -1,0 +1,201 @@
+"""The claim preparer: claim checks, batch isolation, idempotency, conflicts,
+rollback on failure and recovery of an interrupted prepare."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from driver.cdi import CdiRegistry, ContainerEdits
+from driver.checkpoint import CheckpointStore, ClaimState
+from driver.claims.model import ClaimRef
+from driver.claims.preparer import ClaimPreparer
+from driver.config.opaque import DeviceConfig
+from driver.devices.handler import Preparation
+from driver.devices.inventory import NodeInventory
+from driver.devices.model import Device
+from driver.errors import ApiError, DeviceError
+from driver.gpu.prepare import GpuHandler
+
+NODE = "node-a"
+
+
+class Reader:
+    def __init__(self) -> None:
+        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
+        self.reads = 0
+
+    async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any]:
+        self.reads += 1
+        try:
+            return self.claims[(namespace, name)]
+        except KeyError:
+            raise ApiError(f"resourceclaims {name} not found") from None
+
+    def add(self, name: str, devices: list[str], *, driver: str = "patchbay.dev",
+            pool: str = NODE, config: list[dict[str, Any]] | None = None) -> ClaimRef:
+        uid = str(uuid.uuid4())
+        results = [
+            {"request": f"req-{i}", "driver": driver, "pool": pool, "device": d}
+            for i, d in enumerate(devices)
+        ]
+        self.claims[("ns", name)] = {
+            "metadata": {"namespace": "ns", "name": name, "uid": uid},
+            "status": {"allocation": {"devices": {"results": results, "config": config or []}}},
+        }
+        return ClaimRef("ns", name, uid)
+
+
+class FlakyHandler(GpuHandler):
+    """A GPU handler that records side effects and can fail on a device."""
+
+    def __init__(self, dev_root: Path) -> None:
+        super().__init__(dev_root)
+        self.active: set[str] = set()
+        self.fail_on: str | None = None
+
+    def prepare(self, device: Device, claim_uid: str, config: DeviceConfig | None) -> Preparation:
+        self.active.add(device.local_id)
+        if device.name == self.fail_on:
+            raise DeviceError(f"{device.name} broke")
+        return super().prepare(device, claim_uid, config)
+
+    def unprepare(self, kind: str, local_id: str, undo: Mapping[str, Any]) -> None:
+        self.active.discard(local_id)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> tuple[Reader, FlakyHandler, ClaimPreparer, Path]:
+    inv = NodeInventory()
+    inv.replace_pool(NODE, [
+        Device(name=f"gpu-{i}", kind="gpu", local_id=f"GPU-{i}", attributes={"minor": i}) for i in range(3)
+    ])
+    reader = Reader()
+    handler = FlakyHandler(tmp_path / "dev")
+    store = CheckpointStore(tmp_path / "cp.json", "boot")
+    prep = ClaimPreparer(reader, inv, {"gpu": handler}, store, CdiRegistry(tmp_path / "cdi"))
+    return reader, handler, prep, tmp_path
+
+
+async def test_prepare_and_unprepare_roundtrip(env) -> None:  # type: ignore[no-untyped-def]
+    reader, handler, prep, tmp = env
+    ref = reader.add("c1", ["gpu-1"])
+    res = (await prep.prepare([ref]))[ref.uid]
+    assert res.error == ""
+    (dev,) = res.devices
+    assert dev.device_name == "gpu-1" and dev.pool_name == NODE and dev.request_names == ("req-0",)
+    assert dev.cdi_device_ids == (f"k8s.patchbay.dev/claim={ref.uid}-gpu-1",)
+    spec = json.loads((tmp / "cdi" / f"k8s.patchbay.dev-claim_{ref.uid}.json").read_text())
+    assert spec["devices"][0]["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=GPU-1"]
+    assert prep.checkpoint.claims[ref.uid].state is ClaimState.PREPARE_COMPLETED
+    # Idempotent: same answer, no second API read.
+    reads = reader.reads
+    assert (await prep.prepare([ref]))[ref.uid] == res
+    assert reader.reads == reads
+    assert (await prep.unprepare([ref]))[ref.uid] == ""
+    assert (await prep.unprepare([ref]))[ref.uid] == ""
+    assert list((tmp / "cdi").iterdir()) == []
+    assert prep.checkpoint.claims == {}
+
+
+async def test_batch_isolates_bad_claims(env) -> None:  # type: ignore[no-untyped-def]
+    reader, handler, prep, _ = env
+    good = reader.add("good", ["gpu-0"])
+    missing_dev = reader.add("nodev", ["gpu-9"])
+    other_pool = reader.add("elsewhere", ["gpu-1"], pool="node-b")
+    gone = ClaimRef("ns", "gone", str(uuid.uuid4()))
+    replaced = reader.add("replaced", ["gpu-2"])
+    replaced_ref = ClaimRef("ns", "replaced", str(uuid.uuid4()))
+    bad_cfg = reader.add("badcfg", ["gpu-2"], config=[{
+        "source": "FromClaim", "requests": [],
+        "opaque": {"driver": "patchbay.dev", "parameters": {
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "GpuConfig", "driverCapabilitiez": ["x"]}},
+    }])
+    res = await prep.prepare([good, missing_dev, other_pool, gone, replaced_ref, bad_cfg])
+    assert res[good.uid].error == "" and res[good.uid].devices
+    assert "not on this node" in res[missing_dev.uid].error
+    assert "pool node-b" in res[other_pool.uid].error
+    assert "not found" in res[gone.uid].error
+    assert "replaced" in res[replaced_ref.uid].error and replaced.uid != replaced_ref.uid
+    assert "driverCapabilitiez" in res[bad_cfg.uid].error
+    assert set(prep.checkpoint.claims) == {good.uid}
+
+
+async def test_other_drivers_results_ignored_and_unallocated_refused(env) -> None:  # type: ignore[no-untyped-def]
+    reader, _, prep, _ = env
+    foreign = reader.add("foreign", ["gpu-0"], driver="gpu.nvidia.com")
+    res = await prep.prepare([foreign])
+    assert res[foreign.uid].error == "" and res[foreign.uid].devices == ()
+    ref = reader.add("unalloc", [])
+    reader.claims[("ns", "unalloc")]["status"] = {}
+    assert "not allocated" in (await prep.prepare([ref]))[ref.uid].error
+
+
+async def test_device_held_by_another_claim_is_refused(env) -> None:  # type: ignore[no-untyped-def]
+    reader, _, prep, _ = env
+    a = reader.add("a", ["gpu-0"])
+    b = reader.add("b", ["gpu-0"])
+    assert (await prep.prepare([a]))[a.uid].error == ""
+    assert f"already prepared for claim {a.uid}" in (await prep.prepare([b]))[b.uid].error
+
+
+async def test_failure_rolls_back_everything(env) -> None:  # type: ignore[no-untyped-def]
+    reader, handler, prep, tmp = env
+    handler.fail_on = "gpu-1"
+    ref = reader.add("two", ["gpu-0", "gpu-1"])
+    res = await prep.prepare([ref])
+    assert "gpu-1 broke" in res[ref.uid].error
+    assert handler.active == set()
+    assert prep.checkpoint.claims == {}
+    assert not (tmp / "cdi").exists() or list((tmp / "cdi").iterdir()) == []
+
+
+async def test_interrupted_prepare_is_undone_then_redone(env) -> None:  # type: ignore[no-untyped-def]
+    reader, handler, prep, tmp = env
+    ref = reader.add("c", ["gpu-0"])
+    await prep.prepare([ref])
+    # Simulate a crash after PrepareStarted: state on disk says started.
+    prep.checkpoint.claims[ref.uid].state = ClaimState.PREPARE_STARTED
+    prep._store.save(prep.checkpoint)
+    inv = prep._inventory
+    again = ClaimPreparer(reader, inv, {"gpu": handler}, CheckpointStore(tmp / "cp.json", "boot"),
+                          CdiRegistry(tmp / "cdi"))
+    assert again.checkpoint.claims[ref.uid].state is ClaimState.PREPARE_STARTED
+    res = await again.prepare([ref])
+    assert res[ref.uid].error == ""
+    assert again.checkpoint.claims[ref.uid].state is ClaimState.PREPARE_COMPLETED
+
+
+async def test_orphan_cdi_specs_are_collected(env) -> None:  # type: ignore[no-untyped-def]
+    reader, _, prep, tmp = env
+    ref = reader.add("c", ["gpu-0"])
+    await prep.prepare([ref])
+    orphan = str(uuid.uuid4())
+    CdiRegistry(tmp / "cdi").write_claim_spec(orphan, [], ContainerEdits())
+    assert await prep.collect_garbage() == 1
+    assert CdiRegistry(tmp / "cdi").claim_uids() == {ref.uid}
+
+
+async def test_config_of_wrong_kind_for_device_fails_claim(env) -> None:  # type: ignore[no-untyped-def]
+    from driver.config import opaque
+
+    class NicConfig(opaque.DeviceConfig):
+        device_types = frozenset({"vf"})
+
+    opaque.register_kind(NicConfig)
+    try:
+        reader, _, prep, _ = env
+        ref = reader.add("c", ["gpu-0"], config=[{
+            "source": "FromClass",
+            "opaque": {"driver": "patchbay.dev", "parameters": {
+                "apiVersion": "patchbay.dev/v1alpha1", "kind": "NicConfig"}},
+        }])
+        err = (await prep.prepare([ref]))[ref.uid].error
+        assert "NicConfig" in err and "gpu-0" in err
+    finally:
+        opaque.KINDS.pop("NicConfig")
