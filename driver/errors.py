@@ -39,3 +39,22 @@ class DiscoveryError(PatchbayError):
 
 class ApiError(PatchbayError):
     """A Kubernetes API call failed in a way the caller must handle."""
+
+
+class NvmlError(DiscoveryError):
+    """An NVML call failed; ``name`` is NVML's return code without its prefix.
+
+    ``code`` is the numeric ``nvmlReturn_t`` (e.g. 15) and ``name`` its NVML
+    name (e.g. ``"GPU_IS_LOST"``), so callers can branch on the cause the same
+    way whether the in-memory fake or the real library raised it.
+    """
+
+    def __init__(self, code: int, name: str, message: str) -> None:
+        super().__init__(f"NVML {name} ({code}): {message}")
+        self.code = code
+        self.name = name
+        self.message = message
+
+
+class NvmlDeviceError(NvmlError, DeviceError):
+    """An NVML call that changes a device (MIG mode, MIG instances) failed."""

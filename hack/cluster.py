@@ -9,7 +9,8 @@ processes on free 127.0.0.1 ports, with client-certificate authentication,
 `Node,RBAC` authorization and the DRA feature gates on.
 
 Python API: `LocalCluster(run_dir).up()`, `.kubeconfig`, `.server`,
-`.kubeconfig_for(...)`, `.node_kubeconfig(node)`, `.down()`.
+`.kubeconfig_for(...)`, `.node_kubeconfig(node)`, `.down()`; node agents:
+`NodeAgent(cluster, node_name).start()` / `.stop()` (hack/cluster_agent.py).
 CLI: `python hack/cluster.py up|down|status [--dir run/cluster]`; `up`
 leaves the processes running (detached) until `down`.
 Concurrency: plain blocking calls; the components are separate processes.
@@ -29,6 +30,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from cluster_agent import NodeAgent
 from cluster_pki import Pki, write_kubeconfig
 from cluster_proc import (
     Component,
@@ -41,6 +43,8 @@ from cluster_proc import (
     stop_group,
     tail,
 )
+
+__all__ = ["ComponentError", "LocalCluster", "NodeAgent", "PrerequisiteError", "bin_dir"]
 
 log = logging.getLogger(__name__)
 

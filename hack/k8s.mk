@@ -21,7 +21,9 @@ k8s-go-check:
 
 # Control plane: built once per (version, go.sum); an interrupted build leaves
 # only a temporary directory, never a half-filled bin dir.
-k8s-bins: k8s-go-check k8s-node-agent ## build (or reuse) etcd + kube-* + node-agent in the cache
+k8s-bins: k8s-control-plane k8s-node-agent ## build (or reuse) etcd + kube-* + node-agent in the cache
+
+k8s-control-plane: k8s-go-check
 	@set -e; dir='$(K8S_BIN_DIR)'; missing=; \
 	for b in $(K8S_CP_BINS); do [ -x "$$dir/$$b" ] || missing="$$missing $$b"; done; \
 	if [ -z "$$missing" ]; then echo "k8s $(K8S_VERSION) control plane cached in $$dir"; exit 0; fi; \
@@ -65,4 +67,4 @@ k8s-pin: k8s-go-check
 	  go mod edit -replace=$$m=$$m@$$staging; done; \
 	go mod tidy
 
-.PHONY: k8s-go-check k8s-bins k8s-node-agent k8s-bin-dir k8s-version k8s-clean k8s-pin
+.PHONY: k8s-go-check k8s-bins k8s-control-plane k8s-node-agent k8s-bin-dir k8s-version k8s-clean k8s-pin

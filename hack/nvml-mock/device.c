@@ -5,9 +5,8 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 
-#define FN(name) static const char *const fn_ = #name
+
 
 /* ---- enumeration ------------------------------------------------------- */
 

@@ -37,15 +37,15 @@ void mig_make_uuid(char *out, const char *gpu_uuid, unsigned gi, unsigned ci)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t h = 1469598103934665603ULL, h2;
+    uint64_t h = 1469598103934665603ULL;
     for (const char *p = gpu_uuid; *p; p++)
         h = (h ^ (unsigned char)*p) * 1099511628211ULL;
     h = (h ^ (gi << 8 | ci)) * 1099511628211ULL;
-    h2 = (h ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid()) *
-         1099511628211ULL;
+    uint64_t h2 = (h ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20)) * 1099511628211ULL;
+    uint64_t h3 = (h2 ^ (uint64_t)getpid() ^ (h2 >> 29)) * 1099511628211ULL;
     snprintf(out, UUID_LEN, "MIG-%08x-%04x-%04x-%04x-%012llx", (unsigned)(h >> 32),
              (unsigned)(h >> 16) & 0xffff, (unsigned)(h2 >> 48) & 0xffff,
-             (unsigned)(h2 >> 32) & 0xffff, (unsigned long long)(h2 & 0xffffffffffffULL));
+             (unsigned)(h2 >> 32) & 0xffff, (unsigned long long)(h3 & 0xffffffffffffULL));
 }
 
 /* ---- MIG mode ------------------------------------------------------------ */

@@ -54,16 +54,17 @@ func newCDIResolver(root string) (*cdiResolver, error) {
 
 // resolve injects `ids` into an empty OCI spec, as a runtime would.
 func (r *cdiResolver) resolve(ids []string) (containerRecord, error) {
+	if ids == nil {
+		ids = []string{}
+	}
 	rec := containerRecord{CDIDevices: ids, DeviceNodes: []specs.LinuxDevice{}, Env: []string{}, Mounts: []specs.Mount{}}
 	if len(ids) == 0 {
 		return rec, nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.cache.Refresh(); err != nil {
-		// Refresh reports broken spec files but still loads the good ones.
-		_ = err
-	}
+	// Refresh reports broken spec files (kept in GetErrors) but loads the good ones.
+	_ = r.cache.Refresh()
 	spec := &specs.Spec{Process: &specs.Process{}, Linux: &specs.Linux{}}
 	unresolved, err := r.cache.InjectDevices(spec, ids...)
 	if err != nil {

@@ -150,8 +150,10 @@ func (w *podWorker) sync(ctx context.Context, key string) error {
 
 func (w *podWorker) start(ctx context.Context, key string, pod *v1.Pod) error {
 	if err := w.manager.PrepareResources(ctx, pod); err != nil {
-		if serr := w.setStatus(ctx, pod, waitingStatus(pod, "FailedPrepareDynamicResources", err.Error())); serr != nil {
-			klog.ErrorS(serr, "status update failed", "pod", key)
+		if !alreadyWaiting(pod, "FailedPrepareDynamicResources", err.Error()) {
+			if serr := w.setStatus(ctx, pod, waitingStatus(pod, "FailedPrepareDynamicResources", err.Error())); serr != nil {
+				klog.ErrorS(serr, "status update failed", "pod", key)
+			}
 		}
 		return err
 	}

@@ -94,3 +94,14 @@ func waitingStatus(pod *v1.Pod, reason, message string) *v1.PodStatus {
 	}, false)
 	return status
 }
+
+// alreadyWaiting avoids rewriting an identical waiting status (each write would
+// wake our own informer and bypass the retry backoff).
+func alreadyWaiting(pod *v1.Pod, reason, message string) bool {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w == nil || w.Reason != reason || w.Message != message {
+			return false
+		}
+	}
+	return len(pod.Status.ContainerStatuses) > 0
+}

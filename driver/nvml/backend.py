@@ -1,0 +1,199 @@
+"""The NVML interface the driver programs against, and its data types.
+
+Two implementations satisfy :class:`NvmlBackend`: ``pynvml_backend`` (the
+real ``pynvml``, which loads ``libnvidia-ml.so.1`` - the real library or our C
+mock) and ``fake`` (in memory, for fast unit tests). The contract suite in
+``tests/contract`` runs the same scenarios against both so they cannot drift.
+
+All methods block; async callers run them in a worker thread. Failures raise
+:class:`driver.errors.NvmlError` (enumeration) or
+:class:`driver.errors.NvmlDeviceError` (changes), carrying NVML's return code
+name, e.g. ``INSUFFICIENT_RESOURCES`` for an occupied MIG placement.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from driver.errors import NvmlDeviceError, NvmlError
+
+
+class NvmlReturn(enum.IntEnum):
+    """The ``nvmlReturn_t`` codes we meet (names as NVML spells them)."""
+
+    SUCCESS = 0
+    UNINITIALIZED = 1
+    INVALID_ARGUMENT = 2
+    NOT_SUPPORTED = 3
+    NO_PERMISSION = 4
+    ALREADY_INITIALIZED = 5
+    NOT_FOUND = 6
+    INSUFFICIENT_SIZE = 7
+    DRIVER_NOT_LOADED = 9
+    TIMEOUT = 10
+    LIBRARY_NOT_FOUND = 12
+    FUNCTION_NOT_FOUND = 13
+    GPU_IS_LOST = 15
+    RESET_REQUIRED = 16
+    OPERATING_SYSTEM = 17
+    IN_USE = 19
+    MEMORY = 20
+    INSUFFICIENT_RESOURCES = 23
+    ARGUMENT_VERSION_MISMATCH = 25
+    INVALID_STATE = 29
+    UNKNOWN = 999
+
+
+def nvml_error(code: int, message: str = "", *, device: bool = False) -> NvmlError:
+    """The exception for an NVML return code (``device``: a change failed)."""
+    try:
+        name = NvmlReturn(code).name
+    except ValueError:
+        name = f"ERROR_{code}"
+    cls = NvmlDeviceError if device else NvmlError
+    return cls(code, name, message or name)
+
+
+XID_FALLEN_OFF_BUS = 79
+"""The XID the kernel logs when a GPU falls off the bus; reported for lost GPUs."""
+
+
+@dataclass(frozen=True)
+class SystemInfo:
+    driver_version: str  # "580.82.07"
+    cuda_driver_version: str  # "13.0"
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    minor: int
+    uuid: str
+    serial: str
+    product_name: str  # "NVIDIA H100 80GB HBM3"
+    brand: str  # "Nvidia", "Tesla", ...
+    architecture: str  # "ampere", "hopper", ...
+    cuda_compute_capability: str  # "9.0"
+    memory_bytes: int
+    pci_bus_id: str  # "0000:3b:00.0"
+    mig_capable: bool
+    mig_mode_current: bool
+    mig_mode_pending: bool
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    """A GPU instance profile and where it may be placed."""
+
+    profile_id: int  # NVML GI profile id (19, 20, 15, 14, 9, 5, 0)
+    name: str  # "3g.40gb"
+    compute_slices: int
+    memory_slots: int
+    memory_mib: int
+    multiprocessors: int
+    media_engines: bool  # holds the GPU's OFA/media engines (+me and 7g)
+    placements: tuple[tuple[int, int], ...]  # (start, size) in memory slots
+    max_count: int
+
+
+@dataclass(frozen=True)
+class MigInstance:
+    """A GPU instance and (normally) its one compute instance / MIG device."""
+
+    gi_id: int
+    profile_id: int
+    start: int
+    size: int
+    ci_id: int | None  # None: a GI without compute instance (half-created)
+    mig_uuid: str | None
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    uuid: str
+    xid: int
+
+
+class EventWatcher(Protocol):
+    def wait(self, timeout_ms: int) -> list[XidEvent]:
+        """XIDs that arrived within ``timeout_ms`` (empty on timeout)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class NvmlBackend(Protocol):
+    def init(self) -> None: ...
+    def shutdown(self) -> None: ...
+    def system_info(self) -> SystemInfo: ...
+    def gpus(self) -> list[GpuInfo]:
+        """Every reachable GPU in NVML index order (lost GPUs are left out)."""
+        ...
+
+    def set_mig_mode(self, uuid: str, enabled: bool) -> tuple[bool, bool]:
+        """Ask for MIG on/off; returns (current, pending) afterwards."""
+        ...
+
+    def mig_profiles(self, uuid: str) -> list[MigProfile]: ...
+    def mig_instances(self, uuid: str) -> list[MigInstance]: ...
+    def create_mig(self, uuid: str, profile_id: int, start: int) -> MigInstance:
+        """A GPU instance at (profile, start) plus one compute instance using all of it."""
+        ...
+
+    def destroy_mig(self, uuid: str, gi_id: int) -> None:
+        """Destroy a GI's compute instances, then the GI; a missing GI is not an error."""
+        ...
+
+    def watch_events(self, uuids: Sequence[str]) -> EventWatcher: ...
+
+
+def short_profile_name(nvml_name: str) -> str:
+    """NVML names profiles "MIG 3g.40gb"; we use "3g.40gb"."""
+    return nvml_name.removeprefix("MIG ").strip()
+
+
+BRANDS = {
+    0: "Unknown",
+    1: "Quadro",
+    2: "Tesla",
+    3: "NVS",
+    4: "Grid",
+    5: "GeForce",
+    6: "Titan",
+    7: "NvidiaVApps",
+    8: "NvidiaVPC",
+    9: "NvidiaVCS",
+    10: "NvidiaVWS",
+    11: "NvidiaCloudGaming",
+    12: "QuadroRTX",
+    13: "NvidiaRTX",
+    14: "Nvidia",
+    15: "GeForceRTX",
+    16: "TitanRTX",
+}
+
+ARCHITECTURES = {
+    2: "kepler",
+    3: "maxwell",
+    4: "pascal",
+    5: "volta",
+    6: "turing",
+    7: "ampere",
+    8: "ada",
+    9: "hopper",
+    10: "blackwell",
+}
+
+
+def normalize_bus_id(raw: str) -> str:
+    """NVML's "00000000:3B:00.0" as sysfs spells it: "0000:3b:00.0"."""
+    domain, bus, rest = raw.strip().lower().split(":")
+    return f"{int(domain, 16):04x}:{bus}:{rest}"
+
+
+def cuda_version(raw: int) -> str:
+    """NVML's 13000 as "13.0"."""
+    return f"{raw // 1000}.{(raw % 1000) // 10}"

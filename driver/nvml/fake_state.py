@@ -1,0 +1,120 @@
+"""The shared "hardware" behind the in-memory NVML fake.
+
+One :class:`FakeMachine` plays the role the state file plays for the C
+mock: several :class:`driver.nvml.fake.FakeNvml` instances over the same
+machine behave like several processes on one node. Its control methods
+mirror what the simulated host can do to the C mock (hot-add/remove, lose a
+GPU, queue XIDs, inject failures, reset an Ampere GPU).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from driver.nvml.backend import NvmlReturn
+from driver.nvml.fake_models import MODELS, ModelFacts
+
+
+@dataclass
+class FakeInstance:
+    gi_id: int
+    profile_id: int
+    start: int
+    size: int
+    cis: dict[int, str] = field(default_factory=dict)  # CI id -> MIG UUID
+
+
+@dataclass
+class FakeGpu:
+    uuid: str
+    model: ModelFacts
+    serial: str
+    pci_bus_id: str
+    minor: int
+    mig_current: bool = False
+    mig_pending: bool = False
+    lost: bool = False
+    xids: list[int] = field(default_factory=list)
+    instances: dict[int, FakeInstance] = field(default_factory=dict)
+
+
+@dataclass
+class Failure:
+    function: str
+    error: NvmlReturn
+    remaining: int  # < 0: always
+    gpu: str | None = None
+
+
+class FakeMachine:
+    """GPUs and injected failures shared by every FakeNvml on this 'node'."""
+
+    def __init__(self, driver_version: str = "580.82.07", cuda_driver_version: str = "13.0") -> None:
+        self.driver_version = driver_version
+        self.cuda_driver_version = cuda_driver_version
+        self.gpus: dict[str, FakeGpu] = {}
+        self.failures: list[Failure] = []
+        self.changed = threading.Condition()
+
+    def add_gpu(
+        self,
+        uuid: str,
+        model: str,
+        pci_bus_id: str,
+        *,
+        serial: str = "",
+        minor: int | None = None,
+        mig: bool = False,
+    ) -> None:
+        with self.changed:
+            self.gpus[uuid] = FakeGpu(
+                uuid=uuid,
+                model=MODELS[model],
+                serial=serial or f"SN{len(self.gpus):010d}",
+                pci_bus_id=pci_bus_id.lower(),
+                minor=len(self.gpus) if minor is None else minor,
+                mig_current=mig,
+                mig_pending=mig,
+            )
+            self.changed.notify_all()
+
+    def remove_gpu(self, uuid: str) -> None:
+        with self.changed:
+            del self.gpus[uuid]
+            self.changed.notify_all()
+
+    def set_lost(self, uuid: str, lost: bool = True) -> None:
+        with self.changed:
+            self.gpus[uuid].lost = lost
+            self.changed.notify_all()
+
+    def queue_xid(self, uuid: str, xid: int) -> None:
+        with self.changed:
+            self.gpus[uuid].xids.append(xid)
+            self.changed.notify_all()
+
+    def reset_gpu(self, uuid: str) -> None:
+        """A GPU reset: a pending MIG mode takes effect."""
+        with self.changed:
+            gpu = self.gpus[uuid]
+            gpu.mig_current = gpu.mig_pending
+
+    def inject_failure(
+        self, function: str, error: str, times: int = 1, gpu: str | None = None
+    ) -> None:
+        """Make NVML entry point ``function`` fail with ``error`` (times < 0: always)."""
+        with self.changed:
+            self.failures.append(Failure(function, NvmlReturn[error], times, gpu))
+
+    def take_failure(self, function: str, uuid: str | None) -> NvmlReturn | None:
+        with self.changed:
+            for f in self.failures:
+                if f.function != function or (f.gpu is not None and f.gpu != uuid):
+                    continue
+                if f.remaining > 0:
+                    f.remaining -= 1
+                    if f.remaining == 0:
+                        self.failures.remove(f)
+                return f.error
+        return None

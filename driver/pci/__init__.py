@@ -1,0 +1,1 @@
+"""PCI topology as sysfs shows it (real ``/sys`` or a simulated tree)."""

@@ -1,0 +1,175 @@
+"""Writing a sysfs-shaped directory tree for one simulated host.
+
+Layout, as the kernel presents it (all links relative, like the kernel's):
+
+    devices/pci0000:3a/0000:3a:01.0/0000:3b:00.0/{vendor,device,class,...}
+    bus/pci/devices/0000:3b:00.0 -> ../../../devices/pci0000:3a/.../0000:3b:00.0
+    bus/pci/drivers/<name>/{bind,unbind,<bdf> -> device}
+    bus/pci/drivers_probe
+    kernel/iommu_groups/<n>/devices/<bdf> -> device;  <device>/iommu_group -> group
+    <pf>/virtfnN -> ../<vf>;  <vf>/physfn -> ../<pf>;  <dev>/net/<ifname>/
+
+Files the driver writes (``driver_override``, ``bind``, ``unbind``,
+``drivers_probe``) are plain files here; ``effects.py`` applies them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from fabric.simhost.topology import Nic, bdf_parts, make_bdf
+
+PCI_DEVICE_IDS = {
+    "A100-SXM4-40GB": (0x20B0, 0x134F),
+    "A100-SXM4-80GB": (0x20B2, 0x147F),
+    "H100-SXM5-80GB": (0x2330, 0x16C1),
+    "H200-SXM5-141GB": (0x2335, 0x18BE),
+    "L40S": (0x26B9, 0x1851),
+}
+NVIDIA = 0x10DE
+CLASS_GPU = 0x030200
+CLASS_NET = 0x020000
+CLASS_BRIDGE = 0x060400
+
+
+@dataclass(frozen=True)
+class PciFunction:
+    bdf: str
+    vendor: int
+    device: int
+    klass: int
+    numa_node: int
+    driver: str | None
+    subsystem: tuple[int, int] = (0, 0)
+
+
+def relink(link: Path, target: Path) -> None:
+    """Create (or replace) ``link`` pointing at ``target`` with a relative path."""
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(os.path.relpath(target, link.parent))
+
+
+class SysfsTree:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.devices = root / "devices"
+        self.bus_devices = root / "bus" / "pci" / "devices"
+        self.drivers = root / "bus" / "pci" / "drivers"
+        self.groups = root / "kernel" / "iommu_groups"
+
+    def skeleton(self) -> None:
+        for d in (self.devices, self.bus_devices, self.drivers, self.groups):
+            d.mkdir(parents=True, exist_ok=True)
+        (self.root / "bus" / "pci" / "drivers_probe").write_text("")
+
+    def root_complex(self, name: str) -> Path:
+        path = self.devices / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def path_of(self, bdf: str) -> Path:
+        return Path(os.path.realpath(self.bus_devices / bdf))
+
+    def exists(self, bdf: str) -> bool:
+        return (self.bus_devices / bdf).is_symlink()
+
+    def driver_dir(self, name: str) -> Path:
+        d = self.drivers / name
+        if not d.is_dir():
+            d.mkdir(parents=True)
+            for f in ("bind", "unbind", "new_id", "remove_id"):
+                (d / f).write_text("")
+        return d
+
+    def _next_group(self) -> int:
+        used = [int(p.name) for p in self.groups.iterdir() if p.name.isdigit()]
+        return max(used, default=-1) + 1
+
+    def add_function(self, parent: Path, fn: PciFunction) -> Path:
+        if self.exists(fn.bdf):
+            raise FileExistsError(f"{fn.bdf} already exists")
+        path = parent / fn.bdf
+        path.mkdir(parents=True)
+        values = {
+            "vendor": f"0x{fn.vendor:04x}",
+            "device": f"0x{fn.device:04x}",
+            "class": f"0x{fn.klass:06x}",
+            "subsystem_vendor": f"0x{fn.subsystem[0]:04x}",
+            "subsystem_device": f"0x{fn.subsystem[1]:04x}",
+            "numa_node": str(fn.numa_node),
+            "driver_override": "(null)",
+            "uevent": (
+                f"PCI_CLASS={fn.klass:X}\nPCI_ID={fn.vendor:04X}:{fn.device:04X}\n"
+                f"PCI_SUBSYS_ID={fn.subsystem[0]:04X}:{fn.subsystem[1]:04X}\n"
+                f"PCI_SLOT_NAME={fn.bdf}\n"
+            ),
+        }
+        for name, value in values.items():
+            (path / name).write_text(value + "\n")
+        relink(self.bus_devices / fn.bdf, path)
+        group = self.groups / str(self._next_group())
+        relink(group / "devices" / fn.bdf, path)
+        relink(path / "iommu_group", group)
+        if fn.driver:
+            self.bind(fn.bdf, fn.driver)
+        return path
+
+    def add_nic(self, parent: Path, nic: Nic, numa_node: int) -> list[str]:
+        """Add a PF with its VFs (siblings under the same parent); returns all BDFs."""
+        pf = self.add_function(
+            parent, PciFunction(nic.bdf, nic.vendor_id, nic.device_id, CLASS_NET, numa_node, nic.driver)
+        )
+        (pf / "net" / nic.netdev).mkdir(parents=True)
+        (pf / "sriov_totalvfs").write_text(f"{nic.total_vfs}\n")
+        (pf / "sriov_numvfs").write_text(f"{nic.num_vfs}\n")
+        (pf / "sriov_offset").write_text(f"{nic.vf_offset}\n")
+        (pf / "sriov_stride").write_text(f"{nic.vf_stride}\n")
+        (pf / "sriov_vf_device").write_text(f"{nic.vf_device_id:x}\n")
+        dom, bus, dev, fn = bdf_parts(nic.bdf)
+        out = [nic.bdf]
+        for i in range(nic.num_vfs):
+            devfn = (dev << 3 | fn) + nic.vf_offset + i * nic.vf_stride
+            vf_bdf = make_bdf(dom, bus + (devfn >> 8), devfn & 0xFF)
+            vf = self.add_function(
+                parent,
+                PciFunction(vf_bdf, nic.vendor_id, nic.vf_device_id, CLASS_NET, numa_node, nic.driver),
+            )
+            (vf / "net" / f"{nic.netdev}v{i}").mkdir(parents=True)
+            relink(pf / f"virtfn{i}", vf)
+            relink(vf / "physfn", pf)
+            out.append(vf_bdf)
+        return out
+
+    def remove_function(self, bdf: str) -> None:
+        """Remove a device (and everything below it, e.g. a switch's devices)."""
+        path = self.path_of(bdf)
+        below = [p.name for p in path.rglob("*") if p.is_dir() and (self.bus_devices / p.name).is_symlink()]
+        for name in [*below, bdf]:
+            self.unbind(name)
+            group = self.bus_devices / name / "iommu_group"
+            if group.is_symlink():
+                shutil.rmtree(Path(os.path.realpath(group)), ignore_errors=True)
+            (self.bus_devices / name).unlink(missing_ok=True)
+        shutil.rmtree(path)
+
+    def driver_of(self, bdf: str) -> str | None:
+        link = self.bus_devices / bdf / "driver"
+        return Path(os.path.realpath(link)).name if link.is_symlink() else None
+
+    def bind(self, bdf: str, driver: str) -> None:
+        path = self.path_of(bdf)
+        d = self.driver_dir(driver)
+        relink(path / "driver", d)
+        relink(d / bdf, path)
+
+    def unbind(self, bdf: str) -> None:
+        driver = self.driver_of(bdf)
+        if driver is None:
+            return
+        (self.bus_devices / bdf / "driver").unlink()
+        (self.drivers / driver / bdf).unlink(missing_ok=True)

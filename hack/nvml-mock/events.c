@@ -1,0 +1,188 @@
+/*
+ * events.c - event sets for health monitoring.
+ *
+ * XIDs queued in a GPU's "xid_queue" in the state file are delivered, in
+ * order, to the first event set that waits on that GPU with the XID event
+ * type registered; delivery removes them from the file (under the lock), so
+ * an event is seen once. A registered GPU that is lost or removed makes the
+ * wait return GPU_IS_LOST, as NVML does. Waits poll the file every 20 ms
+ * without holding the API mutex.
+ */
+#include "nvml_mock.h"
+
+#include <string.h>
+#include <time.h>
+
+#define MAX_SETS 64
+#define SUPPORTED_EVENTS \
+    (nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError | nvmlEventTypeXidCriticalError)
+
+struct event_set {
+    int used, n;
+    int slots[MAX_GPUS];
+    unsigned long long masks[MAX_GPUS];
+};
+
+static struct event_set g_sets[MAX_SETS];
+
+static struct event_set *set_of(nvmlEventSet_t h)
+{
+    const char *p = (const char *)h, *base = (const char *)g_sets;
+    if (!p || p < base || p >= base + sizeof(g_sets) ||
+        (size_t)(p - base) % sizeof(struct event_set) != 0)
+        return NULL;
+    struct event_set *s = (struct event_set *)(void *)h;
+    return s->used ? s : NULL;
+}
+
+static nvmlReturn_t create_impl(nvmlEventSet_t *out)
+{
+    nvmlReturn_t rc = rt_enter("nvmlEventSetCreate", NULL);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (!out)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (int i = 0; i < MAX_SETS; i++)
+        if (!g_sets[i].used) {
+            memset(&g_sets[i], 0, sizeof(g_sets[i]));
+            g_sets[i].used = 1;
+            *out = (nvmlEventSet_t)(void *)&g_sets[i];
+            return NVML_SUCCESS;
+        }
+    return NVML_ERROR_MEMORY;
+}
+
+API nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set) { LOCKED(create_impl(set)); }
+
+static nvmlReturn_t free_impl(nvmlEventSet_t h)
+{
+    if (g_init_count == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    struct event_set *s = set_of(h);
+    if (!s)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    s->used = 0;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) { LOCKED(free_impl(set)); }
+
+static nvmlReturn_t supported_impl(nvmlDevice_t d, unsigned long long *types)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = rt_gpu(d, "nvmlDeviceGetSupportedEventTypes", &r);
+    if (rc == NVML_SUCCESS && !types)
+        rc = NVML_ERROR_INVALID_ARGUMENT;
+    if (rc == NVML_SUCCESS)
+        *types = SUPPORTED_EVENTS;
+    return rc;
+}
+
+API nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t d, unsigned long long *types)
+{
+    LOCKED(supported_impl(d, types));
+}
+
+static nvmlReturn_t register_impl(nvmlDevice_t d, unsigned long long types, nvmlEventSet_t h)
+{
+    struct dev_ref r;
+    nvmlReturn_t rc = rt_gpu(d, "nvmlDeviceRegisterEvents", &r);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    struct event_set *s = set_of(h);
+    if (!s)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (types & ~SUPPORTED_EVENTS)
+        return NVML_ERROR_NOT_SUPPORTED;
+    for (int i = 0; i < s->n; i++)
+        if (s->slots[i] == r.slot) {
+            s->masks[i] |= types;
+            return NVML_SUCCESS;
+        }
+    if (s->n == MAX_GPUS)
+        return NVML_ERROR_MEMORY;
+    s->slots[s->n] = r.slot;
+    s->masks[s->n++] = types;
+    return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t d, unsigned long long types,
+                                          nvmlEventSet_t set)
+{
+    LOCKED(register_impl(d, types, set));
+}
+
+static nvmlReturn_t pop_xid(struct state *st, struct gpu_state *g, void *arg)
+{
+    (void)st;
+    if (g->nxid == 0)
+        return NVML_ERROR_NOT_FOUND;
+    *(unsigned long long *)arg = g->xid[0];
+    memmove(&g->xid[0], &g->xid[1], sizeof(g->xid[0]) * (size_t)(g->nxid - 1));
+    g->nxid--;
+    return NVML_SUCCESS;
+}
+
+/* One poll: NVML_SUCCESS with *data filled, NVML_ERROR_TIMEOUT if nothing. */
+static nvmlReturn_t poll_once(nvmlEventSet_t h, nvmlEventData_t *data)
+{
+    nvmlReturn_t rc = rt_enter("nvmlEventSetWait_v2", NULL);
+    if (rc != NVML_SUCCESS)
+        return rc;
+    struct event_set *s = set_of(h);
+    if (!s || !data)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    int lost = 0;
+    for (int i = 0; i < s->n; i++) {
+        struct gpu_state *g = state_gpu(&g_state, rt_slot_uuid(s->slots[i]));
+        if (!g || g->lost) {
+            lost = 1;
+            continue;
+        }
+        if (!(s->masks[i] & nvmlEventTypeXidCriticalError) || g->nxid == 0)
+            continue;
+        unsigned long long xid = 0;
+        if (rt_mutate(s->slots[i], pop_xid, &xid) != NVML_SUCCESS)
+            continue;
+        *data = (nvmlEventData_t){rt_gpu_handle(s->slots[i]), nvmlEventTypeXidCriticalError,
+                                  xid, 0xFFFFFFFFu, 0xFFFFFFFFu};
+        return NVML_SUCCESS;
+    }
+    return lost ? NVML_ERROR_GPU_IS_LOST : NVML_ERROR_TIMEOUT;
+}
+
+static nvmlReturn_t wait_impl(nvmlEventSet_t h, nvmlEventData_t *data, unsigned timeout_ms)
+{
+    struct timespec start, now, nap = {0, 20 * 1000 * 1000};
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        pthread_mutex_lock(&g_mu);
+        nvmlReturn_t rc = poll_once(h, data);
+        pthread_mutex_unlock(&g_mu);
+        if (rc != NVML_ERROR_TIMEOUT)
+            return rc;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long elapsed = (now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
+        if (elapsed >= (long)timeout_ms)
+            return NVML_ERROR_TIMEOUT;
+        nanosleep(&nap, NULL);
+    }
+}
+
+API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data,
+                                     unsigned int timeout_ms)
+{
+    return wait_impl(set, data, timeout_ms);
+}
+
+API nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_v1_t *data,
+                                  unsigned int timeout_ms)
+{
+    nvmlEventData_t full;
+    if (!data)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t rc = wait_impl(set, &full, timeout_ms);
+    if (rc == NVML_SUCCESS)
+        *data = (nvmlEventData_v1_t){full.device, full.eventType, full.eventData};
+    return rc;
+}

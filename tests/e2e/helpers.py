@@ -1,0 +1,60 @@
+"""Small helpers shared by the cluster e2e tests.
+
+Why this module exists: tests share one cluster, so they all need unique
+names, polling with a clear timeout message, hand-made Node objects and
+quiet cleanup; keeping those here keeps each test about its own behaviour.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def wait_for(what: str, probe: Any, timeout: float = 60.0, interval: float = 0.5) -> Any:
+    """Return probe()'s first truthy value; fail with `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)
+
+
+def make_node(core: client.CoreV1Api, name: str, labels: dict[str, str] | None = None) -> None:
+    """A Node object with capacity and a Ready condition, as a kubelet would post it."""
+    core.create_node({"metadata": {"name": name, "labels": labels or {}}})
+    capacity = {"cpu": "8", "memory": "32Gi", "pods": "110"}
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    status = {
+        "capacity": capacity,
+        "allocatable": capacity,
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "KubeletReady",
+                "message": "hand-made by an e2e test",
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            }
+        ],
+    }
+    core.patch_node_status(name, {"status": status})
+
+
+def delete_quietly(fn: Any, *args: Any, **kwargs: Any) -> None:
+    with contextlib.suppress(ApiException):
+        fn(*args, **kwargs)
