@@ -221,6 +221,8 @@ class LocalCluster:
             "--service-account-issuer=https://kubernetes.default.svc",
             f"--service-cluster-ip-range={SERVICE_CIDR}", f"--feature-gates={gates}",
             f"--runtime-config={RUNTIME_CONFIG}", f"--cert-dir={self.run_dir / 'apiserver-certs'}",
+            # Loopback cannot be an endpoint of the kubernetes Service; nothing here needs one.
+            "--endpoint-reconciler-type=none",
             "--profiling=false", "--v=1",
         ]  # fmt: skip
 

@@ -93,12 +93,12 @@ class FakeNvml:
         for index, uuid in enumerate(self._devices):
             try:
                 gpu = self._gpu(uuid, "nvmlDeviceGetHandleByIndex_v2")
+                for function in _GPU_QUERIES:
+                    self._fail(function, uuid)
             except NvmlError as exc:
                 if exc.code != NvmlReturn.GPU_IS_LOST:
                     raise
                 continue
-            for function in _GPU_QUERIES:
-                self._fail(function, uuid)
             m = gpu.model
             out.append(
                 GpuInfo(
@@ -183,11 +183,10 @@ class FakeNvml:
             )
 
     def destroy_mig(self, uuid: str, gi_id: int) -> None:
+        """Like the real backend: a missing GI, or MIG off, leaves nothing to do."""
         gpu = self._gpu(uuid)
         self._fail("nvmlDeviceGetGpuInstanceById", uuid, device=True)
-        if not gpu.mig_current:
-            raise nvml_error(NvmlReturn.NOT_SUPPORTED, "MIG mode is disabled", device=True)
-        gi = gpu.instances.get(gi_id)
+        gi = gpu.instances.get(gi_id) if gpu.mig_current else None
         if gi is None:
             return
         for ci in sorted(gi.cis):

@@ -39,7 +39,9 @@ _AMPERE_SMS = {"1g": 14, "1g+me": 14, "1g2x": 14, "2g": 28, "3g": 42, "4g": 56, 
 _HOPPER_SMS = {"1g": 16, "1g+me": 16, "1g2x": 26, "2g": 32, "3g": 60, "4g": 64, "7g": 132}
 
 
-def _profiles(names: dict[str, str], memory: dict[str, int], sms: dict[str, int]) -> tuple[MigProfile, ...]:
+def _profiles(
+    names: dict[str, str], memory: dict[str, int], sms: dict[str, int]
+) -> tuple[MigProfile, ...]:
     out = []
     for kind, (pid, slices, slots, max_count, starts, media) in _PLACEMENT.items():
         out.append(
@@ -78,20 +80,64 @@ MODELS = {
     m.key: m
     for m in (
         ModelFacts(
-            "A100-SXM4-40GB", "NVIDIA A100-SXM4-40GB", "ampere", "8.0", 40960, "Nvidia", True, True,
-            _profiles(_names("5gb", "10gb", "20gb", "40gb"), _memory(4864, 9856, 19968, 40192), _AMPERE_SMS),
+            "A100-SXM4-40GB",
+            "NVIDIA A100-SXM4-40GB",
+            "ampere",
+            "8.0",
+            40960,
+            "Nvidia",
+            True,
+            True,
+            _profiles(
+                _names("5gb", "10gb", "20gb", "40gb"),
+                _memory(4864, 9856, 19968, 40192),
+                _AMPERE_SMS,
+            ),
         ),
         ModelFacts(
-            "A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", "ampere", "8.0", 81920, "Nvidia", True, True,
-            _profiles(_names("10gb", "20gb", "40gb", "80gb"), _memory(9856, 19968, 40192, 80384), _AMPERE_SMS),
+            "A100-SXM4-80GB",
+            "NVIDIA A100-SXM4-80GB",
+            "ampere",
+            "8.0",
+            81920,
+            "Nvidia",
+            True,
+            True,
+            _profiles(
+                _names("10gb", "20gb", "40gb", "80gb"),
+                _memory(9856, 19968, 40192, 80384),
+                _AMPERE_SMS,
+            ),
         ),
         ModelFacts(
-            "H100-SXM5-80GB", "NVIDIA H100 80GB HBM3", "hopper", "9.0", 81559, "Nvidia", True, False,
-            _profiles(_names("10gb", "20gb", "40gb", "80gb"), _memory(9984, 20096, 40448, 81152), _HOPPER_SMS),
+            "H100-SXM5-80GB",
+            "NVIDIA H100 80GB HBM3",
+            "hopper",
+            "9.0",
+            81559,
+            "Nvidia",
+            True,
+            False,
+            _profiles(
+                _names("10gb", "20gb", "40gb", "80gb"),
+                _memory(9984, 20096, 40448, 81152),
+                _HOPPER_SMS,
+            ),
         ),
         ModelFacts(
-            "H200-SXM5-141GB", "NVIDIA H200", "hopper", "9.0", 143771, "Nvidia", True, False,
-            _profiles(_names("18gb", "35gb", "71gb", "141gb"), _memory(18432, 35840, 72704, 144384), _HOPPER_SMS),
+            "H200-SXM5-141GB",
+            "NVIDIA H200",
+            "hopper",
+            "9.0",
+            143771,
+            "Nvidia",
+            True,
+            False,
+            _profiles(
+                _names("18gb", "35gb", "71gb", "141gb"),
+                _memory(18432, 35840, 72704, 144384),
+                _HOPPER_SMS,
+            ),
         ),
         ModelFacts("L40S", "NVIDIA L40S", "ada", "8.9", 46068, "Nvidia", False, False, ()),
     )

@@ -50,7 +50,9 @@ class Failure:
 class FakeMachine:
     """GPUs and injected failures shared by every FakeNvml on this 'node'."""
 
-    def __init__(self, driver_version: str = "580.82.07", cuda_driver_version: str = "13.0") -> None:
+    def __init__(
+        self, driver_version: str = "580.82.07", cuda_driver_version: str = "13.0"
+    ) -> None:
         self.driver_version = driver_version
         self.cuda_driver_version = cuda_driver_version
         self.gpus: dict[str, FakeGpu] = {}

@@ -15,6 +15,7 @@ import ctypes
 import logging
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pynvml
@@ -45,7 +46,7 @@ _preloaded: list[ctypes.CDLL] = []
 def _preload_library() -> None:
     path = os.environ.get(LIBRARY_ENV)
     if path and not _preloaded:
-        _preloaded.append(ctypes.CDLL(os.path.abspath(path)))
+        _preloaded.append(ctypes.CDLL(str(Path(path).resolve())))
         log.info("NVML library preloaded from %s", path)
 
 
@@ -162,7 +163,9 @@ class PynvmlBackend:
         placements = tuple((array[i].start, array[i].size) for i in range(count.value))
         return MigProfile(
             profile_id=info.id,
-            name=short_profile_name(info.name.decode() if isinstance(info.name, bytes) else info.name),
+            name=short_profile_name(
+                info.name.decode() if isinstance(info.name, bytes) else info.name
+            ),
             compute_slices=info.sliceCount,
             memory_slots=placements[0][1] if placements else 0,
             memory_mib=int(info.memorySizeMB),
@@ -188,7 +191,12 @@ class PynvmlBackend:
 
     def mig_instances(self, uuid: str) -> list[MigInstance]:
         h = self._handle(uuid)
-        current, _ = call(pynvml.nvmlDeviceGetMigMode, h)
+        try:
+            current, _ = call(pynvml.nvmlDeviceGetMigMode, h)
+        except NvmlError as exc:
+            if exc.code != NvmlReturn.NOT_SUPPORTED:
+                raise
+            current = 0
         if not current:
             return []
         uuids = self._mig_uuids(h)
@@ -196,10 +204,12 @@ class PynvmlBackend:
         for profile in self.mig_profiles(uuid):
             array = (pynvml.c_nvmlGpuInstance_t * profile.max_count)()
             count = ctypes.c_uint(len(array))
-            call(pynvml.nvmlDeviceGetGpuInstances, h, profile.profile_id, array, ctypes.byref(count))
+            call(
+                pynvml.nvmlDeviceGetGpuInstances, h, profile.profile_id, array, ctypes.byref(count)
+            )
             for gi in array[: count.value]:
                 info = call(pynvml.nvmlGpuInstanceGetInfo, gi)
-                cis = self._compute_instances(gi) or [None]
+                cis: list[int | None] = [*self._compute_instances(gi)] or [None]
                 for ci in cis:
                     out.append(
                         MigInstance(
@@ -219,7 +229,13 @@ class PynvmlBackend:
             array = (pynvml.c_nvmlComputeInstance_t * 8)()
             count = ctypes.c_uint(len(array))
             try:
-                call(pynvml.nvmlGpuInstanceGetComputeInstances, gi, profile, array, ctypes.byref(count))
+                call(
+                    pynvml.nvmlGpuInstanceGetComputeInstances,
+                    gi,
+                    profile,
+                    array,
+                    ctypes.byref(count),
+                )
             except NvmlError as exc:
                 if code_of(exc) in _SKIP:
                     continue
@@ -287,12 +303,21 @@ class PynvmlBackend:
             if exc.code in (NvmlReturn.NOT_FOUND, NvmlReturn.INVALID_ARGUMENT):
                 log.info("GI %d on %s is already gone", gi_id, uuid)
                 return
+            if exc.code == NvmlReturn.NOT_SUPPORTED:  # MIG off (or no MIG): no GIs exist
+                log.info("GI %d on %s: MIG is not enabled, nothing to destroy", gi_id, uuid)
+                return
             raise
         for profile in CI_PROFILES:
             array = (pynvml.c_nvmlComputeInstance_t * 8)()
             count = ctypes.c_uint(len(array))
             try:
-                call(pynvml.nvmlGpuInstanceGetComputeInstances, gi, profile, array, ctypes.byref(count))
+                call(
+                    pynvml.nvmlGpuInstanceGetComputeInstances,
+                    gi,
+                    profile,
+                    array,
+                    ctypes.byref(count),
+                )
             except NvmlError as exc:
                 if code_of(exc) in _SKIP:
                     continue
@@ -325,7 +350,9 @@ class PynvmlEventWatcher:
         self._set = call(pynvml.nvmlEventSetCreate)
         for uuid in self._uuids:
             h = self._backend._handle(uuid)
-            call(pynvml.nvmlDeviceRegisterEvents, h, pynvml.nvmlEventTypeXidCriticalError, self._set)
+            call(
+                pynvml.nvmlDeviceRegisterEvents, h, pynvml.nvmlEventTypeXidCriticalError, self._set
+            )
 
     def _lost(self) -> list[XidEvent]:
         lost = []

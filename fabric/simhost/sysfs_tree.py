@@ -122,7 +122,8 @@ class SysfsTree:
     def add_nic(self, parent: Path, nic: Nic, numa_node: int) -> list[str]:
         """Add a PF with its VFs (siblings under the same parent); returns all BDFs."""
         pf = self.add_function(
-            parent, PciFunction(nic.bdf, nic.vendor_id, nic.device_id, CLASS_NET, numa_node, nic.driver)
+            parent,
+            PciFunction(nic.bdf, nic.vendor_id, nic.device_id, CLASS_NET, numa_node, nic.driver),
         )
         (pf / "net" / nic.netdev).mkdir(parents=True)
         (pf / "sriov_totalvfs").write_text(f"{nic.total_vfs}\n")
@@ -137,7 +138,9 @@ class SysfsTree:
             vf_bdf = make_bdf(dom, bus + (devfn >> 8), devfn & 0xFF)
             vf = self.add_function(
                 parent,
-                PciFunction(vf_bdf, nic.vendor_id, nic.vf_device_id, CLASS_NET, numa_node, nic.driver),
+                PciFunction(
+                    vf_bdf, nic.vendor_id, nic.vf_device_id, CLASS_NET, numa_node, nic.driver
+                ),
             )
             (vf / "net" / f"{nic.netdev}v{i}").mkdir(parents=True)
             relink(pf / f"virtfn{i}", vf)
@@ -148,7 +151,11 @@ class SysfsTree:
     def remove_function(self, bdf: str) -> None:
         """Remove a device (and everything below it, e.g. a switch's devices)."""
         path = self.path_of(bdf)
-        below = [p.name for p in path.rglob("*") if p.is_dir() and (self.bus_devices / p.name).is_symlink()]
+        below = [
+            p.name
+            for p in path.rglob("*")
+            if p.is_dir() and (self.bus_devices / p.name).is_symlink()
+        ]
         for name in [*below, bdf]:
             self.unbind(name)
             group = self.bus_devices / name / "iommu_group"

@@ -83,7 +83,10 @@ def two_gpus() -> Topology:
                 0,
                 0x3A,
                 0,
-                (RootPort(_bdf(0x3A, 1), Gpu(_bdf(0x3B))), RootPort(_bdf(0x3A, 2), Gpu(_bdf(0x3C)))),
+                (
+                    RootPort(_bdf(0x3A, 1), Gpu(_bdf(0x3B))),
+                    RootPort(_bdf(0x3A, 2), Gpu(_bdf(0x3C))),
+                ),
             ),
         ),
     )

@@ -10,7 +10,7 @@ fabric *adapter*, where fabric-attached devices appear later.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,7 +19,7 @@ BDF_RE = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 
 def bdf_parts(bdf: str) -> tuple[int, int, int, int]:
-    """"0000:3b:00.0" -> (domain, bus, device, function)."""
+    """ "0000:3b:00.0" -> (domain, bus, device, function)."""
     if not BDF_RE.match(bdf):
         raise ValueError(f"not a lowercase PCI address: {bdf!r}")
     dom, bus, rest = bdf.split(":")
@@ -87,7 +87,6 @@ class RootComplex:
 class Topology:
     name: str
     roots: tuple[RootComplex, ...]
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 # ---- YAML/JSON boundary -----------------------------------------------------

@@ -142,6 +142,8 @@ static nvmlReturn_t init_impl(void)
     int fd = lock_file(LOCK_SH);
     nvmlReturn_t rc = load_locked();
     unlock_file(fd);
+    if (rc == NVML_SUCCESS)
+        rc = failure_check("nvmlInitWithFlags", NULL);
     if (rc != NVML_SUCCESS)
         return rc;
     int order[MAX_GPUS];

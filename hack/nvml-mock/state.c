@@ -221,7 +221,10 @@ int state_save(const char *path, const struct state *st)
         fputs(i ? ",\n    {\"function\": " : "\n    {\"function\": ", f);
         json_write_str(f, fl->function);
         fputs(", \"error\": ", f);
-        json_write_str(f, error_name(fl->error));
+        if (fl->error == NVML_ERROR_UNKNOWN || strcmp(error_name(fl->error), "UNKNOWN") != 0)
+            json_write_str(f, error_name(fl->error));
+        else
+            fprintf(f, "%d", fl->error);
         fprintf(f, ", \"remaining\": %d", fl->remaining);
         if (fl->gpu[0]) {
             fputs(", \"gpu\": ", f);

@@ -8,17 +8,21 @@ from pathlib import Path
 import pytest
 
 from driver.cdi import CdiDevice, CdiRegistry, ContainerEdits, DeviceNode
+from driver.devices.model import Device
 from driver.errors import CdiError
 from driver.gpu.prepare import GpuHandler
-from driver.devices.model import Device
 
 UID = "8f0c3a52-2b1e-4a53-9f3c-0d6f5b2f9a10"
 
 
 def test_spec_content_and_ids(tmp_path: Path) -> None:
     reg = CdiRegistry(tmp_path)
-    edits = ContainerEdits(env=("NVIDIA_VISIBLE_DEVICES=GPU-1",), device_nodes=(DeviceNode("/dev/nvidia1", 195, 1),))
-    ids = reg.write_claim_spec(UID.upper(), [CdiDevice("gpu-1", edits)], ContainerEdits(env=("A=1",)))
+    edits = ContainerEdits(
+        env=("NVIDIA_VISIBLE_DEVICES=GPU-1",), device_nodes=(DeviceNode("/dev/nvidia1", 195, 1),)
+    )
+    ids = reg.write_claim_spec(
+        UID.upper(), [CdiDevice("gpu-1", edits)], ContainerEdits(env=("A=1",))
+    )
     assert ids == [f"k8s.patchbay.dev/claim={UID}-gpu-1"]
     spec = json.loads(reg.spec_path(UID).read_text())
     assert spec["kind"] == "k8s.patchbay.dev/claim"

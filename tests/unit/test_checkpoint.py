@@ -11,7 +11,11 @@ from driver.checkpoint import Checkpoint, CheckpointStore, ClaimRecord, ClaimSta
 
 def record(uid: str, state: ClaimState = ClaimState.PREPARE_COMPLETED) -> ClaimRecord:
     dev = DeviceRecord(
-        request_names=["gpu"], pool_name="n1", device_name="gpu-0", kind="gpu", local_id="GPU-0",
+        request_names=["gpu"],
+        pool_name="n1",
+        device_name="gpu-0",
+        kind="gpu",
+        local_id="GPU-0",
         undo={"gi": 3},
     )
     return ClaimRecord(uid=uid, namespace="ns", name="c", state=state, devices=[dev])

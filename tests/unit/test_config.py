@@ -36,8 +36,10 @@ def test_precedence_class_then_claim_in_order() -> None:
         ({"apiVersion": "v9", "kind": "GpuConfig"}, "apiVersion must be"),
         ({"apiVersion": opaque.API_VERSION, "kind": "Nope"}, "unknown kind 'Nope'"),
         ({"apiVersion": opaque.API_VERSION, "kind": "GpuConfig", "extra": 1}, "field extra"),
-        ({"apiVersion": opaque.API_VERSION, "kind": "GpuConfig", "driverCapabilities": 3},
-         "field driverCapabilities"),
+        (
+            {"apiVersion": opaque.API_VERSION, "kind": "GpuConfig", "driverCapabilities": 3},
+            "field driverCapabilities",
+        ),
     ],
 )
 def test_decode_errors_name_the_field(params: dict[str, object], needle: str) -> None:

@@ -6,9 +6,9 @@ import os
 from pathlib import Path
 
 from driver.devices.model import Version
+from driver.node.scanner import SysfsTopology, scan_gpus
 from driver.nvml.fake import FakeNvml
 from driver.nvml.fake_state import FakeMachine
-from driver.node.scanner import SysfsTopology, scan_gpus
 from driver.slices import limits
 
 
@@ -18,7 +18,7 @@ def add_pci(root: Path, domain_bus: str, bridge: str, bdf: str, numa: int) -> No
     (dev / "numa_node").write_text(f"{numa}\n")
     link = root / "bus" / "pci" / "devices" / bdf
     link.parent.mkdir(parents=True, exist_ok=True)
-    os.symlink(os.path.relpath(dev, link.parent), link)
+    link.symlink_to(os.path.relpath(dev, link.parent))
 
 
 def test_scan_publishes_attributes_and_topology(tmp_path: Path) -> None:

@@ -37,8 +37,15 @@ class Reader:
         except KeyError:
             raise ApiError(f"resourceclaims {name} not found") from None
 
-    def add(self, name: str, devices: list[str], *, driver: str = "patchbay.dev",
-            pool: str = NODE, config: list[dict[str, Any]] | None = None) -> ClaimRef:
+    def add(
+        self,
+        name: str,
+        devices: list[str],
+        *,
+        driver: str = "patchbay.dev",
+        pool: str = NODE,
+        config: list[dict[str, Any]] | None = None,
+    ) -> ClaimRef:
         uid = str(uuid.uuid4())
         results = [
             {"request": f"req-{i}", "driver": driver, "pool": pool, "device": d}
@@ -72,9 +79,13 @@ class FlakyHandler(GpuHandler):
 @pytest.fixture
 def env(tmp_path: Path) -> tuple[Reader, FlakyHandler, ClaimPreparer, Path]:
     inv = NodeInventory()
-    inv.replace_pool(NODE, [
-        Device(name=f"gpu-{i}", kind="gpu", local_id=f"GPU-{i}", attributes={"minor": i}) for i in range(3)
-    ])
+    inv.replace_pool(
+        NODE,
+        [
+            Device(name=f"gpu-{i}", kind="gpu", local_id=f"GPU-{i}", attributes={"minor": i})
+            for i in range(3)
+        ],
+    )
     reader = Reader()
     handler = FlakyHandler(tmp_path / "dev")
     store = CheckpointStore(tmp_path / "cp.json", "boot")
@@ -83,7 +94,7 @@ def env(tmp_path: Path) -> tuple[Reader, FlakyHandler, ClaimPreparer, Path]:
 
 
 async def test_prepare_and_unprepare_roundtrip(env) -> None:  # type: ignore[no-untyped-def]
-    reader, handler, prep, tmp = env
+    reader, _handler, prep, tmp = env
     ref = reader.add("c1", ["gpu-1"])
     res = (await prep.prepare([ref]))[ref.uid]
     assert res.error == ""
@@ -104,18 +115,31 @@ async def test_prepare_and_unprepare_roundtrip(env) -> None:  # type: ignore[no-
 
 
 async def test_batch_isolates_bad_claims(env) -> None:  # type: ignore[no-untyped-def]
-    reader, handler, prep, _ = env
+    reader, _handler, prep, _ = env
     good = reader.add("good", ["gpu-0"])
     missing_dev = reader.add("nodev", ["gpu-9"])
     other_pool = reader.add("elsewhere", ["gpu-1"], pool="node-b")
     gone = ClaimRef("ns", "gone", str(uuid.uuid4()))
     replaced = reader.add("replaced", ["gpu-2"])
     replaced_ref = ClaimRef("ns", "replaced", str(uuid.uuid4()))
-    bad_cfg = reader.add("badcfg", ["gpu-2"], config=[{
-        "source": "FromClaim", "requests": [],
-        "opaque": {"driver": "patchbay.dev", "parameters": {
-            "apiVersion": "patchbay.dev/v1alpha1", "kind": "GpuConfig", "driverCapabilitiez": ["x"]}},
-    }])
+    bad_cfg = reader.add(
+        "badcfg",
+        ["gpu-2"],
+        config=[
+            {
+                "source": "FromClaim",
+                "requests": [],
+                "opaque": {
+                    "driver": "patchbay.dev",
+                    "parameters": {
+                        "apiVersion": "patchbay.dev/v1alpha1",
+                        "kind": "GpuConfig",
+                        "driverCapabilitiez": ["x"],
+                    },
+                },
+            }
+        ],
+    )
     res = await prep.prepare([good, missing_dev, other_pool, gone, replaced_ref, bad_cfg])
     assert res[good.uid].error == "" and res[good.uid].devices
     assert "not on this node" in res[missing_dev.uid].error
@@ -163,8 +187,13 @@ async def test_interrupted_prepare_is_undone_then_redone(env) -> None:  # type: 
     prep.checkpoint.claims[ref.uid].state = ClaimState.PREPARE_STARTED
     prep._store.save(prep.checkpoint)
     inv = prep._inventory
-    again = ClaimPreparer(reader, inv, {"gpu": handler}, CheckpointStore(tmp / "cp.json", "boot"),
-                          CdiRegistry(tmp / "cdi"))
+    again = ClaimPreparer(
+        reader,
+        inv,
+        {"gpu": handler},
+        CheckpointStore(tmp / "cp.json", "boot"),
+        CdiRegistry(tmp / "cdi"),
+    )
     assert again.checkpoint.claims[ref.uid].state is ClaimState.PREPARE_STARTED
     res = await again.prepare([ref])
     assert res[ref.uid].error == ""
@@ -190,11 +219,19 @@ async def test_config_of_wrong_kind_for_device_fails_claim(env) -> None:  # type
     opaque.register_kind(NicConfig)
     try:
         reader, _, prep, _ = env
-        ref = reader.add("c", ["gpu-0"], config=[{
-            "source": "FromClass",
-            "opaque": {"driver": "patchbay.dev", "parameters": {
-                "apiVersion": "patchbay.dev/v1alpha1", "kind": "NicConfig"}},
-        }])
+        ref = reader.add(
+            "c",
+            ["gpu-0"],
+            config=[
+                {
+                    "source": "FromClass",
+                    "opaque": {
+                        "driver": "patchbay.dev",
+                        "parameters": {"apiVersion": "patchbay.dev/v1alpha1", "kind": "NicConfig"},
+                    },
+                }
+            ],
+        )
         err = (await prep.prepare([ref]))[ref.uid].error
         assert "NicConfig" in err and "gpu-0" in err
     finally:

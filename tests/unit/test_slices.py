@@ -15,19 +15,28 @@ OWNER = {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "u-1"}
 
 
 def gpu(i: int, **extra: object) -> Device:
-    return Device(name=f"gpu-{i}", kind="gpu", local_id=f"GPU-{i}", attributes={"index": i}, **extra)  # type: ignore[arg-type]
+    return Device(
+        name=f"gpu-{i}", kind="gpu", local_id=f"GPU-{i}", attributes={"index": i}, **extra
+    )  # type: ignore[arg-type]
 
 
 def pool(devices: list[Device], sets: tuple[CounterSet, ...] = ()) -> PoolSpec:
     return PoolSpec(
-        driver="patchbay.dev", pool_name="n1", name_prefix="n1-patchbay",
-        node_selection={"nodeName": "n1"}, devices=tuple(devices), counter_sets=sets, owner=OWNER,
+        driver="patchbay.dev",
+        pool_name="n1",
+        name_prefix="n1-patchbay",
+        node_selection={"nodeName": "n1"},
+        devices=tuple(devices),
+        counter_sets=sets,
+        owner=OWNER,
     )
 
 
 def test_device_json_uses_tagged_values() -> None:
     d = Device(
-        name="gpu-0", kind="gpu", local_id="x",
+        name="gpu-0",
+        kind="gpu",
+        local_id="x",
         attributes={"flag": True, "index": 3, "uuid": "GPU-x", "cc": Version("9.0.0")},
         capacity={"memory": "80Gi"},
     )
@@ -70,7 +79,9 @@ def test_limits_attribute_rules() -> None:
     assert limits.attribute_name_problem("resource.kubernetes.io/pcieRoot") is None
     assert limits.attribute_name_problem("9bad") is not None
     assert limits.attribute_name_problem("Bad_Domain!/x") is not None
-    too_many = Device(name="d", kind="gpu", local_id="d", attributes={f"a{i}": i for i in range(32)})
+    too_many = Device(
+        name="d", kind="gpu", local_id="d", attributes={f"a{i}": i for i in range(32)}
+    )
     assert any("attributes and capacities" in p for p in limits.device_problems(too_many))
 
 

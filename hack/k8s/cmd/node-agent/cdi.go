@@ -119,8 +119,22 @@ func writeRecord(stateDir string, pod *v1.Pod, rec *podRecord) error {
 	return os.Rename(tmp, path)
 }
 
+// removeRecord removes the pod's record unless it belongs to a newer pod of
+// the same name.
 func removeRecord(stateDir string, pod *v1.Pod) error {
-	err := os.Remove(recordPath(stateDir, pod))
+	path := recordPath(stateDir, pod)
+	data, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var rec podRecord
+	if json.Unmarshal(data, &rec) == nil && rec.UID != "" && rec.UID != string(pod.UID) {
+		return nil
+	}
+	err = os.Remove(path)
 	if os.IsNotExist(err) {
 		return nil
 	}

@@ -1,0 +1,114 @@
+"""The side effects real sysfs files have, applied to the simulated tree.
+
+Writing ``<bdf>`` to ``bus/pci/drivers/<drv>/unbind`` detaches a device,
+writing it to ``.../bind`` or to ``bus/pci/drivers_probe`` attaches one
+(``drivers_probe`` honours the device's ``driver_override``, else picks the
+device's native driver). A plain directory cannot react to writes, so the
+simulated host applies them in a separate step: :meth:`SysfsEffects.apply`
+scans the write-only files, performs what the kernel would (unbind first,
+then bind, then probe), and empties them again.
+
+Two ways to run it, both used: call ``apply()`` (``SimHost.process_writes``)
+right after in-process code writes, or run :class:`EffectsWatcher`, a thread
+that applies pending writes every few milliseconds for a plugin in another
+process. Either way the effect is asynchronous to the writer, so driver code
+should write and then wait for the ``driver`` link to change (on a real
+kernel that wait ends at once).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from fabric.simhost.sysfs_tree import SysfsTree
+
+log = logging.getLogger(__name__)
+
+
+def _take(path: Path) -> list[str]:
+    """The BDFs written to a write-only file, which is emptied."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    if not text.strip():
+        return []
+    path.write_text("")
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+class SysfsEffects:
+    def __init__(self, tree: SysfsTree, native_driver: Callable[[str], str | None]) -> None:
+        self.tree = tree
+        self.native_driver = native_driver
+        self._lock = threading.Lock()
+
+    def _override(self, bdf: str) -> str | None:
+        try:
+            value = (self.tree.bus_devices / bdf / "driver_override").read_text().strip()
+        except FileNotFoundError:
+            return None
+        return None if value in ("", "(null)") else value
+
+    def apply(self) -> int:
+        """Apply every pending write; returns how many took effect."""
+        with self._lock:
+            done = 0
+            drivers = sorted(p for p in self.tree.drivers.iterdir() if p.is_dir())
+            for d in drivers:
+                for bdf in _take(d / "unbind"):
+                    if self.tree.exists(bdf) and self.tree.driver_of(bdf) == d.name:
+                        self.tree.unbind(bdf)
+                        log.info("sysfs: %s unbound from %s", bdf, d.name)
+                        done += 1
+            for d in drivers:
+                for bdf in _take(d / "bind"):
+                    override = self._override(bdf)
+                    ok = override in (None, d.name)
+                    if self.tree.exists(bdf) and self.tree.driver_of(bdf) is None and ok:
+                        self.tree.bind(bdf, d.name)
+                        log.info("sysfs: %s bound to %s", bdf, d.name)
+                        done += 1
+            for bdf in _take(self.tree.root / "bus" / "pci" / "drivers_probe"):
+                if not self.tree.exists(bdf) or self.tree.driver_of(bdf) is not None:
+                    continue
+                driver = self._override(bdf) or self.native_driver(bdf)
+                if driver:
+                    self.tree.bind(bdf, driver)
+                    log.info("sysfs: %s probed, bound to %s", bdf, driver)
+                    done += 1
+            return done
+
+
+class EffectsWatcher:
+    """A daemon thread applying pending sysfs writes every ``interval`` seconds."""
+
+    def __init__(self, effects: SysfsEffects, interval: float = 0.005) -> None:
+        self._effects = effects
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sysfs-effects", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self._effects.apply()
+            except OSError:
+                log.exception("sysfs effects step failed")
+
+    def start(self) -> EffectsWatcher:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def __enter__(self) -> EffectsWatcher:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

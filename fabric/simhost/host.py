@@ -1,0 +1,198 @@
+"""A simulated host: sysfs tree, NVML mock state and hot-plug feed together.
+
+``SimHost.build(topology, dir)`` lays out, under ``dir``:
+
+    sys/                 the sysfs root (pass it as the driver's sysfs root)
+    nvml-state.json      the C mock's state (``PATCHBAY_NVML_STATE``)
+    uevents.jsonl        hot-plug events (``driver.pci.uevents.UeventFeed``)
+    host.json            what ``SimHost.open(dir)`` needs to carry on
+
+Hot-add/remove keep the three in step, in the order a real host shows them:
+the device (and its NVML entry) exists before its ``add`` event, and is gone
+before its ``remove`` event. Writes to ``bind``/``unbind``/``drivers_probe``
+take effect through :meth:`process_writes` or :meth:`effects_watcher` (see
+``effects.py``). Not thread-safe beyond that watcher; one owner per host.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid as uuidlib
+from pathlib import Path
+
+from fabric.simhost.effects import EffectsWatcher, SysfsEffects
+from fabric.simhost.nvml_state import STATE_ENV, NvmlStateFile, empty_state, gpu_entry
+from fabric.simhost.sysfs_tree import (
+    CLASS_BRIDGE,
+    CLASS_GPU,
+    NVIDIA,
+    PCI_DEVICE_IDS,
+    PciFunction,
+    SysfsTree,
+)
+from fabric.simhost.topology import Gpu, Nic, RootPort, Switch, Topology, bdf_parts
+from fabric.simhost.uevents import UeventEmitter
+
+log = logging.getLogger(__name__)
+
+_NS = uuidlib.UUID("6f1f0c64-5a43-4c63-9d8e-8f3b3c1d2e10")
+
+
+class SimHost:
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.sysfs_root = directory / "sys"
+        self.nvml_state_path = directory / "nvml-state.json"
+        self.uevent_path = directory / "uevents.jsonl"
+        self.tree = SysfsTree(self.sysfs_root)
+        self.nvml = NvmlStateFile(self.nvml_state_path)
+        self.events = UeventEmitter(self.uevent_path)
+        self.effects = SysfsEffects(self.tree, self.native_driver)
+        meta = directory / "host.json"
+        data = json.loads(meta.read_text()) if meta.exists() else {}
+        self.name: str = data.get("name", directory.name)
+        self.adapters: dict[str, list[str | int]] = data.get("adapters", {})
+        self.native: dict[str, str] = data.get("native", {})
+        self.next_minor: int = data.get("next_minor", 0)
+
+    # ---- construction ----------------------------------------------------------
+
+    @classmethod
+    def build(cls, topology: Topology, directory: Path, name: str = "") -> SimHost:
+        directory.mkdir(parents=True, exist_ok=True)
+        host = cls(directory)
+        host.name = name or directory.name
+        host.tree.skeleton()
+        host.nvml.update(lambda s: s.update(empty_state()))
+        for rc in topology.roots:
+            parent = host.tree.root_complex(rc.name)
+            for port in rc.ports:
+                host._add_port(parent, port, rc.numa_node)
+        host._save()
+        log.info("simulated host %s built in %s", host.name, directory)
+        return host
+
+    @classmethod
+    def open(cls, directory: Path) -> SimHost:
+        if not (directory / "host.json").exists():
+            raise FileNotFoundError(f"{directory} holds no simulated host")
+        return cls(directory)
+
+    def _save(self) -> None:
+        data = {
+            "name": self.name,
+            "adapters": self.adapters,
+            "native": self.native,
+            "next_minor": self.next_minor,
+        }
+        (self.dir / "host.json").write_text(json.dumps(data, indent=1))
+
+    def _bridge(self, parent: Path, bdf: str, numa: int, vendor: int, device: int) -> Path:
+        self.native[bdf] = "pcieport"
+        return self.tree.add_function(
+            parent, PciFunction(bdf, vendor, device, CLASS_BRIDGE, numa, "pcieport")
+        )
+
+    def _add_port(self, parent: Path, port: RootPort, numa: int) -> None:
+        path = self._bridge(parent, port.bdf, numa, 0x8086, 0x347A)
+        if port.adapter:
+            self.adapters[port.adapter] = [port.bdf, numa]
+        child = port.child
+        if isinstance(child, Switch):
+            sw = self._bridge(path, child.bdf, numa, 0x1000, 0xC010)
+            for dev in child.devices:
+                self._add_endpoint(sw, dev, numa)
+        elif child is not None:
+            self._add_endpoint(path, child, numa)
+
+    def _add_endpoint(self, parent: Path, dev: Gpu | Nic, numa: int) -> list[str]:
+        if isinstance(dev, Nic):
+            bdfs = self.tree.add_nic(parent, dev, numa)
+            self.native.update({b: dev.driver for b in bdfs})
+            return bdfs
+        device_id, subsystem = PCI_DEVICE_IDS[dev.model]
+        fn = PciFunction(dev.bdf, NVIDIA, device_id, CLASS_GPU, numa, "nvidia", (NVIDIA, subsystem))
+        self.tree.add_function(parent, fn)
+        self.native[dev.bdf] = "nvidia"
+        uid = dev.uuid or f"GPU-{uuidlib.uuid5(_NS, f'{self.name}/{dev.bdf}')}"
+        serial = dev.serial or f"165{uuidlib.UUID(uid[4:]).int % 10**10:010d}"
+        self.nvml.add_gpu(gpu_entry(uid, dev.model, dev.bdf, serial, self.next_minor))
+        self.next_minor += 1
+        return [dev.bdf]
+
+    # ---- queries ---------------------------------------------------------------
+
+    def env(self) -> dict[str, str]:
+        """Environment a process needs to see this host's GPUs through the C mock."""
+        return {STATE_ENV: str(self.nvml_state_path)}
+
+    def native_driver(self, bdf: str) -> str | None:
+        return self.native.get(bdf)
+
+    def gpu_uuids(self) -> dict[str, str]:
+        """PCI address -> NVML UUID of every GPU in the NVML state."""
+        return {g["pci_bus_id"]: g["uuid"] for g in self.nvml.read()["gpus"]}
+
+    def devpath(self, bdf: str) -> str:
+        return "/" + os.path.relpath(self.tree.path_of(bdf), self.sysfs_root)
+
+    def free_bdf(self, adapter: str) -> str:
+        """The next free address behind ``adapter`` (bus numbers above the port's)."""
+        port_bdf = str(self.adapters[adapter][0])
+        dom, bus, _, _ = bdf_parts(port_bdf)
+        for b in range(bus + 1, 256):
+            bdf = f"{dom:04x}:{b:02x}:00.0"
+            if not self.tree.exists(bdf):
+                return bdf
+        raise RuntimeError(f"no free bus behind {adapter}")
+
+    # ---- hot-plug ----------------------------------------------------------------
+
+    def _ids(self, bdf: str) -> tuple[str, str]:
+        """(PCI_ID, PCI_CLASS) as the kernel formats them: ("10DE:2330", "30200")."""
+        base = self.tree.bus_devices / bdf
+        vendor, device, klass = (
+            int((base / f).read_text(), 16) for f in ("vendor", "device", "class")
+        )
+        return f"{vendor:04X}:{device:04X}", f"{klass:X}"
+
+    def hot_add(self, adapter: str, device: Gpu | Nic) -> list[str]:
+        """Attach a device behind a fabric adapter; returns the BDFs that appeared."""
+        port_bdf, numa = self.adapters[adapter]
+        parent = self.tree.path_of(str(port_bdf))
+        bdfs = self._add_endpoint(parent, device, int(numa))
+        self._save()
+        for bdf in bdfs:
+            self.events.emit("add", self.devpath(bdf), bdf, *self._ids(bdf))
+        return bdfs
+
+    def hot_remove(self, bdf: str) -> list[str]:
+        """Detach a device (with its VFs); returns the BDFs that went away."""
+        pf = self.tree.path_of(bdf)
+        vfs = sorted(p.resolve().name for p in pf.glob("virtfn*"))
+        gone = [*vfs, bdf]
+        info = {b: (self.devpath(b), *self._ids(b)) for b in gone}
+        uuid = self.gpu_uuids().get(bdf)
+        if uuid:
+            self.nvml.remove_gpu(uuid)
+        for b in vfs:
+            self.tree.remove_function(b)
+        self.tree.remove_function(bdf)
+        for b in gone:
+            self.native.pop(b, None)
+            devpath, pci_id, pci_class = info[b]
+            self.events.emit("remove", devpath, b, pci_id, pci_class)
+        self._save()
+        return gone
+
+    # ---- sysfs write effects -------------------------------------------------------
+
+    def process_writes(self) -> int:
+        """Apply pending driver_override/bind/unbind/drivers_probe writes now."""
+        return self.effects.apply()
+
+    def effects_watcher(self, interval: float = 0.005) -> EffectsWatcher:
+        """A thread applying writes continuously (use as a context manager)."""
+        return EffectsWatcher(self.effects, interval)

@@ -1,0 +1,130 @@
+"""The NVML mock's state file, as the simulated host (and tests) edit it.
+
+The C mock (``hack/nvml-mock``) reads this JSON at ``nvmlInit`` and on every
+call when it changed, and writes MIG changes back. Both sides follow one
+discipline: hold an exclusive ``flock`` on ``<state>.lock`` for a
+read-modify-write, and replace the file atomically (temporary file, fsync,
+rename). The schema is documented in ``hack/nvml-mock/state.c``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+STATE_ENV = "PATCHBAY_NVML_STATE"
+
+State = dict[str, Any]
+
+
+def empty_state() -> State:
+    return {
+        "version": 1,
+        "driver_version": "580.82.07",
+        "nvml_version": "13.580.82.07",
+        "cuda_driver_version": 13000,
+        "gpus": [],
+        "failures": [],
+    }
+
+
+def gpu_entry(uuid: str, model: str, pci_bus_id: str, serial: str, minor: int) -> dict[str, Any]:
+    return {
+        "uuid": uuid,
+        "model": model,
+        "serial": serial,
+        "pci_bus_id": pci_bus_id,
+        "minor": minor,
+        "mig_current": 0,
+        "mig_pending": 0,
+        "lost": False,
+        "xid_queue": [],
+        "gpu_instances": [],
+    }
+
+
+class NvmlStateFile:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(f"{self.path}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _read(self) -> State:
+        try:
+            data: State = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return empty_state()
+        return data
+
+    def _write(self, state: State) -> None:
+        tmp = self.path.with_name(f"{self.path.name}.tmp.{os.getpid()}")
+        with open(tmp, "w") as f:
+            json.dump(state, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(self.path)
+
+    def read(self) -> State:
+        with self._locked():
+            return self._read()
+
+    def update(self, change: Callable[[State], None]) -> State:
+        """Read-modify-write under the lock; returns the new state."""
+        with self._locked():
+            state = self._read()
+            change(state)
+            self._write(state)
+            return state
+
+    def _gpu(self, state: State, uuid: str) -> dict[str, Any]:
+        for gpu in state["gpus"]:
+            if gpu["uuid"] == uuid:
+                found: dict[str, Any] = gpu
+                return found
+        raise KeyError(f"no GPU {uuid} in {self.path}")
+
+    def add_gpu(self, entry: dict[str, Any]) -> None:
+        def change(s: State) -> None:
+            s["gpus"] = [g for g in s["gpus"] if g["uuid"] != entry["uuid"]] + [entry]
+
+        self.update(change)
+
+    def remove_gpu(self, uuid: str) -> None:
+        self.update(lambda s: s.update(gpus=[g for g in s["gpus"] if g["uuid"] != uuid]))
+
+    def set_lost(self, uuid: str, lost: bool = True) -> None:
+        self.update(lambda s: self._gpu(s, uuid).update(lost=lost))
+
+    def queue_xid(self, uuid: str, xid: int) -> None:
+        self.update(lambda s: self._gpu(s, uuid)["xid_queue"].append(xid))
+
+    def reset_gpu(self, uuid: str) -> None:
+        """A GPU reset: a pending MIG mode takes effect (Ampere)."""
+
+        def change(s: State) -> None:
+            gpu = self._gpu(s, uuid)
+            gpu["mig_current"] = gpu.get("mig_pending", gpu.get("mig_current", 0))
+
+        self.update(change)
+
+    def inject_failure(
+        self, function: str, error: str, times: int = 1, gpu: str | None = None
+    ) -> None:
+        """Make ``function`` fail with NVML ``error`` (e.g. "GPU_IS_LOST"); times < 0: always."""
+        rule: dict[str, Any] = {"function": function, "error": error, "remaining": times}
+        if gpu:
+            rule["gpu"] = gpu
+        self.update(lambda s: s.setdefault("failures", []).append(rule))

@@ -1,0 +1,148 @@
+"""The simulated host's sysfs tree: topology as the kernel would show it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from driver.pci import sysfs
+from fabric.simhost import TOPOLOGIES, SimHost
+from fabric.simhost.topology import Nic, TopologySpec
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> SimHost:
+    return SimHost.build(TOPOLOGIES["2x-h100-nic"](), tmp_path / "node")
+
+
+def test_pcie_root_is_the_first_element_under_devices(host: SimHost) -> None:
+    root = host.sysfs_root
+    # GPUs sit behind a switch on bus 0x18/0x19, yet their root complex is pci0000:15
+    assert sysfs.pcie_root(root, "0000:18:00.0") == "pci0000:15"
+    assert sysfs.pcie_root(root, "0000:19:00.0") == "pci0000:15"
+    assert sysfs.pcie_root(root, "0000:88:00.0") == "pci0000:85"
+    assert sysfs.numa_node(root, "0000:18:00.0") == 0
+    assert sysfs.numa_node(root, "0000:88:00.0") == 1
+    link = root / "bus" / "pci" / "devices" / "0000:18:00.0"
+    assert str(link.readlink()).startswith("../../../devices/pci0000:15/")
+    with pytest.raises(FileNotFoundError):
+        sysfs.pcie_root(root, "0000:99:00.0")
+    with pytest.raises(ValueError):
+        sysfs.pcie_root(root, "not-a-bdf")
+
+
+@pytest.mark.parametrize("name", sorted(TOPOLOGIES))
+def test_every_gpu_in_nvml_state_has_a_device_under_its_root(name: str, tmp_path: Path) -> None:
+    topology = TOPOLOGIES[name]()
+    host = SimHost.build(topology, tmp_path / name)
+    roots = {rc.name for rc in topology.roots}
+    uuids = host.gpu_uuids()
+    for bdf in uuids:
+        assert sysfs.pcie_root(host.sysfs_root, bdf) in roots
+        assert (host.tree.path_of(bdf) / "vendor").read_text().strip() == "0x10de"
+        assert host.tree.driver_of(bdf) == "nvidia"
+    assert len(set(uuids.values())) == len(uuids)
+    expected = {"2x-h100-nic": 4, "8x-a100": 8, "fabric-adapters": 0, "4x-h100": 4, "2-gpus": 2}
+    assert len(uuids) == expected[name]
+
+
+def test_vf_and_pf_links_are_consistent(host: SimHost) -> None:
+    root = host.sysfs_root
+    pf = host.tree.path_of("0000:1a:00.0")
+    assert (pf / "class").read_text().strip() == "0x020000"
+    assert (pf / "sriov_totalvfs").read_text().strip() == "8"
+    vfs = sorted(pf.glob("virtfn*"), key=lambda p: int(p.name[6:]))
+    assert len(vfs) == int((pf / "sriov_numvfs").read_text())
+    for i, link in enumerate(vfs):
+        vf = link.resolve()
+        assert (vf / "physfn").resolve() == pf.resolve()
+        assert sysfs.pcie_root(root, vf.name) == "pci0000:15"
+        assert sysfs.numa_node(root, vf.name) == 0
+        assert (vf / "net" / f"ens0f0np0v{i}").is_dir()
+        assert (vf / "device").read_text().strip() == "0x101e"
+        group = (vf / "iommu_group").resolve()
+        assert (group / "devices" / vf.name).resolve() == vf.resolve()
+    names = [link.resolve().name for link in vfs]
+    assert names[0] == "0000:1a:00.2" and names[-1] == "0000:1a:01.1"  # offset 2, stride 1
+    groups = {(root / "bus/pci/devices" / n / "iommu_group").resolve() for n in names}
+    assert len(groups) == len(names)
+
+
+def test_unbind_override_and_probe_rebind_a_vf(host: SimHost) -> None:
+    bdf = "0000:1a:00.3"
+    dev = host.sysfs_root / "bus/pci/devices" / bdf
+    (dev / "driver_override").write_text("vfio-pci")
+    (dev / "driver" / "unbind").write_text(bdf)
+    assert host.process_writes() == 1
+    assert not (dev / "driver").exists()
+    (host.sysfs_root / "bus/pci/drivers_probe").write_text(bdf)
+    assert host.process_writes() == 1
+    assert host.tree.driver_of(bdf) == "vfio-pci"
+    assert (host.sysfs_root / "bus/pci/drivers/vfio-pci" / bdf).resolve() == dev.resolve()
+    # and back: clear the override, unbind, probe -> the native driver
+    (dev / "driver_override").write_text("\n")
+    (dev / "driver" / "unbind").write_text(bdf)
+    (host.sysfs_root / "bus/pci/drivers_probe").write_text(bdf)
+    assert host.process_writes() == 2
+    assert host.tree.driver_of(bdf) == "mlx5_core"
+
+
+def test_bind_honours_override_and_watcher_applies_writes(host: SimHost) -> None:
+    bdf = "0000:1a:00.4"
+    dev = host.sysfs_root / "bus/pci/devices" / bdf
+    host.tree.driver_dir("vfio-pci")
+    with host.effects_watcher(interval=0.002):
+        (dev / "driver" / "unbind").write_text(bdf)
+        (host.sysfs_root / "bus/pci/drivers/vfio-pci/bind").write_text(bdf)
+        for _ in range(500):
+            if host.tree.driver_of(bdf) == "vfio-pci":
+                break
+            time.sleep(0.005)
+    assert host.tree.driver_of(bdf) == "vfio-pci"
+    assert host.process_writes() == 0  # nothing left pending
+
+
+def test_topology_spec_from_yaml_shape(tmp_path: Path) -> None:
+    spec = TopologySpec.model_validate(
+        {
+            "name": "custom",
+            "roots": [
+                {
+                    "bus": 0x40,
+                    "numa_node": 1,
+                    "ports": [
+                        {
+                            "bdf": "0000:40:01.0",
+                            "child": {
+                                "kind": "gpu",
+                                "bdf": "0000:41:00.0",
+                                "model": "H200-SXM5-141GB",
+                            },
+                        },
+                        {"bdf": "0000:40:02.0", "adapter": "adapter0"},
+                    ],
+                }
+            ],
+        }
+    )
+    host = SimHost.build(spec.to_topology(), tmp_path / "custom")
+    assert sysfs.pcie_root(host.sysfs_root, "0000:41:00.0") == "pci0000:40"
+    assert sysfs.numa_node(host.sysfs_root, "0000:41:00.0") == 1
+    assert host.free_bdf("adapter0") == "0000:42:00.0"  # 0000:41:00.0 is the GPU
+    with pytest.raises(ValueError):
+        TopologySpec.model_validate({"name": "x", "roots": [{"bus": 1, "ports": [{"bdf": "bad"}]}]})
+
+
+def test_nic_hot_add_creates_vfs_under_the_adapter(tmp_path: Path) -> None:
+    host = SimHost.build(TOPOLOGIES["fabric-adapters"](), tmp_path / "n")
+    bdfs = host.hot_add("adapter1", Nic("0000:86:00.0", "ens9f0", total_vfs=4, num_vfs=2))
+    assert bdfs == ["0000:86:00.0", "0000:86:00.2", "0000:86:00.3"]
+    assert {sysfs.pcie_root(host.sysfs_root, b) for b in bdfs} == {"pci0000:85"}
+    assert {sysfs.numa_node(host.sysfs_root, b) for b in bdfs} == {1}
+
+
+def test_numa_node_minus_one_means_unknown(host: SimHost) -> None:
+    (host.tree.path_of("0000:18:00.0") / "numa_node").write_text("-1\n")
+    assert sysfs.numa_node(host.sysfs_root, "0000:18:00.0") is None
