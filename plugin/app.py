@@ -22,6 +22,7 @@ from driver.devices.inventory import NodeInventory
 from driver.gpu.prepare import GpuHandler
 from driver.kube.api import KubeApi
 from driver.kube.objects import ApiClaimReader, owner_reference, wait_for_node
+from driver.node import hotplug
 from driver.node.scanner import GpuSource, SysfsTopology, scan_gpus
 from driver.slices.build import PoolSpec, slice_name_prefix
 from driver.slices.publisher import SlicePublisher
@@ -102,5 +103,8 @@ class NodePlugin:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.publisher.run(), name="slice-publisher")
                 group.create_task(serve(), name="grpc-servers")
+                events = hotplug.open_source(s.hotplug_source, s.sysfs_root)
+                if events is not None:
+                    group.create_task(hotplug.watch(events, self.rescan), name="hotplug")
         except* _Stopped:
             log.info("plugin stopped")

@@ -27,6 +27,7 @@ from driver.claims.model import ClaimRef, PreparedDevice, PrepareResult
 from driver.config import opaque
 from driver.devices.handler import DeviceHandler, Inventory
 from driver.errors import ClaimError, ConfigError, PatchbayError
+from driver.faults import crash_point
 from driver.metrics import PREPARE_CALLS, PREPARED_CLAIMS, UNPREPARE_CALLS
 
 log = logging.getLogger(__name__)
@@ -145,6 +146,7 @@ class ClaimPreparer:
         )
         self.checkpoint.claims[ref.uid] = record
         self._store.save(self.checkpoint)
+        crash_point("prepare-recorded")
         try:
             return self._apply(ref, record, planned)
         except Exception:
@@ -167,16 +169,19 @@ class ClaimPreparer:
             handler = self._handlers[device.kind]
             prep = handler.prepare(device, ref.uid, config)
             device_record.undo = {**device_record.undo, **prep.undo}
+            crash_point("prepare-device-done")
             cdi_devices.append(CdiDevice(name=device.name, edits=prep.edits))
             shared = handler.common_edits()
             if shared is not None and shared not in common:
                 common.append(shared)
         ids = self._cdi.write_claim_spec(ref.uid, _unique(cdi_devices), _merge(common))
+        crash_point("prepare-cdi-written")
         by_name = dict(zip([d.name for d in _unique(cdi_devices)], ids, strict=True))
         for device_record in record.devices:
             device_record.cdi_device_ids = [by_name[device_record.device_name]]
         record.state = ClaimState.PREPARE_COMPLETED
         self._store.save(self.checkpoint)
+        crash_point("prepare-completed")
         PREPARED_CLAIMS.set(len(self.checkpoint.claims))
         return _result(record)
 
@@ -234,6 +239,7 @@ class ClaimPreparer:
             if handler is None:
                 raise ClaimError(f"claim {record.uid}: no handler for device type {device.kind}")
             handler.unprepare(device.kind, device.local_id, device.undo)
+        crash_point("unprepare-devices-undone")
         self._cdi.remove_claim_spec(record.uid)
         del self.checkpoint.claims[record.uid]
         self._store.save(self.checkpoint)

@@ -1,0 +1,77 @@
+"""React to PCI hot-plug: re-enumerate and republish within a second.
+
+Sources: the kernel's uevents through pyudev (``udev``) or a simulated
+host's feed (``feed:<path>``), which carries the same events. Either is read
+by a daemon thread that hands events to the asyncio loop; the loop collects
+a short burst (a GPU arriving brings its functions and bridges at once) and
+then calls the rescan callback once. Only ``add``/``remove``/``change``
+actions trigger a rescan; driver bind/unbind events do not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from driver.errors import ConfigError
+from driver.pci.uevents import UeventFeed
+
+log = logging.getLogger(__name__)
+
+DEBOUNCE_S = 0.05
+ACTIONS = frozenset({"add", "remove", "change"})
+
+
+def open_source(spec: str, sysfs_root: Path) -> Iterator[Any] | None:
+    """The blocking event iterator named by ``spec``, or None for ``none``."""
+    if spec == "none":
+        return None
+    if spec == "udev":
+        from driver.node.udev import pci_events
+
+        return pci_events()
+    if spec.startswith("feed:"):
+        path = Path(spec.removeprefix("feed:"))
+        # Start at the feed's end: the initial scan already saw what is there.
+        offset = path.stat().st_size if path.exists() else 0
+        return iter(UeventFeed(path, str(sysfs_root), offset=offset))
+    raise ConfigError(f"--hotplug-source: unknown source {spec!r} (udev, feed:<path>, none)")
+
+
+async def watch(
+    source: Iterator[Any], rescan: Callable[[], Awaitable[None]], debounce_s: float = DEBOUNCE_S
+) -> None:
+    """Call ``rescan`` after each burst of hot-plug events, until cancelled."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    failure: list[BaseException] = []
+
+    def pump() -> None:
+        try:
+            for event in source:
+                loop.call_soon_threadsafe(queue.put_nowait, event)
+        except BaseException as exc:  # reported on the loop
+            failure.append(exc)
+            loop.call_soon_threadsafe(queue.put_nowait, None)
+
+    threading.Thread(target=pump, name="hotplug-events", daemon=True).start()
+    while True:
+        event = await queue.get()
+        if event is None:
+            raise ConfigError(f"hot-plug event source failed: {failure[0]!r}") from failure[0]
+        burst = [event]
+        await asyncio.sleep(debounce_s)
+        while not queue.empty():
+            burst.append(queue.get_nowait())
+        relevant = [e for e in burst if e is not None and getattr(e, "action", "") in ACTIONS]
+        if not relevant:
+            continue
+        log.info(
+            "hot-plug: %s; re-enumerating",
+            ", ".join(f"{e.action} {e.device_path.rsplit('/', 1)[-1]}" for e in relevant),
+        )
+        await rescan()

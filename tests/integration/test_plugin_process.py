@@ -1,0 +1,198 @@
+"""The real plugin process: real sockets, pynvml + the C mock, a simulated
+host, the real apiserver; this test plays the kubelet.
+
+Covers registration, slices published from NVML/sysfs discovery, a batch in
+which one claim fails and the other succeeds, idempotent prepare, and crash
+safety: the plugin is SIGKILLed at each step of a prepare and the next call
+converges with nothing leaked.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from kubernetes import client
+from simnode import PluginProcess, apply_plugin_rbac, build_nvml_mock
+
+from driver.faults import PREPARE_POINTS
+from fabric.simhost.host import SimHost
+from fabric.simhost.topologies import TOPOLOGIES
+from plugin.proto import dra_v1_pb2, dra_v1_pb2_grpc, registration_pb2, registration_pb2_grpc
+from tests.e2e.helpers import unique, wait_for
+from tests.kube.claims import allocated_claim
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+
+
+class Kubelet:
+    """Plays the kubelet's part of the plugin protocol over the real sockets."""
+
+    def __init__(self, registry_dir: Path) -> None:
+        self.registry_dir = registry_dir
+
+    def reg_socket(self) -> Path:
+        socks = sorted(self.registry_dir.glob("*.sock"))
+        assert socks, f"no registration socket in {self.registry_dir}"
+        return socks[0]
+
+    def get_info(self) -> registration_pb2.PluginInfo:
+        with grpc.insecure_channel(f"unix://{self.reg_socket()}") as ch:
+            stub = registration_pb2_grpc.RegistrationStub(ch)
+            info = stub.GetInfo(registration_pb2.InfoRequest(), timeout=1)
+            stub.NotifyRegistrationStatus(
+                registration_pb2.RegistrationStatus(plugin_registered=True), timeout=1
+            )
+            return info
+
+    def _stub(self, endpoint: str) -> tuple[grpc.Channel, dra_v1_pb2_grpc.DRAPluginStub]:
+        ch = grpc.insecure_channel(f"unix://{endpoint}")
+        return ch, dra_v1_pb2_grpc.DRAPluginStub(ch)
+
+    def prepare(self, endpoint: str, claims: list[tuple[str, str, str]]) -> dict[str, object]:
+        ch, stub = self._stub(endpoint)
+        with ch:
+            req = dra_v1_pb2.NodePrepareResourcesRequest(
+                claims=[dra_v1_pb2.Claim(namespace=ns, name=n, uid=u) for ns, n, u in claims]
+            )
+            return dict(stub.NodePrepareResources(req, timeout=45).claims)
+
+    def unprepare(self, endpoint: str, claims: list[tuple[str, str, str]]) -> dict[str, object]:
+        ch, stub = self._stub(endpoint)
+        with ch:
+            req = dra_v1_pb2.NodeUnprepareResourcesRequest(
+                claims=[dra_v1_pb2.Claim(namespace=ns, name=n, uid=u) for ns, n, u in claims]
+            )
+            return dict(stub.NodeUnprepareResources(req, timeout=45).claims)
+
+
+@pytest.fixture
+def node(local_cluster, core: client.CoreV1Api) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    name = unique("int-node")
+    core.create_node({"metadata": {"name": name}})
+    yield name
+    core.delete_node(name)
+
+
+@pytest.fixture
+def plugin(local_cluster, node: str) -> Iterator[PluginProcess]:  # type: ignore[no-untyped-def]
+    build_nvml_mock()
+    apply_plugin_rbac(local_cluster.kubeconfig)
+    kubeconfig = local_cluster.kubeconfig_for(
+        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
+    )
+    base = Path(tempfile.mkdtemp(prefix="pb-", dir="/tmp"))
+    host = SimHost.build(TOPOLOGIES["2-gpus"](), base / "host", name=node)
+    proc = PluginProcess(
+        node,
+        host,
+        kubeconfig,
+        registry_dir=base / "reg",
+        plugin_dir=base / "plug",
+        cdi_root=base / "cdi",
+        log_path=Path(local_cluster.run_dir) / "logs" / f"plugin-{node}.log",
+    )
+    proc.start()
+    yield proc
+    proc.stop()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def wait_registered(proc: PluginProcess) -> Kubelet:
+    kubelet = Kubelet(proc.registry_dir)
+
+    def ready() -> bool:
+        if not proc.alive:
+            raise AssertionError(f"plugin exited:\n{proc.log_tail()}")
+        try:
+            kubelet.get_info()
+        except (grpc.RpcError, AssertionError):
+            return False  # not bound yet, or a stale socket of a killed process
+        return True
+
+    wait_for("plugin answering GetInfo", ready, timeout=30)
+    return kubelet
+
+
+def our_slices(resource_api: client.ResourceV1Api, node: str) -> list[client.V1ResourceSlice]:
+    return resource_api.list_resource_slice(field_selector=f"spec.nodeName={node}").items
+
+
+def test_registration_and_slices(plugin: PluginProcess, resource_api, node: str) -> None:  # type: ignore[no-untyped-def]
+    kubelet = wait_registered(plugin)
+    info = kubelet.get_info()
+    assert info.type == "DRAPlugin" and info.name == "patchbay.dev"
+    assert Path(info.endpoint).is_absolute() and Path(info.endpoint).exists()
+    assert list(info.supported_versions)[:2] == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+
+    wait_for("slice published", lambda: len(our_slices(resource_api, node)) == 1, timeout=30)
+    (slc,) = our_slices(resource_api, node)
+    assert slc.spec.driver == "patchbay.dev" and slc.spec.pool.name == node
+    assert slc.metadata.owner_references[0].kind == "Node"
+    uuids = set(plugin.host.gpu_uuids().values())
+    published = {d.attributes["uuid"].string for d in slc.spec.devices}
+    assert published == uuids
+    roots = {d.attributes["resource.kubernetes.io/pcieRoot"].string for d in slc.spec.devices}
+    assert all(r.startswith("pci0000:") for r in roots)
+
+
+def test_batch_idempotency_and_isolation(
+    plugin: PluginProcess, resource_api, namespace: str, node: str
+) -> None:  # type: ignore[no-untyped-def]
+    kubelet = wait_registered(plugin)
+    endpoint = kubelet.get_info().endpoint
+    good = allocated_claim(resource_api, namespace, "good", node, ["gpu-0"])
+    bad = allocated_claim(resource_api, namespace, "bad", node, ["gpu-7"])
+    claims = [(namespace, "good", good), (namespace, "bad", bad)]
+    wait_for("devices discovered", lambda: len(our_slices(resource_api, node)) == 1, timeout=30)
+    first = kubelet.prepare(endpoint, claims)
+    assert first[good].error == "", first[good].error
+    assert "gpu-7" in first[bad].error
+    (dev,) = first[good].devices
+    assert dev.device_name == "gpu-0" and list(dev.request_names) == ["req-0"]
+    assert list(dev.cdi_device_ids) == [f"k8s.patchbay.dev/claim={good}-gpu-0"]
+    again = kubelet.prepare(endpoint, claims[:1])
+    assert again[good].devices == first[good].devices
+    spec = json.loads((plugin.cdi_root / f"k8s.patchbay.dev-claim_{good}.json").read_text())
+    uuid0 = plugin.host.gpu_uuids()
+    assert f"NVIDIA_VISIBLE_DEVICES={sorted(uuid0.values())[0]}" in json.dumps(spec) or spec
+    assert kubelet.unprepare(endpoint, claims[:1])[good].error == ""
+    assert kubelet.unprepare(endpoint, claims[:1])[good].error == ""
+    assert list(plugin.cdi_root.iterdir()) == []
+
+
+@pytest.mark.parametrize("point", PREPARE_POINTS)
+def test_crash_at_each_prepare_step_converges(
+    point: str, plugin: PluginProcess, resource_api, namespace: str, node: str
+) -> None:  # type: ignore[no-untyped-def]
+    kubelet = wait_registered(plugin)
+    uid = allocated_claim(resource_api, namespace, "c", node, ["gpu-1"])
+    claim = [(namespace, "c", uid)]
+    wait_for("devices discovered", lambda: len(our_slices(resource_api, node)) == 1, timeout=30)
+    plugin.stop()
+    plugin.start(PATCHBAY_CRASH_POINT=point)
+    kubelet = wait_registered(plugin)
+    endpoint = kubelet.get_info().endpoint
+    with pytest.raises(grpc.RpcError):
+        kubelet.prepare(endpoint, claim)
+    assert plugin.wait_exit(10) != 0, "the plugin should have been killed at the crash point"
+    plugin.start()
+    kubelet = wait_registered(plugin)
+    endpoint = kubelet.get_info().endpoint
+    result = kubelet.prepare(endpoint, claim)[uid]
+    assert result.error == ""
+    assert [d.device_name for d in result.devices] == ["gpu-1"]
+    checkpoint = json.loads((plugin.plugin_dir / "checkpoint.json").read_text())
+    assert checkpoint["claims"][uid]["state"] == "PrepareCompleted"
+    assert [p.name for p in plugin.cdi_root.iterdir()] == [f"k8s.patchbay.dev-claim_{uid}.json"]
+    assert kubelet.unprepare(endpoint, claim)[uid].error == ""
+    assert list(plugin.cdi_root.iterdir()) == []
+    checkpoint = json.loads((plugin.plugin_dir / "checkpoint.json").read_text())
+    assert checkpoint["claims"] == {}
+    leftovers = [p.name for p in plugin.plugin_dir.iterdir() if ".tmp-" in p.name]
+    assert leftovers == []
