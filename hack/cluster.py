@@ -53,21 +53,22 @@ BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager
 # Only gates the pinned release still lets us set (not GA-locked): see
 # pkg/features/kube_features.go at the pinned k8s.io/kubernetes version.
 # DRAResourceClaimDeviceStatus, DRAPrioritizedList, DRAAdminAccess and
-# DRAExtendedResource are GA and locked on in 1.37, so they are on anyway.
+# DRAExtendedResource are GA and locked on in 1.37; DRADeviceTaints is GA and on
+# by default (setting it only logs a warning), so all of those are on anyway.
 FEATURE_GATES = (
     "DRAPartitionableDevices",
     "DRADeviceBindingConditions",
     "DRAConsumableCapacity",
-    "DRADeviceTaints",
     "ResourceHealthStatus",
 )
 RUNTIME_CONFIG = (
     "resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true,resource.k8s.io/v1alpha3=true"
 )
 SERVICE_CIDR = "10.0.0.0/24"
-# The node lifecycle controller would mark hand-made Node objects (tests) NotReady
-# and taint them after the grace period, because nothing heartbeats for them.
-CONTROLLERS = "*,-nodelifecycle"
+# The node lifecycle controller removes the not-ready taint that admission puts on
+# every new Node once it reports Ready; tests also create Node objects by hand that
+# nothing heartbeats for, so the grace period before "unknown" is an hour, not 50s.
+NODE_MONITOR_GRACE = "1h"
 
 
 class PrerequisiteError(RuntimeError):
@@ -211,6 +212,7 @@ class LocalCluster:
                          "DNS:kubernetes.default", "DNS:kubernetes.default.svc"),
         )  # fmt: skip
         sa = self.pki.service_account_keys()
+        proxy = self.pki.issue("front-proxy-client", "front-proxy-client")
         return [
             str(bins / "kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{etcd_port}",
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port}",
@@ -221,6 +223,13 @@ class LocalCluster:
             "--service-account-issuer=https://kubernetes.default.svc",
             f"--service-cluster-ip-range={SERVICE_CIDR}", f"--feature-gates={gates}",
             f"--runtime-config={RUNTIME_CONFIG}", f"--cert-dir={self.run_dir / 'apiserver-certs'}",
+            # The aggregation-layer CA: without it every client logs a missing CA bundle.
+            f"--requestheader-client-ca-file={self.pki.ca.cert}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={proxy.cert}", f"--proxy-client-key-file={proxy.key}",
             # Loopback cannot be an endpoint of the kubernetes Service; nothing here needs one.
             "--endpoint-reconciler-type=none",
             "--profiling=false", "--v=1",
@@ -238,7 +247,8 @@ class LocalCluster:
         sa = self.pki.service_account_keys()
         return [
             str(bins / "kube-controller-manager"), *self._common(kubeconfig, port, gates, "kcm"),
-            f"--controllers={CONTROLLERS}", "--use-service-account-credentials=true",
+            "--controllers=*", f"--node-monitor-grace-period={NODE_MONITOR_GRACE}",
+            "--use-service-account-credentials=true",
             f"--service-account-private-key-file={sa.key}", f"--root-ca-file={self.pki.ca.cert}",
             f"--cluster-signing-cert-file={self.pki.ca.cert}",
             f"--cluster-signing-key-file={self.pki.ca.key}",

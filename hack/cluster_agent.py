@@ -64,8 +64,8 @@ class NodeAgent:
             binary = cluster.binaries / "node-agent"
         self.binary = binary
         self.component: Component | None = None
-        # Room for "plugins_registry/<driver>-<pod uid>-reg.sock" under the root.
-        longest = self.root_dir / "plugins_registry" / ("x" * 63 + "-" + "u" * 36 + "-reg.sock")
+        # Room for "plugins_registry/<driver>-<pod uid>-reg.sock" (a 24-char driver name).
+        longest = self.root_dir / "plugins_registry" / ("x" * 24 + "-" + "u" * 36 + "-reg.sock")
         if len(str(longest)) > SOCKET_PATH_LIMIT:
             log.warning("root dir %s may be too long for plugin sockets", self.root_dir)
 

@@ -55,11 +55,14 @@ def diff_pool(
     desired: Sequence[DesiredSlice],
     stored: Mapping[str, Mapping[str, Any]],
     owner: Mapping[str, Any] | None,
+    last_written: int = 0,
 ) -> PoolDiff:
     """Compare the desired slices with the stored ones (by name).
 
     Any difference rewrites the whole pool at a new generation, so the
-    scheduler never combines slices from two versions of the pool.
+    scheduler never combines slices from two versions of the pool. The new
+    generation is above both what is stored and ``last_written``, so it only
+    ever grows, even when every slice was deleted behind our back.
     """
     generations = {int(o["spec"]["pool"].get("generation", 0)) for o in stored.values()}
     counts = {int(o["spec"]["pool"].get("resourceSliceCount", 0)) for o in stored.values()}
@@ -76,7 +79,7 @@ def diff_pool(
         return PoolDiff(True, current, (), (), ())
     return PoolDiff(
         in_sync=False,
-        generation=current + 1,
+        generation=max(current, last_written) + 1,
         to_create=tuple(n for n in wanted if n not in stored),
         to_update=tuple(n for n in wanted if n in stored),
         to_delete=tuple(sorted(n for n in stored if n not in wanted)),

@@ -44,6 +44,7 @@ class SlicePublisher:
         self._field_manager = field_manager
         self._cache: dict[str, dict[str, Any]] = {}
         self._desired: PoolSpec | None = None
+        self._generation = 0
         self._dirty = asyncio.Event()
         self._synced = asyncio.Event()
         self.in_sync = asyncio.Event()
@@ -127,7 +128,7 @@ class SlicePublisher:
 
     async def _reconcile(self, pool: PoolSpec) -> None:
         desired = build_slices(pool)
-        diff = diff_pool(desired, self._cache, pool.owner)
+        diff = diff_pool(desired, self._cache, pool.owner, self._generation)
         if diff.in_sync:
             self.in_sync.set()
             return
@@ -140,6 +141,7 @@ class SlicePublisher:
             len(diff.to_delete),
         )
         count = len(desired)
+        self._generation = diff.generation
         for want in desired:
             body = slice_object(pool, want, diff.generation, count)
             if want.name in diff.to_update:

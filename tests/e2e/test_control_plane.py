@@ -149,7 +149,7 @@ def test_apiserver_rejects_attribute_name_over_32_chars(resource_api: client.Res
         "spec.devices[0].attributes",
         resource_api.delete_resource_slice,
     )
-    assert long_id in message
+    assert "32" in message
     device["attributes"] = {f"patchbay.dev/{long_id[:32]}": {"string": "x"}}
     resource_api.create_resource_slice(slice_body(name, driver, "nowhere", [device]), dry_run="All")
 

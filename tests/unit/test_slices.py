@@ -137,3 +137,8 @@ def test_matches_is_strict_about_values() -> None:
     assert matches({"a": [1, 2]}, {"a": [1, 2], "b": None})
     assert not matches({"a": [1, 2]}, {"a": [1, 2], "b": 1})
     assert not matches({"a": [1, 2]}, {"a": [2, 1]})
+
+
+def test_generation_never_goes_back_after_a_wipe() -> None:
+    p = pool([gpu(0)])
+    assert diff_pool(build_slices(p), {}, OWNER, last_written=5).generation == 6

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/component-helpers/apimachinery/lease"
@@ -51,64 +53,49 @@ func (n *nodeKeeper) get(ctx context.Context) (*v1.Node, error) {
 }
 
 // register creates the Node (or adopts an existing one) and sets its status.
+// Updates are patches, as the kubelet's: NodeRestriction refuses a node that
+// writes back a stale copy of its own taints.
 func (n *nodeKeeper) register(ctx context.Context) error {
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: n.labels}}
 	_, err := n.client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
-	}
 	if apierrors.IsAlreadyExists(err) {
-		existing, err := n.get(ctx)
-		if err != nil {
-			return err
-		}
-		changed := false
-		if existing.Labels == nil {
-			existing.Labels = map[string]string{}
-		}
-		for k, v := range n.labels {
-			if existing.Labels[k] != v {
-				existing.Labels[k], changed = v, true
-			}
-		}
-		if changed {
-			if _, err := n.client.CoreV1().Nodes().Update(ctx, existing, metav1.UpdateOptions{}); err != nil {
-				return err
-			}
-		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": n.labels}})
+		_, err = n.client.CoreV1().Nodes().Patch(ctx, n.name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	}
+	if err != nil {
+		return err
 	}
 	return n.updateStatus(ctx)
 }
 
 func (n *nodeKeeper) updateStatus(ctx context.Context) error {
-	node, err := n.get(ctx)
+	now := metav1.Now()
+	status := v1.NodeStatus{
+		Capacity:    n.capacity.DeepCopy(),
+		Allocatable: n.capacity.DeepCopy(),
+		Addresses:   []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "127.0.0.1"}, {Type: v1.NodeHostName, Address: n.name}},
+		NodeInfo: v1.NodeSystemInfo{
+			KubeletVersion: "patchbay-node-agent", OperatingSystem: "linux", Architecture: "amd64",
+		},
+		Conditions: []v1.NodeCondition{{
+			Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady",
+			Message: "patchbay node agent is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now,
+		}},
+	}
+	if node, err := n.get(ctx); err == nil {
+		for _, c := range node.Status.Conditions {
+			if c.Type == v1.NodeReady && c.Status == v1.ConditionTrue {
+				status.Conditions[0].LastTransitionTime = c.LastTransitionTime
+			}
+		}
+	}
+	patch, err := json.Marshal(map[string]any{"status": status})
 	if err != nil {
 		return err
 	}
-	now := metav1.Now()
-	node.Status.Capacity = n.capacity.DeepCopy()
-	node.Status.Allocatable = n.capacity.DeepCopy()
-	node.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "127.0.0.1"}, {Type: v1.NodeHostName, Address: n.name}}
-	node.Status.NodeInfo.KubeletVersion = "patchbay-node-agent"
-	node.Status.NodeInfo.OperatingSystem = "linux"
-	node.Status.NodeInfo.Architecture = "amd64"
-	ready := v1.NodeCondition{
-		Type: v1.NodeReady, Status: v1.ConditionTrue, Reason: "KubeletReady",
-		Message: "patchbay node agent is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now,
-	}
-	conditions := []v1.NodeCondition{}
-	for _, c := range node.Status.Conditions {
-		if c.Type == v1.NodeReady {
-			if c.Status == v1.ConditionTrue {
-				ready.LastTransitionTime = c.LastTransitionTime
-			}
-			continue
-		}
-		conditions = append(conditions, c)
-	}
-	node.Status.Conditions = append(conditions, ready)
-	if _, err := n.client.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("update node status: %w", err)
+	_, err = n.client.CoreV1().Nodes().Patch(ctx, n.name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil {
+		return fmt.Errorf("patch node status: %w", err)
 	}
 	return nil
 }

@@ -1,0 +1,213 @@
+"""patchbay end to end on the real control plane.
+
+Two simulated nodes (4 and 2 GPUs), each with the node agent (the kubelet's
+DRA manager) and a real plugin process. The real scheduler allocates from
+the slices we publish; the node agent prepares through our socket and
+resolves the CDI IDs with the upstream CDI library.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+from simnode import SimNode, apply_plugin_rbac, build_nvml_mock
+
+from tests.e2e.helpers import delete_quietly, unique, wait_for
+
+pytestmark = pytest.mark.cluster
+
+REPO = Path(__file__).resolve().parents[2]
+SIZES = {"4x-h100": 4, "2-gpus": 2}
+
+
+def apply_deviceclasses(resource_api: client.ResourceV1Api) -> None:
+    for path in sorted((REPO / "deviceclasses").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc["kind"] == "DeviceClass":
+                with contextlib.suppress(ApiException):
+                    resource_api.create_device_class(doc)
+
+
+@pytest.fixture(scope="module")
+def nodes(local_cluster, resource_api, core) -> Iterator[dict[str, SimNode]]:  # type: ignore[no-untyped-def]
+    build_nvml_mock()
+    apply_plugin_rbac(local_cluster.kubeconfig)
+    apply_deviceclasses(resource_api)
+    kubeconfig = local_cluster.kubeconfig_for(
+        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
+    )
+    sims = {topo: SimNode(local_cluster, unique("gpu"), topo, kubeconfig).start() for topo in SIZES}
+    try:
+        for topo, sim in sims.items():
+            wait_for(
+                f"{SIZES[topo]} devices of {sim.name} published",
+                lambda sim=sim, n=SIZES[topo]: (
+                    sim.check_alive(),
+                    len(node_devices(resource_api, sim.name)) == n,
+                )[1],
+                timeout=90,
+            )
+        yield sims
+    finally:
+        for sim in sims.values():
+            sim.stop()
+            delete_quietly(core.delete_node, sim.name)
+
+
+def node_slices(resource_api: client.ResourceV1Api, node: str) -> list[Any]:
+    return resource_api.list_resource_slice(field_selector=f"spec.nodeName={node}").items
+
+
+def node_devices(resource_api: client.ResourceV1Api, node: str) -> list[Any]:
+    return [d for s in node_slices(resource_api, node) for d in (s.spec.devices or [])]
+
+
+def gpu_pod(core: client.CoreV1Api, namespace: str, name: str, node: str, template: str) -> None:
+    core.create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": node},
+                "containers": [
+                    {"name": "main", "image": "pause", "resources": {"claims": [{"name": "gpu"}]}}
+                ],
+                "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
+            },
+        },
+    )
+
+
+def template(resource_api: client.ResourceV1Api, namespace: str, count: int) -> str:
+    name = f"gpus-{count}"
+    resource_api.create_namespaced_resource_claim_template(
+        namespace,
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "spec": {
+                    "devices": {
+                        "requests": [
+                            {
+                                "name": "gpu",
+                                "exactly": {
+                                    "deviceClassName": "gpu.patchbay.dev",
+                                    "allocationMode": "ExactCount",
+                                    "count": count,
+                                },
+                            }
+                        ]
+                    }
+                }
+            },
+        },
+    )
+    return name
+
+
+def phase(core: client.CoreV1Api, namespace: str, name: str) -> str:
+    try:
+        return str(core.read_namespaced_pod(name, namespace).status.phase)
+    except ApiException as exc:
+        if exc.status == 404:
+            return "Gone"
+        raise
+
+
+def test_slices_pass_validation_with_topology(nodes, resource_api) -> None:  # type: ignore[no-untyped-def]
+    for topo, sim in nodes.items():
+        (slc,) = node_slices(resource_api, sim.name)
+        assert slc.spec.pool.name == sim.name and slc.spec.pool.resource_slice_count == 1
+        devs = slc.spec.devices
+        assert len(devs) == SIZES[topo]
+        assert {d.attributes["uuid"].string for d in devs} == set(sim.host.gpu_uuids().values())
+        for d in devs:
+            assert d.attributes["resource.kubernetes.io/pcieRoot"].string.startswith("pci")
+            assert d.capacity["memory"].value.endswith("Mi")
+
+
+def test_pod_gets_gpus_and_frees_them(nodes, resource_api, core, namespace) -> None:  # type: ignore[no-untyped-def]
+    sim = nodes["2-gpus"]
+    tmpl = template(resource_api, namespace, 2)
+    gpu_pod(core, namespace, "first", sim.name, tmpl)
+    wait_for("first pod Running", lambda: phase(core, namespace, "first") == "Running", timeout=90)
+    record = sim.agent.pod_record(namespace, "first")
+    assert record is not None
+    (container,) = record["containers"].values()  # type: ignore[union-attr]
+    claim = resource_api.read_namespaced_resource_claim(
+        core.read_namespaced_pod("first", namespace)
+        .status.resource_claim_statuses[0]
+        .resource_claim_name,
+        namespace,
+    )
+    uid = claim.metadata.uid
+    devices = sorted(r.device for r in claim.status.allocation.devices.results)
+    assert devices == ["gpu-0", "gpu-1"]
+    assert sorted(container["cdiDevices"]) == [f"k8s.patchbay.dev/claim={uid}-{d}" for d in devices]
+    uuids = set(sim.host.gpu_uuids().values())
+    visible = {
+        e.split("=", 1)[1] for e in container["env"] if e.startswith("NVIDIA_VISIBLE_DEVICES=")
+    }
+    assert visible <= uuids and len(visible) >= 1
+    assert "/dev/nvidiactl" in {n["path"] for n in container["deviceNodes"]}
+    spec_file = sim.agent.cdi_root / f"k8s.patchbay.dev-claim_{uid}.json"
+    assert spec_file.exists()
+
+    gpu_pod(core, namespace, "second", sim.name, tmpl)
+    time.sleep(3)
+    assert phase(core, namespace, "second") == "Pending"
+    core.delete_namespaced_pod("first", namespace)
+    wait_for("first pod gone", lambda: phase(core, namespace, "first") == "Gone", timeout=60)
+    assert not spec_file.exists(), "unprepare removes the claim's CDI spec"
+    wait_for(
+        "second pod Running", lambda: phase(core, namespace, "second") == "Running", timeout=90
+    )
+
+
+def test_deleted_slice_is_restored(nodes, resource_api) -> None:  # type: ignore[no-untyped-def]
+    sim = nodes["4x-h100"]
+    (slc,) = node_slices(resource_api, sim.name)
+    resource_api.delete_resource_slice(slc.metadata.name)
+    wait_for(
+        "slice restored",
+        lambda: (
+            [s.metadata.uid for s in node_slices(resource_api, sim.name)]
+            not in ([], [slc.metadata.uid])
+        ),
+        timeout=30,
+    )
+    (again,) = node_slices(resource_api, sim.name)
+    assert len(again.spec.devices) == 4
+    assert again.spec.pool.generation > slc.spec.pool.generation
+
+
+def test_idle_node_makes_zero_slice_writes(nodes, resource_api) -> None:  # type: ignore[no-untyped-def]
+    sim = nodes["4x-h100"]
+    listing = resource_api.list_resource_slice(field_selector=f"spec.nodeName={sim.name}")
+    events: list[str] = []
+    w = watch.Watch()
+
+    def collect() -> None:
+        for ev in w.stream(
+            resource_api.list_resource_slice,
+            field_selector=f"spec.nodeName={sim.name}",
+            resource_version=listing.metadata.resource_version,
+            timeout_seconds=65,
+        ):
+            events.append(ev["type"])
+
+    thread = threading.Thread(target=collect, daemon=True)
+    thread.start()
+    thread.join(timeout=70)
+    w.stop()
+    sim.check_alive()
+    assert events == [], f"an idle node wrote its slices: {events}"
