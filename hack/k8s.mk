@@ -13,20 +13,24 @@ K8S_BIN_DIR := $(K8S_CACHE_ROOT)/k8s-$(K8S_VERSION)-$(K8S_SUM_HASH)/bin
 K8S_CP_BINS := etcd kube-apiserver kube-scheduler kube-controller-manager
 K8S_GO_BUILD := go build -mod=readonly -p 2 -trimpath -ldflags "-s -w"
 
-k8s-go-check:
-	@command -v go >/dev/null 2>&1 || { \
+# Go is only needed when something must be built: a complete cache works without it.
+K8S_NEED_GO = command -v go >/dev/null 2>&1 || { \
 	  echo "k8s-bins: the 'go' command is not on PATH. Install Go >= 1.26 (https://go.dev/dl)" \
 	       "to build the local control plane ($(K8S_VERSION))." >&2; exit 1; }
+
+k8s-go-check:
+	@$(K8S_NEED_GO)
 	@test -n "$(K8S_VERSION)" || { echo "k8s-bins: no k8s.io/kubernetes version in $(K8S_MOD_DIR)/go.mod" >&2; exit 1; }
 
 # Control plane: built once per (version, go.sum); an interrupted build leaves
 # only a temporary directory, never a half-filled bin dir.
 k8s-bins: k8s-control-plane k8s-node-agent ## build (or reuse) etcd + kube-* + node-agent in the cache
 
-k8s-control-plane: k8s-go-check
+k8s-control-plane:
 	@set -e; dir='$(K8S_BIN_DIR)'; missing=; \
 	for b in $(K8S_CP_BINS); do [ -x "$$dir/$$b" ] || missing="$$missing $$b"; done; \
 	if [ -z "$$missing" ]; then echo "k8s $(K8S_VERSION) control plane cached in $$dir"; exit 0; fi; \
+	$(K8S_NEED_GO); \
 	echo "building k8s $(K8S_VERSION) control plane into $$dir (cold build: tens of minutes on 2 cores)"; \
 	start=$$(date +%s); tmp="$$dir.tmp.$$$$"; rm -rf "$$tmp"; mkdir -p "$$tmp"; \
 	trap 'rm -rf "$$tmp"' EXIT; \
@@ -38,11 +42,12 @@ k8s-control-plane: k8s-go-check
 
 # The node agent changes more often than the pin: rebuilt whenever a hash of its
 # sources (and go.sum) differs from the one recorded next to the binary.
-k8s-node-agent: k8s-go-check ## build (or reuse) the node agent in the cache
+k8s-node-agent: ## build (or reuse) the node agent in the cache
 	@set -e; dir='$(K8S_BIN_DIR)'; \
 	[ -d $(K8S_MOD_DIR)/cmd/node-agent ] || exit 0; \
 	src=$$(find $(K8S_MOD_DIR)/cmd/node-agent -name '*.go' | sort | xargs cat $(K8S_MOD_DIR)/go.sum | sha256sum | cut -c1-16); \
 	if [ -x "$$dir/node-agent" ] && [ "$$(cat "$$dir/node-agent.src" 2>/dev/null)" = "$$src" ]; then exit 0; fi; \
+	$(K8S_NEED_GO); \
 	mkdir -p "$$dir"; start=$$(date +%s); \
 	(cd $(K8S_MOD_DIR) && $(K8S_GO_BUILD) -o "$$dir/node-agent.tmp" ./cmd/node-agent); \
 	mv -f "$$dir/node-agent.tmp" "$$dir/node-agent"; echo "$$src" > "$$dir/node-agent.src"; \

@@ -28,6 +28,7 @@ from driver.slices.build import PoolSpec, slice_name_prefix
 from driver.slices.publisher import SlicePublisher
 from plugin.flock import ClaimLock
 from plugin.grpc_server import PluginServers
+from plugin.http_server import serve_http
 from plugin.settings import PluginSettings
 from plugin.sockets import socket_paths
 
@@ -54,7 +55,7 @@ class NodePlugin:
             pool_name=self.pool_name,
         )
         self.owner: dict[str, Any] | None = None
-        self._rescan = asyncio.Event()
+        self._serving = False
 
     async def rescan(self) -> None:
         """Re-enumerate the node's devices and republish if anything changed."""
@@ -73,6 +74,10 @@ class NodePlugin:
             )
         if changed:
             log.info("node pool now has %d devices", len(devices))
+
+    def healthy(self) -> bool:
+        """Ready once the pool has been published and the servers are up."""
+        return self._serving and self.publisher.in_sync.is_set()
 
     async def run(self) -> None:
         s = self.settings
@@ -96,13 +101,17 @@ class NodePlugin:
         servers = PluginServers(paths, preparer, None, lock=lock)
 
         async def serve() -> None:
+            self._serving = True
             await servers.run()
+            self._serving = False
             raise _Stopped
 
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.publisher.run(), name="slice-publisher")
                 group.create_task(serve(), name="grpc-servers")
+                if s.metrics_port:
+                    group.create_task(serve_http(s.metrics_port, self.healthy), name="http")
                 events = hotplug.open_source(s.hotplug_source, s.sysfs_root)
                 if events is not None:
                     group.create_task(hotplug.watch(events, self.rescan), name="hotplug")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -127,9 +128,18 @@ class ClaimPreparer:
         record = self.checkpoint.claims.get(ref.uid)
         if record is not None and record.state is ClaimState.PREPARE_COMPLETED:
             return _result(record)
+        started = time.perf_counter()
         claim = await self._reader.read_claim(ref.namespace, ref.name)
+        read = time.perf_counter()
         allocation = parse_allocation(claim, ref.uid, self._inventory.pools())
-        return await asyncio.to_thread(self._prepare_sync, ref, allocation)
+        result = await asyncio.to_thread(self._prepare_sync, ref, allocation)
+        log.debug(
+            "claim %s prepared in %.1f ms (claim read %.1f ms)",
+            ref.uid,
+            (time.perf_counter() - started) * 1000,
+            (read - started) * 1000,
+        )
+        return result
 
     def _prepare_sync(self, ref: ClaimRef, allocation: Allocation) -> PrepareResult:
         stale = self.checkpoint.claims.get(ref.uid)
@@ -145,7 +155,11 @@ class ClaimPreparer:
             devices=[p[0] for p in planned],
         )
         self.checkpoint.claims[ref.uid] = record
-        self._store.save(self.checkpoint)
+        # PrepareStarted must be durable before a handler changes hardware
+        # (MIG instances, driver binding); CDI-only devices have nothing to
+        # undo but a spec file, which start-up garbage collection removes.
+        if any(self._handlers[device.kind].has_side_effects for _, device, _ in planned):
+            self._store.save(self.checkpoint)
         crash_point("prepare-recorded")
         try:
             return self._apply(ref, record, planned)

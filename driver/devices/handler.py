@@ -27,6 +27,9 @@ class Preparation:
 
 class DeviceHandler(Protocol):
     kind: str
+    # True when prepare changes the device itself (not only CDI edits), so
+    # the claim must be checkpointed as PrepareStarted before it runs.
+    has_side_effects: bool
 
     def plan_undo(self, device: Device) -> dict[str, Any]:
         """What unprepare needs, known before any side effect happens (it is

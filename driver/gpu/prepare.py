@@ -28,6 +28,7 @@ class GpuHandler:
     """The :class:`driver.devices.handler.DeviceHandler` for full GPUs."""
 
     kind = "gpu"
+    has_side_effects = False
 
     def __init__(self, dev_root: Path = Path("/dev")) -> None:
         self._dev_root = dev_root

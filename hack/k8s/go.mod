@@ -1,4 +1,4 @@
-// Module patchbay-k8s builds the Kubernetes control plane (and the node agent)
+// This module builds the Kubernetes control plane (and the node agent)
 // from upstream Go modules at ONE pinned release: the k8s.io/kubernetes
 // version below. The k8s.io/* staging replaces are derived from it; change
 // it only with 'make k8s-pin K8S_PIN=vX.Y.Z'.

@@ -41,18 +41,17 @@ def missing_prerequisite(reason: str) -> None:
 
 
 def _binaries() -> Path:
+    """The cached binaries, built first if needed (Go is only needed to build)."""
     for tool in ("make", "openssl"):
         if shutil.which(tool) is None:
             missing_prerequisite(f"'{tool}' is not on PATH")
     try:
-        if shutil.which("go") is not None:
-            return localk8s.bin_dir(build=True)  # a no-op when the cache is complete
-        bins = localk8s.bin_dir()
+        bins = localk8s.bin_dir(build=True)  # a no-op when the cache is complete
     except localk8s.PrerequisiteError as err:
-        missing_prerequisite(str(err))
+        missing_prerequisite(f"{err} (is Go >= 1.26 installed?)")
     missing = localk8s.missing_binaries(bins)
     if missing:
-        missing_prerequisite(f"Go is not installed and {bins} lacks {', '.join(missing)}")
+        missing_prerequisite(f"{bins} lacks {', '.join(missing)}")
     return bins
 
 

@@ -236,3 +236,31 @@ async def test_config_of_wrong_kind_for_device_fails_claim(env) -> None:  # type
         assert "NicConfig" in err and "gpu-0" in err
     finally:
         opaque.KINDS.pop("NicConfig")
+
+
+async def test_started_state_is_durable_before_hardware_changes(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    class Hardware(FlakyHandler):
+        has_side_effects = True
+
+        def prepare(
+            self, device: Device, claim_uid: str, config: DeviceConfig | None
+        ) -> Preparation:
+            on_disk = json.loads((tmp_path / "cp.json").read_text())
+            seen.append(on_disk["claims"][claim_uid]["state"])
+            return super().prepare(device, claim_uid, config)
+
+    inv = NodeInventory()
+    inv.replace_pool(NODE, [Device(name="gpu-0", kind="gpu", local_id="GPU-0")])
+    reader = Reader()
+    prep = ClaimPreparer(
+        reader,
+        inv,
+        {"gpu": Hardware(tmp_path / "dev")},
+        CheckpointStore(tmp_path / "cp.json", "boot"),
+        CdiRegistry(tmp_path / "cdi"),
+    )
+    ref = reader.add("c", ["gpu-0"])
+    assert (await prep.prepare([ref]))[ref.uid].error == ""
+    assert seen == ["PrepareStarted"]

@@ -1,0 +1,1 @@
+"""Benchmarks: print figures, assert nothing. Run with ``make bench``."""
