@@ -62,3 +62,11 @@ clean: ## remove build outputs in the tree (not the binary cache)
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache hack/nvml-mock/build run
 
 .PHONY: help venv lint fmt proto proto-check test-unit test-integration test-e2e test bench clean
+
+demo: venv nvml-mock k8s-bins ## local cluster + two simulated GPU nodes; shows which pod got which GPU
+	$(PY) hack/demo.py up
+
+demo-down: venv ## stop everything `make demo` started
+	$(PY) hack/demo.py down
+
+.PHONY: demo demo-down
