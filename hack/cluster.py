@@ -109,8 +109,11 @@ class LocalCluster:
         self.startup_seconds: float | None = None
         self.server = ""
         self._state = self.run_dir / "state.json"
-        if self._state.exists():
-            self.server = json.loads(self._state.read_text())["server"]
+        if self._state.exists():  # a cluster started earlier (e.g. by the CLI)
+            state = json.loads(self._state.read_text())
+            self.server = state["server"]
+            if self.binaries is None and state.get("binaries"):
+                self.binaries = Path(state["binaries"])
 
     # -- identities ---------------------------------------------------------
 
@@ -131,7 +134,7 @@ class LocalCluster:
 
     def up(self, *, timeout: float = 180.0, detach: bool = False) -> LocalCluster:
         """Start everything and wait until ready; on failure stop what started."""
-        binaries = self.binaries or bin_dir()
+        binaries = self.binaries = self.binaries or bin_dir()
         missing = missing_binaries(binaries)
         if missing:
             raise PrerequisiteError(
@@ -164,7 +167,8 @@ class LocalCluster:
         self.pki.init()
         etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
         self.server = f"https://127.0.0.1:{api_port}"
-        self._state.write_text(json.dumps({"server": self.server}) + "\n")
+        state = {"server": self.server, "binaries": str(bins)}
+        self._state.write_text(json.dumps(state) + "\n")
         gates = ",".join(f"{g}=true" for g in FEATURE_GATES)
         etcd = self._spawn("etcd", self._etcd_argv(bins, etcd_port, peer_port), detach=detach)
         etcd.wait_ready(lambda: _http_ok(f"http://127.0.0.1:{etcd_port}/health"), timeout)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from driver import DRIVER_NAME
@@ -19,11 +20,10 @@ from driver.cdi import CdiRegistry
 from driver.checkpoint import CheckpointStore, read_boot_id
 from driver.claims.preparer import ClaimPreparer
 from driver.devices.inventory import NodeInventory
-from driver.gpu.prepare import GpuHandler
+from driver.devices.kind import DeviceType, all_handlers, scan_all
 from driver.kube.api import KubeApi
 from driver.kube.objects import ApiClaimReader, owner_reference, wait_for_node
 from driver.node import hotplug
-from driver.node.scanner import GpuSource, SysfsTopology, scan_gpus
 from driver.slices.build import PoolSpec, slice_name_prefix
 from driver.slices.publisher import SlicePublisher
 from plugin.flock import ClaimLock
@@ -42,12 +42,14 @@ class _Stopped(Exception):
 class NodePlugin:
     """The running plugin: discovery, publishing, kubelet servers."""
 
-    def __init__(self, settings: PluginSettings, api: KubeApi, gpu_source: GpuSource) -> None:
+    def __init__(
+        self, settings: PluginSettings, api: KubeApi, device_types: Sequence[DeviceType]
+    ) -> None:
         self.settings = settings
         self.api = api
-        self.gpu_source = gpu_source
+        self.device_types = list(device_types)
         self.inventory = NodeInventory()
-        self.topology = SysfsTopology(settings.sysfs_root)
+        self._scan_lock = asyncio.Lock()
         self.pool_name = settings.node_name
         self.publisher = SlicePublisher(
             api,
@@ -59,7 +61,9 @@ class NodePlugin:
 
     async def rescan(self) -> None:
         """Re-enumerate the node's devices and republish if anything changed."""
-        devices = await asyncio.to_thread(scan_gpus, self.gpu_source, self.topology)
+        async with self._scan_lock:
+            found = await asyncio.to_thread(scan_all, self.device_types)
+        devices = found.devices
         changed = self.inventory.replace_pool(self.pool_name, devices)
         if changed or self.owner is not None:
             self.publisher.set_pool(
@@ -69,6 +73,7 @@ class NodePlugin:
                     name_prefix=slice_name_prefix(self.pool_name, DRIVER_NAME),
                     node_selection={"nodeName": self.settings.node_name},
                     devices=tuple(self.inventory.devices(self.pool_name)),
+                    counter_sets=found.counter_sets,
                     owner=self.owner,
                 )
             )
@@ -91,7 +96,7 @@ class NodePlugin:
         preparer = ClaimPreparer(
             ApiClaimReader(self.api),
             self.inventory,
-            {"gpu": GpuHandler(s.dev_root)},
+            all_handlers(self.device_types),
             store,
             CdiRegistry(s.cdi_root),
             shared_checkpoint=s.pod_uid is not None,

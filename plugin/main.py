@@ -17,12 +17,12 @@ log = logging.getLogger(__name__)
 
 async def _run(settings: PluginSettings) -> None:
     from driver.kube.api import KubeApi
-    from driver.nvml.pynvml_backend import PynvmlBackend
     from plugin.app import NodePlugin
+    from plugin.device_types import device_types
 
     api = await KubeApi.connect(settings.kubeconfig)
     try:
-        await NodePlugin(settings, api, PynvmlBackend()).run()
+        await NodePlugin(settings, api, device_types(settings)).run()
     finally:
         await api.close()
 
