@@ -64,10 +64,16 @@ class NodeAgent:
             binary = cluster.binaries / "node-agent"
         self.binary = binary
         self.component: Component | None = None
-        # Room for "plugins_registry/<driver>-<pod uid>-reg.sock" (a 24-char driver name).
-        longest = self.root_dir / "plugins_registry" / ("x" * 24 + "-" + "u" * 36 + "-reg.sock")
+        # Rolling-update socket names carry the pod UID: patchbay.dev-<uid>-reg.sock.
+        longest = self.root_dir / "plugins_registry" / ("patchbay.dev-" + "u" * 36 + "-reg.sock")
         if len(str(longest)) > SOCKET_PATH_LIMIT:
-            log.warning("root dir %s may be too long for plugin sockets", self.root_dir)
+            log.warning(
+                "root dir %s leaves no room for pod-UID socket names (%d > %d bytes); "
+                "plain names like patchbay.dev-reg.sock still fit",
+                self.root_dir,
+                len(str(longest)),
+                SOCKET_PATH_LIMIT,
+            )
 
     @property
     def registry_dir(self) -> Path:

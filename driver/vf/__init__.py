@@ -1,0 +1,1 @@
+"""SR-IOV virtual functions: discovery from sysfs, preparation, configs."""

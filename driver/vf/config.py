@@ -1,0 +1,100 @@
+"""The two configs of the VF family: which PFs to offer, and how to prepare a VF.
+
+:class:`PfPoolConfig` is the node plugin's own file (``--vf-config``): a list
+of PF selectors, each optionally with the number of VFs to create. Nothing is
+offered without it, because handing every NIC on a node to tenants is not a
+safe default. :class:`VfConfig` is the opaque per-claim (or per-class)
+config that picks the prepare mode; it registers itself with
+:mod:`driver.config.opaque` so the claim preparer decodes it like any kind.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import ClassVar, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from driver.config.opaque import DeviceConfig, register_kind
+from driver.errors import ConfigError
+
+HEX16 = r"^(0x)?[0-9a-fA-F]{4}$"
+BDF = r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$"
+
+
+class VfConfig(DeviceConfig):
+    """Opaque config for ``vf`` devices: ``netdev`` keeps the kernel driver,
+    ``vfio-pci`` rebinds the VF for user-space drivers (DPDK, VMs)."""
+
+    device_types: ClassVar[frozenset[str]] = frozenset({"vf"})
+    mode: Literal["netdev", "vfio-pci"] = "netdev"
+
+
+register_kind(VfConfig)
+
+
+def normalize_id(raw: str) -> str:
+    """A PCI vendor/device id as 4 lowercase hex digits ("0x15B3" -> "15b3")."""
+    return raw.lower().removeprefix("0x").zfill(4)
+
+
+class PfSelector(BaseModel):
+    """One PF selector; every field given must match (fields are ANDed,
+    entries of the list are ORed). ``numVfs`` set: create that many VFs."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    name: str | None = Field(default=None, description="PF netdev name, e.g. ens1f0np0")
+    pci_address: str | None = Field(default=None, alias="pciAddress", pattern=BDF)
+    vendor_id: str | None = Field(default=None, alias="vendorID", pattern=HEX16)
+    device_id: str | None = Field(default=None, alias="deviceID", pattern=HEX16)
+    num_vfs: int | None = Field(default=None, alias="numVfs", ge=0, le=256)
+
+    @model_validator(mode="after")
+    def _selects_something(self) -> PfSelector:
+        if not any((self.name, self.pci_address, self.vendor_id, self.device_id)):
+            raise ValueError("a selector needs at least one of name, pciAddress, vendorID, deviceID")
+        return self
+
+    def matches(self, name: str | None, bdf: str, vendor: str, device: str) -> bool:
+        checks = (
+            (self.name, name),
+            (self.pci_address and self.pci_address.lower(), bdf),
+            (self.vendor_id and normalize_id(self.vendor_id), vendor),
+            (self.device_id and normalize_id(self.device_id), device),
+        )
+        return all(want is None or want == have for want, have in checks)
+
+
+class PfPoolConfig(BaseModel):
+    """Contents of the ``--vf-config`` file (YAML or JSON)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pfs: list[PfSelector] = Field(default_factory=list)
+
+    def select(self, name: str | None, bdf: str, vendor: str, device: str) -> PfSelector | None:
+        """The first selector matching this PF, or None (not offered)."""
+        for selector in self.pfs:
+            if selector.matches(name, bdf, vendor, device):
+                return selector
+        return None
+
+
+def load_pool_config(path: Path | None) -> PfPoolConfig:
+    """The PF selection from ``path``; empty (no VFs offered) when unset."""
+    if path is None:
+        return PfPoolConfig()
+    try:
+        text = path.read_text()
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        return PfPoolConfig.model_validate(data or {})
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        if isinstance(exc, ValidationError):
+            details = "; ".join(
+                f"field {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+            )
+            raise ConfigError(f"vf config {path}: {details}") from exc
+        raise ConfigError(f"vf config {path}: {exc}") from exc

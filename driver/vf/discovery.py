@@ -1,0 +1,147 @@
+"""Find SR-IOV physical functions and their virtual functions in sysfs.
+
+Why this module exists: VFs are not visible to NVML, and their placement
+(``pcieRoot``, ``numaNode``) must come from the same sysfs tree the GPU scan
+reads, so a GPU and a VF behind one root complex carry equal attributes.
+A PF is a network-class function (``0x02xxxx``) with ``sriov_totalvfs``;
+its VFs are the targets of its ``virtfnN`` links. Only PFs matched by the
+plugin's :class:`driver.vf.config.PfPoolConfig` are offered.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from driver.devices.model import (
+    ATTACHMENT,
+    NUMA_NODE,
+    PCI_BUS_ID,
+    PCIE_ROOT,
+    AttributeValue,
+    Device,
+)
+from driver.pci import sysfs
+from driver.vf.config import PfPoolConfig, normalize_id
+
+log = logging.getLogger(__name__)
+
+# ARPHRD_* values in net/<if>/type.
+LINK_TYPES = {1: "ethernet", 32: "infiniband"}
+
+
+@dataclass(frozen=True)
+class PhysFn:
+    """A network PF with SR-IOV capability, as read from sysfs."""
+
+    bdf: str
+    path: Path
+    netdev: str | None
+    vendor: str
+    device: str
+    total_vfs: int
+    num_vfs: int
+    link_type: str
+
+
+def read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def netdev_of(path: Path) -> str | None:
+    """The first network interface name of a function (None when unbound)."""
+    try:
+        names = sorted(p.name for p in (path / "net").iterdir())
+    except OSError:
+        return None
+    return names[0] if names else None
+
+
+def link_type(path: Path, netdev: str | None) -> str:
+    if netdev is None:
+        return "unknown"
+    raw = read(path / "net" / netdev / "type")
+    return LINK_TYPES.get(int(raw), "other") if raw and raw.isdigit() else "ethernet"
+
+
+def physical_functions(sysfs_root: Path) -> list[PhysFn]:
+    """Every SR-IOV-capable network PF under ``sysfs_root``, by address."""
+    out = []
+    bus = sysfs_root / "bus" / "pci" / "devices"
+    for link in sorted(bus.iterdir()) if bus.is_dir() else []:
+        path = Path(os.path.realpath(link))
+        klass = read(path / "class") or ""
+        total = read(path / "sriov_totalvfs")
+        if not klass.lower().startswith("0x02") or total is None or (path / "physfn").exists():
+            continue
+        netdev = netdev_of(path)
+        out.append(
+            PhysFn(
+                bdf=link.name,
+                path=path,
+                netdev=netdev,
+                vendor=normalize_id(read(path / "vendor") or "0"),
+                device=normalize_id(read(path / "device") or "0"),
+                total_vfs=int(total or 0),
+                num_vfs=int(read(path / "sriov_numvfs") or 0),
+                link_type=link_type(path, netdev),
+            )
+        )
+    return out
+
+
+def virtual_functions(pf: PhysFn) -> list[tuple[int, str]]:
+    """(vfIndex, VF address) of the PF's current VFs, by index."""
+    vfs = []
+    for link in pf.path.glob("virtfn*"):
+        suffix = link.name.removeprefix("virtfn")
+        if suffix.isdigit():
+            vfs.append((int(suffix), Path(os.path.realpath(link)).name))
+    return sorted(vfs)
+
+
+def device_name(bdf: str) -> str:
+    """A DNS label from a VF address: ``0000:17:00.2`` -> ``vf-0000-17-00-2``."""
+    return "vf-" + bdf.lower().replace(":", "-").replace(".", "-")
+
+
+def vf_device(sysfs_root: Path, pf: PhysFn, index: int, bdf: str) -> Device:
+    vf_path = sysfs.device_path(sysfs_root, bdf)
+    attrs: dict[str, AttributeValue] = {
+        ATTACHMENT: "local",
+        PCI_BUS_ID: bdf,
+        "pfPciBusID": pf.bdf,
+        "vfIndex": index,
+        "vendorID": normalize_id(read(vf_path / "vendor") or pf.vendor),
+        "deviceID": normalize_id(read(vf_path / "device") or "0"),
+        "linkType": pf.link_type,
+    }
+    if pf.netdev:
+        attrs["pfName"] = pf.netdev
+    # The VF sits under the PF's parent, so its root is the PF's root.
+    attrs[PCIE_ROOT] = sysfs.pcie_root(sysfs_root, bdf)
+    numa = sysfs.numa_node(sysfs_root, bdf)
+    if numa is None:
+        numa = sysfs.numa_node(sysfs_root, pf.bdf)
+    if numa is not None:
+        attrs[NUMA_NODE] = numa
+    return Device(name=device_name(bdf), kind="vf", local_id=bdf, attributes=attrs)
+
+
+def scan_vfs(sysfs_root: Path, config: PfPoolConfig) -> list[Device]:
+    """The VFs of every selected PF, PF by PF, VFs by index."""
+    devices = []
+    for pf in physical_functions(sysfs_root):
+        if config.select(pf.netdev, pf.bdf, pf.vendor, pf.device) is None:
+            continue
+        for index, bdf in virtual_functions(pf):
+            try:
+                devices.append(vf_device(sysfs_root, pf, index, bdf))
+            except (OSError, ValueError) as exc:
+                log.warning("VF %s of PF %s left out: %s", bdf, pf.bdf, exc)
+    return devices

@@ -1,0 +1,53 @@
+"""Writing sysfs control files and waiting for the kernel to act on them.
+
+Why this module exists: creating VFs and rebinding drivers are both "write a
+file, then watch another file change". On a real kernel the change has
+happened when the write returns; on a simulated host a separate effects step
+applies it a few milliseconds later. Waiting for the observable result
+serves both, and a change that never comes becomes a clear error instead of
+a half-prepared device.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from driver.errors import DeviceError
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.01
+
+
+def write_attr(path: Path, value: str) -> None:
+    """Write one value to a sysfs control file (no truncating temp files)."""
+    try:
+        with path.open("w") as f:
+            f.write(value)
+    except OSError as exc:
+        raise DeviceError(f"cannot write {value!r} to {path}: {exc}") from exc
+    log.debug("wrote %r to %s", value, path)
+
+
+def wait_until(what: str, done: Callable[[], bool], timeout: float) -> None:
+    """Poll ``done`` until true; :class:`DeviceError` naming ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() >= deadline:
+            raise DeviceError(f"timed out after {timeout:.1f}s waiting for {what}")
+        time.sleep(POLL_SECONDS)
+
+
+def driver_of(device_path: Path) -> str | None:
+    """The name of the driver bound to a device, None when unbound."""
+    link = device_path / "driver"
+    return Path(os.path.realpath(link)).name if link.is_symlink() else None
+
+
+def iommu_group(device_path: Path) -> str | None:
+    link = device_path / "iommu_group"
+    return Path(os.path.realpath(link)).name if link.is_symlink() else None
