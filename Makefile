@@ -41,27 +41,30 @@ proto: venv ## regenerate the protobuf stubs under plugin/proto
 proto-check: venv ## fail if regenerating the stubs changes anything
 	$(PY) hack/protogen.py --check
 
-test-unit: venv ## the fast tier: pure functions and the in-memory NVML fake
+test-unit: venv ## the fast tier (seconds): pure functions and the in-memory NVML fake
 	$(PYTEST) -q tests/unit
 
-test-integration: venv nvml-mock ## real plugin process, real sockets, pynvml + C mock
-	$(PYTEST) -q tests/integration tests/contract
+test-contract: venv nvml-mock ## NVML contract: the same scenarios on the fake and on pynvml + C mock
+	$(PYTEST) -q tests/contract
 
-test-e2e: venv nvml-mock k8s-bins ## real control plane + node agents
+test-integration: venv nvml-mock k8s-bins ## real plugin process, real sockets, pynvml + C mock, real apiserver
+	$(PYTEST) -q -m integration tests/integration
+
+test-e2e: venv nvml-mock k8s-bins ## real control plane + node agents + plugin processes
 	$(PYTEST) -q -m cluster tests/e2e
 
-test: lint ## every tier (what CI runs)
-	$(MAKE) test-unit
-	$(MAKE) test-integration
-	$(MAKE) test-e2e
+# One pytest session for the cluster tiers so they share one control plane.
+test: lint nvml-mock k8s-bins ## every tier (what CI runs)
+	$(PYTEST) -q tests/unit
+	$(PYTEST) -q -p no:cacheprovider tests/contract tests/integration tests/e2e
 
 bench: venv nvml-mock k8s-bins ## benchmarks: print figures, assert nothing
-	$(PY) -m tests.bench
+	PYTHONPATH=.:hack $(PY) -m tests.bench
 
 clean: ## remove build outputs in the tree (not the binary cache)
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache hack/nvml-mock/build run
 
-.PHONY: help venv lint fmt proto proto-check test-unit test-integration test-e2e test bench clean
+.PHONY: help venv lint fmt proto proto-check test-unit test-contract test-integration test-e2e test bench clean
 
 demo: venv nvml-mock k8s-bins ## local cluster + two simulated GPU nodes; shows which pod got which GPU
 	$(PY) hack/demo.py up

@@ -19,7 +19,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.e2e.conftest import RUN_DIR, record_startup
+from tests.cluster_fixtures import RUN_DIR, record_startup
 from tests.e2e.helpers import delete_quietly, make_node, unique, wait_for
 
 pytestmark = pytest.mark.cluster

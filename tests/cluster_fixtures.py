@@ -1,4 +1,4 @@
-"""Fixtures for the cluster e2e tier: one real control plane per test run.
+"""Fixtures for the cluster tiers: one real control plane per test run.
 
 Why this module exists: every e2e test needs the real etcd, kube-apiserver,
 kube-scheduler and kube-controller-manager (hack/cluster.py); starting them
@@ -28,8 +28,10 @@ from tests.e2e.helpers import unique, wait_for
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[2]
-RUN_DIR = Path(os.environ.get("PATCHBAY_E2E_RUN_DIR", REPO / "run" / "e2e"))
+REPO = Path(__file__).resolve().parents[1]
+# Short on purpose: plugin sockets live below it and Unix socket paths must
+# stay under 107 bytes wherever the checkout is.
+RUN_DIR = Path(os.environ.get("PATCHBAY_E2E_RUN_DIR", f"/tmp/pb-e2e-{os.getuid()}"))
 _STARTUP: dict[str, float] = {}
 
 

@@ -1,0 +1,127 @@
+"""Prepare a VF for a container: keep its netdev, or hand it over as vfio.
+
+Why this module exists: it is the VF family's
+:class:`driver.devices.handler.DeviceHandler`. ``netdev`` mode (the default)
+changes nothing on the host; the container learns the VF's PCI address and
+interface name from environment variables (moving the netdev into the pod's
+network namespace is the CNI's job). ``vfio-pci`` mode rebinds the VF and
+adds ``/dev/vfio/<group>`` and ``/dev/vfio/vfio``. The original driver is
+recorded by :meth:`VfHandler.plan_undo` before anything changes, so an
+unprepare (or the rollback of a crashed prepare) puts it back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from driver.cdi import ContainerEdits, DeviceNode
+from driver.config.opaque import DeviceConfig
+from driver.devices.handler import Preparation
+from driver.devices.model import Device
+from driver.errors import DeviceError
+from driver.pci import sysfs
+from driver.vf.bind import bind_vfio, read_override, restore
+from driver.vf.config import VfConfig
+from driver.vf.discovery import netdev_of
+from driver.vf.writes import driver_of, iommu_group
+
+log = logging.getLogger(__name__)
+
+MISC_MAJOR = 10
+VFIO_CONTAINER_MINOR = 196
+# vfio group nodes get a dynamic major; used only when the node is not in
+# --dev-root (simulated hosts), so the spec still carries type/major/minor.
+VFIO_GROUP_FALLBACK_MAJOR = 511
+
+
+def env_prefix(device: Device) -> str:
+    """``vf-0000-17-00-2`` -> ``PATCHBAY_VF_0000_17_00_2``."""
+    return "PATCHBAY_" + device.name.upper().replace("-", "_")
+
+
+class VfHandler:
+    """Prepares ``vf`` devices; always checkpointed first (vfio rebinds)."""
+
+    kind = "vf"
+    has_side_effects = True
+
+    def __init__(self, sysfs_root: Path, dev_root: Path, timeout: float = 10.0) -> None:
+        self._sysfs = sysfs_root
+        self._dev = dev_root
+        self._timeout = timeout
+
+    def _path(self, bdf: str) -> Path:
+        try:
+            return sysfs.device_path(self._sysfs, bdf)
+        except (OSError, ValueError) as exc:
+            raise DeviceError(f"VF {bdf} is not in sysfs: {exc}") from exc
+
+    def plan_undo(self, device: Device) -> dict[str, Any]:
+        path = self._path(device.local_id)
+        return {"driver": driver_of(path), "override": read_override(path)}
+
+    def _node(self, name: str, default_major: int, default_minor: int) -> DeviceNode:
+        host = self._dev / name
+        try:
+            st = host.stat()
+        except OSError:
+            return DeviceNode(path=f"/dev/{name}", major=default_major, minor=default_minor)
+        if not stat.S_ISCHR(st.st_mode):
+            return DeviceNode(path=f"/dev/{name}", major=default_major, minor=default_minor)
+        return DeviceNode(
+            path=f"/dev/{name}",
+            major=os.major(st.st_rdev),
+            minor=os.minor(st.st_rdev),
+            host_path=str(host),
+        )
+
+    def prepare(self, device: Device, claim_uid: str, config: DeviceConfig | None) -> Preparation:
+        bdf = device.local_id
+        path = self._path(bdf)
+        mode = config.mode if isinstance(config, VfConfig) else "netdev"
+        prefix = env_prefix(device)
+        env = [f"{prefix}_PCI_BUS_ID={bdf}", f"{prefix}_MODE={mode}"]
+        if mode == "netdev":
+            netdev = netdev_of(path)
+            if netdev is None:
+                raise DeviceError(
+                    f"VF {device.name} ({bdf}) has no network interface "
+                    f"(bound to {driver_of(path)})"
+                )
+            env.append(f"{prefix}_NETDEV={netdev}")
+            return Preparation(edits=ContainerEdits(env=tuple(env)))
+        group = iommu_group(path)
+        if group is None:
+            raise DeviceError(
+                f"VF {device.name} ({bdf}) has no IOMMU group: it cannot be prepared for "
+                "vfio-pci (is the IOMMU enabled on this node?)"
+            )
+        bind_vfio(self._sysfs, bdf, path, self._timeout)
+        env.append(f"{prefix}_VFIO_GROUP={group}")
+        nodes = (
+            self._node(f"vfio/{group}", VFIO_GROUP_FALLBACK_MAJOR, int(group)),
+            self._node("vfio/vfio", MISC_MAJOR, VFIO_CONTAINER_MINOR),
+        )
+        return Preparation(
+            edits=ContainerEdits(env=tuple(env), device_nodes=nodes), undo={"mode": mode}
+        )
+
+    def unprepare(self, kind: str, local_id: str, undo: Mapping[str, Any]) -> None:
+        original = undo.get("driver")
+        try:
+            path = sysfs.device_path(self._sysfs, local_id)
+        except (OSError, ValueError):
+            log.warning("VF %s is gone; nothing to restore", local_id)
+            return
+        restore(self._sysfs, local_id, path, original, self._timeout)
+        override = undo.get("override")
+        if override:
+            (path / "driver_override").write_text(str(override))
+
+    def common_edits(self) -> ContainerEdits | None:
+        return None
