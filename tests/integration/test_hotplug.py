@@ -1,0 +1,70 @@
+"""Hot-plug: a GPU that arrives (or leaves) while the plugin runs is
+published (or withdrawn) without a restart, with the root complex of the
+adapter it came through."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+from simnode import PluginProcess, apply_plugin_rbac, build_nvml_mock
+
+from fabric.simhost.host import SimHost
+from fabric.simhost.topologies import TOPOLOGIES
+from fabric.simhost.topology import Gpu
+from tests.e2e.helpers import unique, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+
+
+@pytest.fixture
+def gpuless(local_cluster, core: client.CoreV1Api) -> Iterator[PluginProcess]:  # type: ignore[no-untyped-def]
+    build_nvml_mock()
+    apply_plugin_rbac(local_cluster.kubeconfig)
+    node = unique("hp-node")
+    core.create_node({"metadata": {"name": node}})
+    kubeconfig = local_cluster.kubeconfig_for(
+        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
+    )
+    base = Path(tempfile.mkdtemp(prefix="pb-", dir="/tmp"))
+    host = SimHost.build(TOPOLOGIES["fabric-adapters"](), base / "host", name=node)
+    proc = PluginProcess(
+        node, host, kubeconfig,
+        registry_dir=base / "reg", plugin_dir=base / "plug", cdi_root=base / "cdi",
+        log_path=Path(local_cluster.run_dir) / "logs" / f"plugin-{node}.log",
+    ).start()  # fmt: skip
+    yield proc
+    proc.stop()
+    core.delete_node(node)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def gpus(resource_api: client.ResourceV1Api, node: str) -> list[client.V1Device]:
+    slices = resource_api.list_resource_slice(field_selector=f"spec.nodeName={node}").items
+    return [d for s in slices for d in s.spec.devices or [] if d.attributes["type"].string == "gpu"]
+
+
+def test_hot_added_gpu_is_published_and_removed(gpuless: PluginProcess, resource_api) -> None:  # type: ignore[no-untyped-def]
+    node, host = gpuless.node_name, gpuless.host
+    wait_for(
+        "empty pool published",
+        lambda: resource_api.list_resource_slice(field_selector=f"spec.nodeName={node}").items,
+        timeout=30,
+    )
+    assert gpus(resource_api, node) == []
+    bdf = host.free_bdf("adapter1")
+    start = time.monotonic()
+    host.hot_add("adapter1", Gpu(bdf=bdf))
+    (dev,) = wait_for("hot-added GPU published", lambda: gpus(resource_api, node), timeout=30)
+    print(f"hot-plug add to slice updated: {time.monotonic() - start:.2f}s")
+    assert dev.attributes["resource.kubernetes.io/pciBusID"].string == bdf
+    assert dev.attributes["resource.kubernetes.io/pcieRoot"].string == "pci0000:85"
+    assert dev.attributes["uuid"].string == host.gpu_uuids()[bdf]
+    host.hot_remove(bdf)
+    wait_for("removed GPU withdrawn", lambda: gpus(resource_api, node) == [], timeout=30)
+    assert gpuless.alive
