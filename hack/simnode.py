@@ -23,6 +23,7 @@ import yaml
 from cluster_agent import NodeAgent
 from cluster_proc import pid_alive, stop_group, tail
 
+from fabric.simhost.effects import EffectsWatcher
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
 
@@ -85,6 +86,9 @@ class PluginProcess:
         self.extra_env = dict(extra_env or {})
         self.extra_args = extra_args
         self.proc: subprocess.Popen[bytes] | None = None
+        # Applies the plugin's sysfs writes (bind/unbind, sriov_numvfs) to the
+        # simulated tree, as the kernel would; outlives a killed plugin.
+        self.effects: EffectsWatcher | None = None
         self.boot_id_file = host.dir / "boot_id"
         if not self.boot_id_file.exists():
             self.boot_id_file.write_text("00000000-0000-4000-8000-000000000001\n")
@@ -119,6 +123,8 @@ class PluginProcess:
     def start(self, **env_overrides: str) -> PluginProcess:
         for d in (self.registry_dir, self.plugin_dir, self.cdi_root, self.log_path.parent):
             d.mkdir(parents=True, exist_ok=True)
+        if self.effects is None:
+            self.effects = self.host.effects_watcher(interval=0.02).start()
         with self.log_path.open("ab") as out:
             out.write(f"--- start: {' '.join(self.argv())}\n".encode())
             out.flush()
@@ -155,6 +161,9 @@ class PluginProcess:
             stop_group(self.proc.pid, f"plugin-{self.node_name}")
             self.proc.wait(timeout=15)
         self.proc = None
+        if self.effects is not None:
+            self.effects.stop()
+            self.effects = None
 
     def log_tail(self, lines: int = 60) -> str:
         return tail(self.log_path, lines)
@@ -163,7 +172,14 @@ class PluginProcess:
 class SimNode:
     """A simulated node in a local cluster: host + node agent + plugin."""
 
-    def __init__(self, cluster: Any, name: str, topology: str, plugin_kubeconfig: Path) -> None:
+    def __init__(
+        self,
+        cluster: Any,
+        name: str,
+        topology: str,
+        plugin_kubeconfig: Path,
+        plugin_args: tuple[str, ...] = (),
+    ) -> None:
         self.cluster = cluster
         self.name = name
         root = Path(cluster.run_dir) / "nodes" / name
@@ -177,6 +193,7 @@ class SimNode:
             plugin_dir=self.agent.plugins_dir / "patchbay.dev",
             cdi_root=self.agent.cdi_root,
             log_path=Path(cluster.run_dir) / "logs" / f"plugin-{name}.log",
+            extra_args=plugin_args,
         )
 
     def start(self) -> SimNode:

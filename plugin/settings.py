@@ -43,6 +43,21 @@ class PluginSettings(BaseModel):
         default="udev",
         description="PCI hot-plug events: 'udev', 'feed:<path>' (simulated host), or 'none'",
     )
+    vf_config: Path | None = Field(
+        default=None,
+        description="YAML/JSON file selecting SR-IOV PFs (and numVfs); unset: no VFs offered",
+    )
+    mig_gpus: str = Field(
+        default="",
+        description="GPUs dynamic MIG may partition: 'all' or NVML indices/UUIDs; empty: no MIG",
+    )
+    mig_profiles: str = Field(
+        default="", description="MIG profiles offered ('1g,3g.40gb'); empty: every profile"
+    )
+    mig_media_extensions: bool = Field(default=True, description="also offer '+me' MIG profiles")
+    mig_orphan_cleanup: bool = Field(
+        default=False, description="destroy MIG instances no claim owns at start (else report)"
+    )
     metrics_port: int = Field(default=0, description="port for /metrics and /healthz; 0 disables")
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="log level name"

@@ -55,7 +55,9 @@ class PfSelector(BaseModel):
     @model_validator(mode="after")
     def _selects_something(self) -> PfSelector:
         if not any((self.name, self.pci_address, self.vendor_id, self.device_id)):
-            raise ValueError("a selector needs at least one of name, pciAddress, vendorID, deviceID")
+            raise ValueError(
+                "a selector needs at least one of name, pciAddress, vendorID, deviceID"
+            )
         return self
 
     def matches(self, name: str | None, bdf: str, vendor: str, device: str) -> bool:

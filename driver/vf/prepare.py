@@ -28,7 +28,7 @@ from driver.pci import sysfs
 from driver.vf.bind import bind_vfio, read_override, restore
 from driver.vf.config import VfConfig
 from driver.vf.discovery import netdev_of
-from driver.vf.writes import driver_of, iommu_group
+from driver.vf.writes import driver_of, iommu_group, write_attr
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ class VfHandler:
         restore(self._sysfs, local_id, path, original, self._timeout)
         override = undo.get("override")
         if override:
-            (path / "driver_override").write_text(str(override))
+            write_attr(path / "driver_override", str(override))
 
     def common_edits(self) -> ContainerEdits | None:
         return None

@@ -3,10 +3,12 @@
 Writing ``<bdf>`` to ``bus/pci/drivers/<drv>/unbind`` detaches a device,
 writing it to ``.../bind`` or to ``bus/pci/drivers_probe`` attaches one
 (``drivers_probe`` honours the device's ``driver_override``, else picks the
-device's native driver). A plain directory cannot react to writes, so the
-simulated host applies them in a separate step: :meth:`SysfsEffects.apply`
-scans the write-only files, performs what the kernel would (unbind first,
-then bind, then probe), and empties them again.
+device's native driver), writing N to a PF's ``sriov_numvfs`` makes it have
+N VFs (created bound to the PF's driver, or removed from the top). A plain
+directory cannot react to writes, so the simulated host applies them in a
+separate step: :meth:`SysfsEffects.apply` scans the write-only files,
+performs what the kernel would (unbind first, then bind, then probe, then VF
+counts), and empties them again.
 
 Two ways to run it, both used: call ``apply()`` (``SimHost.process_writes``)
 right after in-process code writes, or run :class:`EffectsWatcher`, a thread
@@ -80,7 +82,28 @@ class SysfsEffects:
                     self.tree.bind(bdf, driver)
                     log.info("sysfs: %s probed, bound to %s", bdf, driver)
                     done += 1
-            return done
+            return done + self._apply_numvfs()
+
+    def _apply_numvfs(self) -> int:
+        """Make every PF's VF count match its ``sriov_numvfs``."""
+        done = 0
+        for link in sorted(self.tree.bus_devices.glob("*/sriov_numvfs")):
+            pf = link.parent.name
+            try:
+                wanted = int(link.read_text().strip() or 0)
+            except ValueError:
+                continue
+            have = sorted(
+                int(p.name[6:]) for p in link.parent.glob("virtfn*") if p.name[6:].isdigit()
+            )
+            for index in reversed(have[wanted:]):
+                self.tree.remove_vf(pf, index)
+                done += 1
+            for index in range(len(have), wanted):
+                bdf = self.tree.add_vf(pf, index)
+                log.info("sysfs: PF %s created VF %d (%s)", pf, index, bdf)
+                done += 1
+        return done
 
 
 class EffectsWatcher:

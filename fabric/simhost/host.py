@@ -129,6 +129,10 @@ class SimHost:
         return {STATE_ENV: str(self.nvml_state_path)}
 
     def native_driver(self, bdf: str) -> str | None:
+        physfn = self.tree.bus_devices / bdf / "physfn"
+        if bdf not in self.native and physfn.is_symlink():
+            # A VF created later through sriov_numvfs: its PF's driver.
+            return self.native.get(Path(os.path.realpath(physfn)).name)
         return self.native.get(bdf)
 
     def gpu_uuids(self) -> dict[str, str]:

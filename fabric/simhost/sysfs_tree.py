@@ -131,22 +131,42 @@ class SysfsTree:
         (pf / "sriov_offset").write_text(f"{nic.vf_offset}\n")
         (pf / "sriov_stride").write_text(f"{nic.vf_stride}\n")
         (pf / "sriov_vf_device").write_text(f"{nic.vf_device_id:x}\n")
-        dom, bus, dev, fn = bdf_parts(nic.bdf)
-        out = [nic.bdf]
-        for i in range(nic.num_vfs):
-            devfn = (dev << 3 | fn) + nic.vf_offset + i * nic.vf_stride
-            vf_bdf = make_bdf(dom, bus + (devfn >> 8), devfn & 0xFF)
-            vf = self.add_function(
-                parent,
-                PciFunction(
-                    vf_bdf, nic.vendor_id, nic.vf_device_id, CLASS_NET, numa_node, nic.driver
-                ),
-            )
-            (vf / "net" / f"{nic.netdev}v{i}").mkdir(parents=True)
-            relink(pf / f"virtfn{i}", vf)
-            relink(vf / "physfn", pf)
-            out.append(vf_bdf)
-        return out
+        return [nic.bdf, *(self.add_vf(nic.bdf, i) for i in range(nic.num_vfs))]
+
+    def add_vf(self, pf_bdf: str, index: int) -> str:
+        """Create VF ``index`` of a PF from the PF's own SR-IOV files (as the
+        kernel does on a write to ``sriov_numvfs``); returns its address."""
+        pf = self.path_of(pf_bdf)
+
+        def num(name: str, base: int = 10) -> int:
+            return int((pf / name).read_text().strip(), base)
+
+        dom, bus, dev, fn = bdf_parts(pf_bdf)
+        devfn = (dev << 3 | fn) + num("sriov_offset") + index * num("sriov_stride")
+        vf_bdf = make_bdf(dom, bus + (devfn >> 8), devfn & 0xFF)
+        driver = self.driver_of(pf_bdf)
+        vf = self.add_function(
+            pf.parent,
+            PciFunction(
+                vf_bdf,
+                num("vendor", 16),
+                num("sriov_vf_device", 16),
+                CLASS_NET,
+                num("numa_node"),
+                driver,
+            ),
+        )
+        netdevs = sorted(p.name for p in (pf / "net").iterdir()) if (pf / "net").is_dir() else []
+        if netdevs:
+            (vf / "net" / f"{netdevs[0]}v{index}").mkdir(parents=True)
+        relink(pf / f"virtfn{index}", vf)
+        relink(vf / "physfn", pf)
+        return vf_bdf
+
+    def remove_vf(self, pf_bdf: str, index: int) -> None:
+        link = self.path_of(pf_bdf) / f"virtfn{index}"
+        self.remove_function(Path(os.path.realpath(link)).name)
+        link.unlink()
 
     def remove_function(self, bdf: str) -> None:
         """Remove a device (and everything below it, e.g. a switch's devices)."""

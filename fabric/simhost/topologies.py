@@ -32,6 +32,28 @@ def two_roots_h100_nic() -> Topology:
     return Topology("2x-h100-nic", tuple(roots))
 
 
+def numa_shared_nic() -> Topology:
+    """NUMA node 0 with 2 roots: one has 2 H100 + a NIC PF (4 VFs), one 2 H100 only."""
+    with_nic = Switch(
+        _bdf(0x16),
+        (
+            Gpu(_bdf(0x18), "H100-SXM5-80GB"),
+            Gpu(_bdf(0x19), "H100-SXM5-80GB"),
+            Nic(_bdf(0x1A), "ens0f0np0", total_vfs=4, num_vfs=4),
+        ),
+    )
+    gpus_only = Switch(
+        _bdf(0x46), (Gpu(_bdf(0x48), "H100-SXM5-80GB"), Gpu(_bdf(0x49), "H100-SXM5-80GB"))
+    )
+    return Topology(
+        "numa-shared-nic",
+        (
+            RootComplex(0, 0x15, 0, (RootPort(_bdf(0x15, 1), with_nic),)),
+            RootComplex(0, 0x45, 0, (RootPort(_bdf(0x45, 1), gpus_only),)),
+        ),
+    )
+
+
 def eight_a100_four_roots() -> Topology:
     """8 x A100-SXM4-80GB, two per root complex behind a switch; 2 NUMA nodes."""
     roots = []
@@ -94,6 +116,7 @@ def two_gpus() -> Topology:
 
 TOPOLOGIES: dict[str, Callable[[], Topology]] = {
     "2x-h100-nic": two_roots_h100_nic,
+    "numa-shared-nic": numa_shared_nic,
     "8x-a100": eight_a100_four_roots,
     "fabric-adapters": gpuless_fabric,
     "4x-h100": four_h100_one_per_root,
