@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from driver.devices.kind import DeviceType
 from driver.gpu.kind import GpuType
+from driver.mig.discovery import mig_support
 from driver.nvml.pynvml_backend import PynvmlBackend
 from driver.vf.config import load_pool_config
 from driver.vf.kind import VfType
@@ -14,7 +15,20 @@ from plugin.settings import PluginSettings
 
 
 def device_types(settings: PluginSettings) -> list[DeviceType]:
+    nvml = PynvmlBackend()
+    # Discovery and the MIG handler share one NVML session lock (driver.mig.session).
+    mig = mig_support(
+        nvml,
+        settings.mig_gpus,
+        settings.mig_profiles,
+        settings.mig_media_extensions,
+        settings.mig_orphan_cleanup,
+        dev_root=settings.dev_root,
+        checkpoint=settings.plugin_dir / "checkpoint.json",
+        boot_id_file=settings.boot_id_file,
+        shared_checkpoint=settings.pod_uid is not None,
+    )
     return [
-        GpuType(PynvmlBackend(), settings.sysfs_root, settings.dev_root),
+        GpuType(nvml, settings.sysfs_root, settings.dev_root, mig=mig),
         VfType(load_pool_config(settings.vf_config), settings.sysfs_root, settings.dev_root),
     ]

@@ -1,24 +1,42 @@
-"""Full GPUs as a :class:`driver.devices.kind.DeviceType`."""
+"""Full GPUs (and, when enabled, their MIG partitions) as a
+:class:`driver.devices.kind.DeviceType`.
+
+With dynamic MIG on (``mig`` given) the same scan also yields the counter
+sets and partition devices, under the NVML session lock so that no scan
+sees a MIG change halfway (``driver.mig.session``).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from driver.devices.handler import DeviceHandler
 from driver.devices.kind import Discovery
 from driver.gpu.prepare import GpuHandler
 from driver.node.scanner import GpuSource, SysfsTopology, scan_gpus
 
+if TYPE_CHECKING:
+    from driver.mig.discovery import MigSupport
+
 
 class GpuType:
-    def __init__(self, source: GpuSource, sysfs_root: Path, dev_root: Path) -> None:
+    def __init__(
+        self, source: GpuSource, sysfs_root: Path, dev_root: Path, mig: MigSupport | None = None
+    ) -> None:
         self._source = source
         self._topology = SysfsTopology(sysfs_root)
-        self._handler = GpuHandler(dev_root)
+        self._mig = mig
+        self._handler = GpuHandler(dev_root, guard=mig.guard if mig else None)
 
     def discover(self) -> Discovery:
-        return Discovery(devices=tuple(scan_gpus(self._source, self._topology)))
+        if self._mig is None:
+            return Discovery(devices=tuple(scan_gpus(self._source, self._topology)))
+        with self._mig.session.lock:
+            return self._mig.extend(scan_gpus(self._source, self._topology))
 
     def handlers(self) -> Mapping[str, DeviceHandler]:
-        return {"gpu": self._handler}
+        if self._mig is None:
+            return {"gpu": self._handler}
+        return {"gpu": self._handler, "mig": self._mig.handler}

@@ -3,6 +3,9 @@
 The container gets the GPU's device node and ``NVIDIA_VISIBLE_DEVICES`` set
 to its UUID (what the NVIDIA container toolkit and CUDA understand); the
 control nodes every GPU container needs go into the spec's common edits.
+A GPU that dynamic MIG may partition (its device consumes counters) is
+first claimed whole through the MIG guard, which refuses while partitions
+exist and ends MIG mode on Hopper.
 Device numbers come from the node's ``/dev`` when the node exists there
 (``--dev-root``), otherwise from NVIDIA's fixed character major 195.
 """
@@ -13,12 +16,15 @@ import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from driver.cdi import ContainerEdits, DeviceNode
 from driver.config.opaque import DeviceConfig, GpuConfig
 from driver.devices.handler import Preparation
 from driver.devices.model import Device
+
+if TYPE_CHECKING:
+    from driver.mig.guard import MigGuard
 
 NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR = 255
@@ -30,8 +36,9 @@ class GpuHandler:
     kind = "gpu"
     has_side_effects = False
 
-    def __init__(self, dev_root: Path = Path("/dev")) -> None:
+    def __init__(self, dev_root: Path = Path("/dev"), guard: MigGuard | None = None) -> None:
         self._dev_root = dev_root
+        self._guard = guard
 
     def node(self, name: str, default_minor: int | None) -> DeviceNode | None:
         host = self._dev_root / name
@@ -54,6 +61,8 @@ class GpuHandler:
         return {}
 
     def prepare(self, device: Device, claim_uid: str, config: DeviceConfig | None) -> Preparation:
+        if self._guard is not None and device.has_counters():
+            self._guard.acquire_full(device.local_id)
         minor = device.attributes.get("minor")
         minor = minor if isinstance(minor, int) and not isinstance(minor, bool) else 0
         env = [f"NVIDIA_VISIBLE_DEVICES={device.local_id}"]
@@ -64,7 +73,8 @@ class GpuHandler:
         return Preparation(edits=ContainerEdits(env=tuple(env), device_nodes=nodes))
 
     def unprepare(self, kind: str, local_id: str, undo: Mapping[str, Any]) -> None:
-        return None
+        if self._guard is not None:
+            self._guard.release_full(local_id)
 
     def common_edits(self) -> ContainerEdits | None:
         nodes = [self.node("nvidiactl", NVIDIACTL_MINOR)]

@@ -143,6 +143,14 @@ class NvmlBackend(Protocol):
         """A GPU instance at (profile, start) plus one compute instance using all of it."""
         ...
 
+    def create_gpu_instance(self, uuid: str, profile_id: int, start: int) -> int:
+        """Only the GPU instance at (profile, start); its GI id (a crash may follow)."""
+        ...
+
+    def create_compute_instance(self, uuid: str, gi_id: int) -> MigInstance:
+        """One compute instance using all of GI ``gi_id``; the GI is left on failure."""
+        ...
+
     def destroy_mig(self, uuid: str, gi_id: int) -> None:
         """Destroy a GI's compute instances, then the GI; a missing GI is not an error."""
         ...

@@ -169,6 +169,30 @@ class FakeNvml:
         gi.cis[0] = f"MIG-{uuidlib.uuid4()}"
         return MigInstance(gi_id, profile_id, start, profile.memory_slots, 0, gi.cis[0])
 
+    def create_gpu_instance(self, uuid: str, profile_id: int, start: int) -> int:
+        gpu = self._gpu(uuid)
+        profile = next((p for p in self.mig_profiles(uuid) if p.profile_id == profile_id), None)
+        if profile is None:
+            raise nvml_error(NvmlReturn.INVALID_ARGUMENT, f"no profile {profile_id}", device=True)
+        self._fail("nvmlDeviceCreateGpuInstanceWithPlacement", uuid, device=True)
+        if not gpu.mig_current:
+            raise nvml_error(NvmlReturn.NOT_SUPPORTED, "MIG mode is disabled", device=True)
+        self._check_fit(gpu, profile, start)
+        gi_id = next(i for i in range(1, 16) if i not in gpu.instances)
+        gpu.instances[gi_id] = FakeInstance(gi_id, profile_id, start, profile.memory_slots)
+        return gi_id
+
+    def create_compute_instance(self, uuid: str, gi_id: int) -> MigInstance:
+        gpu = self._gpu(uuid)
+        gi = gpu.instances.get(gi_id) if gpu.mig_current else None
+        if gi is None:
+            raise nvml_error(NvmlReturn.NOT_FOUND, f"no GI {gi_id}", device=True)
+        self._fail("nvmlGpuInstanceCreateComputeInstance", uuid, device=True)
+        if gi.cis:
+            raise nvml_error(NvmlReturn.INSUFFICIENT_RESOURCES, "GI is full", device=True)
+        gi.cis[0] = f"MIG-{uuidlib.uuid4()}"
+        return MigInstance(gi_id, gi.profile_id, gi.start, gi.size, 0, gi.cis[0])
+
     def _check_fit(self, gpu: FakeGpu, profile: MigProfile, start: int) -> None:
         if start not in {s for s, _ in profile.placements}:
             raise nvml_error(NvmlReturn.INVALID_ARGUMENT, f"bad placement {start}", device=True)

@@ -278,6 +278,43 @@ class PynvmlBackend:
             mig_uuid=self._mig_uuids(h).get((info.id, ci_id)),
         )
 
+    def create_gpu_instance(self, uuid: str, profile_id: int, start: int) -> int:
+        h = self._handle(uuid)
+        profile = next((p for p in self.mig_profiles(uuid) if p.profile_id == profile_id), None)
+        if profile is None:
+            raise nvml_error(NvmlReturn.INVALID_ARGUMENT, f"no profile {profile_id}", device=True)
+        placement = pynvml.c_nvmlGpuInstancePlacement_t(start, profile.memory_slots)
+        gi = call(
+            pynvml.nvmlDeviceCreateGpuInstanceWithPlacement,
+            h,
+            profile_id,
+            ctypes.byref(placement),
+            device=True,
+        )
+        return int(call(pynvml.nvmlGpuInstanceGetInfo, gi).id)
+
+    def create_compute_instance(self, uuid: str, gi_id: int) -> MigInstance:
+        h = self._handle(uuid)
+        gi = call(pynvml.nvmlDeviceGetGpuInstanceById, h, gi_id, device=True)
+        info = call(pynvml.nvmlGpuInstanceGetInfo, gi)
+        by_id = {p.profile_id: p for p in self.mig_profiles(uuid)}
+        slices = by_id[info.profileId].compute_slices
+        ci = call(
+            pynvml.nvmlGpuInstanceCreateComputeInstance,
+            gi,
+            self._full_ci_profile(gi, slices),
+            device=True,
+        )
+        ci_id = call(pynvml.nvmlComputeInstanceGetInfo, ci).id
+        return MigInstance(
+            gi_id=info.id,
+            profile_id=info.profileId,
+            start=info.placement.start,
+            size=info.placement.size,
+            ci_id=ci_id,
+            mig_uuid=self._mig_uuids(h).get((info.id, ci_id)),
+        )
+
     def _full_ci_profile(self, gi: Any, slices: int) -> int:
         for profile in CI_PROFILES:
             try:

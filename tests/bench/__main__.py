@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import sys
 
-from tests.bench import plugin_bench
+from tests.bench import mig_bench, plugin_bench
 
 
 def main() -> int:
+    mig_bench.main(sys.argv[1:])
     plugin_bench.main(sys.argv[1:])
     return 0
 

@@ -1,0 +1,1 @@
+"""Dynamic MIG: every (profile, placement) published as a partitionable device."""

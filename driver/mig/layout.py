@@ -1,0 +1,122 @@
+"""A MIG-capable GPU as one counter set and one device per (profile, placement).
+
+Counters of a GPU's set (``gpu-<index>-mig``): ``mem0``..``mem7``, one per
+memory slot with value 1, so two devices whose placements overlap can never
+both be allocated; ``compute`` with the GPU's 7 compute slices; ``media``
+with value 1, consumed by the profiles that own the media engines (``+me``
+and ``7g``), so at most one of them exists. The full GPU consumes all of it.
+Ten counters, well under the limit of 32 per set.
+
+Device names are ``gpu-<index>-mig-<profile>-<start>`` with the profile's
+dots and plus made DNS-safe (``gpu-0-mig-1g-10gb-me-3``): stable for a given
+enumeration and profile table, and at most ~30 characters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from driver.devices.model import (
+    ATTACHMENT,
+    NUMA_NODE,
+    PCI_BUS_ID,
+    PCIE_ROOT,
+    AttributeValue,
+    CounterConsumption,
+    CounterSet,
+    Device,
+)
+from driver.nvml.backend import MigProfile
+
+MEMORY_SLOTS = 8
+COMPUTE_SLICES = 7
+KIND = "mig"
+# Parent attributes every MIG device repeats (matchAttribute with NICs, CEL).
+_INHERITED = ("productName", "architecture", ATTACHMENT, PCI_BUS_ID, PCIE_ROOT, NUMA_NODE)
+
+
+def counter_set_name(gpu_index: int) -> str:
+    return f"gpu-{gpu_index}-mig"
+
+
+def slot_counter(slot: int) -> str:
+    return f"mem{slot}"
+
+
+def counter_set(gpu_index: int) -> CounterSet:
+    counters = [(slot_counter(s), "1") for s in range(MEMORY_SLOTS)]
+    counters += [("compute", str(COMPUTE_SLICES)), ("media", "1")]
+    return CounterSet(counter_set_name(gpu_index), tuple(counters))
+
+
+def full_gpu(device: Device, gpu_index: int) -> Device:
+    """The full-GPU device consuming every counter of its GPU's set."""
+    whole = counter_set(gpu_index)
+    return replace(device, consumes_counters=(CounterConsumption(whole.name, whole.counters),))
+
+
+def profile_slug(name: str) -> str:
+    """ "1g.10gb+me" -> "1g-10gb-me"."""
+    return name.replace(".", "-").replace("+", "-").lower()
+
+
+def device_name(gpu_index: int, profile: MigProfile, start: int) -> str:
+    return f"gpu-{gpu_index}-mig-{profile_slug(profile.name)}-{start}"
+
+
+def local_id(gpu_uuid: str, profile_id: int, start: int) -> str:
+    """The placement's identity: the preparer refuses two claims on one id."""
+    return f"{gpu_uuid}:{profile_id}:{start}"
+
+
+def parse_local_id(value: str) -> tuple[str, int, int]:
+    uuid, profile_id, start = value.rsplit(":", 2)
+    return uuid, int(profile_id), int(start)
+
+
+def consumption(gpu_index: int, profile: MigProfile, start: int) -> CounterConsumption:
+    counters = [(slot_counter(s), "1") for s in range(start, start + profile.memory_slots)]
+    counters.append(("compute", str(profile.compute_slices)))
+    if profile.media_engines:
+        counters.append(("media", "1"))
+    return CounterConsumption(counter_set_name(gpu_index), tuple(counters))
+
+
+def mig_device(parent: Device, gpu_index: int, profile: MigProfile, start: int) -> Device:
+    attrs: dict[str, AttributeValue] = {
+        "profile": profile.name,
+        "parentUUID": parent.local_id,
+        "parentIndex": gpu_index,
+        "placementStart": start,
+        "memorySlots": profile.memory_slots,
+        "computeSlices": profile.compute_slices,
+        "mediaEngines": profile.media_engines,
+    }
+    for name in _INHERITED:
+        if name in parent.attributes:
+            attrs[name] = parent.attributes[name]
+    minor = parent.attributes.get("minor")
+    if isinstance(minor, int):
+        attrs["parentMinor"] = minor
+    return Device(
+        name=device_name(gpu_index, profile, start),
+        kind=KIND,
+        local_id=local_id(parent.local_id, profile.profile_id, start),
+        attributes=attrs,
+        capacity={
+            "memory": f"{profile.memory_mib}Mi",
+            "multiprocessors": str(profile.multiprocessors),
+            "computeSlices": str(profile.compute_slices),
+        },
+        consumes_counters=(consumption(gpu_index, profile, start),),
+    )
+
+
+def mig_devices(parent: Device, gpu_index: int, profiles: Sequence[MigProfile]) -> list[Device]:
+    """One device per (profile, placement) of ``profiles``, in table order."""
+    return [
+        mig_device(parent, gpu_index, profile, start)
+        for profile in profiles
+        for start, _ in profile.placements
+    ]

@@ -1,0 +1,221 @@
+"""Dynamic MIG end to end on the real control plane.
+
+One simulated node of 2 x H100 with ``--mig-gpus=all``: the real scheduler
+allocates partitions from our counters, the node agent prepares them
+through our socket, and the C NVML mock holds the instances. Covers
+distinct non-overlapping partitions, a full-GPU claim that waits for them,
+a new geometry on the same GPU without restarts, the first-fit model of the
+MIG benchmark against the real scheduler, and a ``kill -9`` between GI and
+CI creation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from simnode import SimNode, apply_plugin_rbac, build_nvml_mock
+
+from driver.mig.handler import CRASH_AFTER_GI
+from tests.bench.mig_bench import FirstFit, profile_is
+from tests.e2e.helpers import delete_quietly, unique, wait_for
+
+pytestmark = pytest.mark.cluster
+
+REPO = Path(__file__).resolve().parents[2]
+PER_GPU = 1 + 7 + 7 + 4 + 3 + 2 + 1 + 1
+
+
+@pytest.fixture(scope="module")
+def sim(local_cluster, resource_api, core) -> Iterator[SimNode]:  # type: ignore[no-untyped-def]
+    build_nvml_mock()
+    apply_plugin_rbac(local_cluster.kubeconfig)
+    for path in sorted((REPO / "deviceclasses").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc["kind"] == "DeviceClass":
+                with contextlib.suppress(ApiException):
+                    resource_api.create_device_class(doc)
+    kubeconfig = local_cluster.kubeconfig_for(
+        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
+    )
+    node = SimNode(local_cluster, unique("mig"), "2-gpus", kubeconfig)
+    node.plugin.extra_args = ("--mig-gpus=all",)
+    node.start()
+    try:
+        wait_for(
+            "MIG devices published",
+            lambda: (node.check_alive(), len(devices(resource_api, node.name)) == 2 * PER_GPU)[1],
+            timeout=90,
+        )
+        yield node
+    finally:
+        node.stop()
+        delete_quietly(core.delete_node, node.name)
+
+
+def slice_specs(resource_api: client.ResourceV1Api, node: str) -> list[dict[str, Any]]:
+    items = resource_api.list_resource_slice(field_selector=f"spec.nodeName={node}").items
+    items.sort(key=lambda s: s.metadata.name)
+    return [resource_api.api_client.sanitize_for_serialization(s)["spec"] for s in items]
+
+
+def devices(resource_api: client.ResourceV1Api, node: str) -> list[dict[str, Any]]:
+    return [d for s in slice_specs(resource_api, node) for d in s.get("devices") or []]
+
+
+def template(resource_api: client.ResourceV1Api, ns: str, name: str, cls: str, cel: str) -> None:
+    request = {"name": "dev", "exactly": {"deviceClassName": cls,
+               "selectors": [{"cel": {"expression": cel}}]}}  # fmt: skip
+    resource_api.create_namespaced_resource_claim_template(
+        ns, {"metadata": {"name": name}, "spec": {"spec": {"devices": {"requests": [request]}}}}
+    )
+
+
+def profile_template(resource_api: client.ResourceV1Api, ns: str, profile: str) -> str:
+    name = f"mig-{profile.replace('.', '-')}"
+    cel = f'device.attributes["patchbay.dev"].profile == "{profile}"'
+    template(resource_api, ns, name, "mig.patchbay.dev", cel)
+    return name
+
+
+def pod(core: client.CoreV1Api, ns: str, name: str, node: str, tmpl: str) -> None:
+    core.create_namespaced_pod(ns, {
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "containers": [{"name": "main", "image": "pause",
+                            "resources": {"claims": [{"name": "dev"}]}}],
+            "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": tmpl}],
+        },
+    })  # fmt: skip
+
+
+def phase(core: client.CoreV1Api, ns: str, name: str) -> str:
+    try:
+        return str(core.read_namespaced_pod(name, ns).status.phase)
+    except ApiException as exc:
+        if exc.status == 404:
+            return "Gone"
+        raise
+
+
+def running(core: client.CoreV1Api, ns: str, name: str, timeout: float = 90) -> None:
+    wait_for(f"{name} Running", lambda: phase(core, ns, name) == "Running", timeout=timeout)
+
+
+def gone(core: client.CoreV1Api, ns: str, *names: str) -> None:
+    for name in names:
+        core.delete_namespaced_pod(name, ns)
+    for name in names:
+        wait_for(f"{name} gone", lambda n=name: phase(core, ns, n) == "Gone", timeout=60)
+
+
+def allocated(
+    core: client.CoreV1Api, resource_api: client.ResourceV1Api, ns: str, name: str
+) -> str:
+    status = core.read_namespaced_pod(name, ns).status
+    claim = resource_api.read_namespaced_resource_claim(
+        status.resource_claim_statuses[0].resource_claim_name, ns
+    )
+    (result,) = claim.status.allocation.devices.results
+    return str(result.device)
+
+
+def visible(sim: SimNode, ns: str, name: str) -> str:
+    record = sim.agent.pod_record(ns, name)
+    assert record is not None
+    (container,) = record["containers"].values()  # type: ignore[union-attr]
+    (env,) = [e for e in container["env"] if e.startswith("NVIDIA_VISIBLE_DEVICES=")]
+    return str(env.split("=", 1)[1])
+
+
+def gpu_state(sim: SimNode, index: int) -> dict[str, Any]:
+    gpus = sorted(sim.host.nvml.read()["gpus"], key=lambda g: g["pci_bus_id"])
+    return dict(gpus[index])
+
+
+def instances(sim: SimNode, index: int) -> list[tuple[int, int, list[str]]]:
+    return sorted(
+        (gi["profile_id"], gi["start"], [ci["uuid"] for ci in gi["compute_instances"]])
+        for gi in gpu_state(sim, index)["gpu_instances"]
+    )
+
+
+def test_partitions_are_published_and_valid(sim: SimNode, resource_api) -> None:  # type: ignore[no-untyped-def]
+    specs = slice_specs(resource_api, sim.name)
+    sets = [cs for s in specs for cs in s.get("sharedCounters") or []]
+    assert sorted(cs["name"] for cs in sets) == ["gpu-0-mig", "gpu-1-mig"]
+    assert all(len(cs["counters"]) == 10 for cs in sets)
+    devs = devices(resource_api, sim.name)
+    migs = [d for d in devs if d["attributes"]["type"]["string"] == "mig"]
+    assert len(migs) == 2 * (PER_GPU - 1)
+    uuids = set(sim.host.gpu_uuids().values())
+    assert {d["attributes"]["parentUUID"]["string"] for d in migs} == uuids
+    full = [d for d in devs if d["attributes"]["type"]["string"] == "gpu"]
+    assert all(len(d["consumesCounters"][0]["counters"]) == 10 for d in full)
+
+
+def test_partitions_full_gpu_and_new_geometry(sim: SimNode, resource_api, core, namespace) -> None:  # type: ignore[no-untyped-def]
+    ns, pid = namespace, sim.plugin.proc.pid if sim.plugin.proc else None
+    model = FirstFit(slice_specs(resource_api, sim.name))
+    names = {}
+    for profile in ("1g.10gb", "2g.20gb", "3g.40gb"):
+        pod(core, ns, profile[:2], sim.name, profile_template(resource_api, ns, profile))
+        running(core, ns, profile[:2])
+        names[profile] = allocated(core, resource_api, ns, profile[:2])
+        predicted = model.allocate(profile_is(profile))
+        assert predicted is not None and predicted["name"] == names[profile], "first-fit model"
+    assert names == {"1g.10gb": "gpu-0-mig-1g-10gb-6", "2g.20gb": "gpu-0-mig-2g-20gb-4",
+                     "3g.40gb": "gpu-0-mig-3g-40gb-0"}  # fmt: skip
+    mig_uuids = {visible(sim, ns, p) for p in ("1g", "2g", "3g")}
+    assert len(mig_uuids) == 3 and all(u.startswith("MIG-") for u in mig_uuids)
+    state = instances(sim, 0)
+    assert [(p, s) for p, s, _ in state] == [(9, 0), (14, 4), (19, 6)], "non-overlapping"
+    assert {u for _, _, cis in state for u in cis} == mig_uuids
+    assert gpu_state(sim, 0)["mig_current"] and not gpu_state(sim, 1)["mig_current"]
+
+    template(resource_api, ns, "whole-0", "gpu.patchbay.dev",
+             'device.attributes["patchbay.dev"].index == 0')  # fmt: skip
+    pod(core, ns, "whole", sim.name, "whole-0")
+    time.sleep(5)
+    assert phase(core, ns, "whole") == "Pending", "a full-GPU claim waits for the partitions"
+    gone(core, ns, "1g", "2g", "3g")
+    running(core, ns, "whole")
+    assert instances(sim, 0) == [] and not gpu_state(sim, 0)["mig_current"]
+    assert visible(sim, ns, "whole") == gpu_state(sim, 0)["uuid"]
+    gone(core, ns, "whole")
+
+    for profile in ("4g.40gb", "3g.40gb"):
+        tmpl = f"mig-{profile.replace('.', '-')}"
+        if profile == "4g.40gb":
+            tmpl = profile_template(resource_api, ns, profile)
+        pod(core, ns, f"b{profile[:2]}", sim.name, tmpl)
+        running(core, ns, f"b{profile[:2]}")
+    assert [(p, s) for p, s, _ in instances(sim, 0)] == [(5, 0), (9, 4)], "a new geometry"
+    assert sim.plugin.proc is not None and sim.plugin.proc.pid == pid, "no restart"
+    gone(core, ns, "b4g", "b3g")
+    assert instances(sim, 0) == [] and not gpu_state(sim, 0)["mig_current"]
+
+
+def test_kill_between_gi_and_ci_is_recovered(sim: SimNode, resource_api, core, namespace) -> None:  # type: ignore[no-untyped-def]
+    ns = namespace
+    sim.plugin.stop()
+    sim.plugin.start(PATCHBAY_CRASH_POINT=CRASH_AFTER_GI)
+    tmpl = profile_template(resource_api, ns, "2g.20gb")
+    pod(core, ns, "crash", sim.name, tmpl)
+    assert sim.plugin.wait_exit(90) != 0, "killed at the crash point"
+    half = instances(sim, 0)
+    assert [(p, s, cis) for p, s, cis in half] == [(14, 4, [])], "a GI without CI is left"
+    sim.plugin.start()
+    running(core, ns, "crash", timeout=120)
+    (after,) = instances(sim, 0)
+    assert after[:2] == (14, 4) and len(after[2]) == 1 and visible(sim, ns, "crash") == after[2][0]
+    gone(core, ns, "crash")
+    assert instances(sim, 0) == [] and not gpu_state(sim, 0)["mig_current"]
