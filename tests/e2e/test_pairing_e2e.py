@@ -324,3 +324,22 @@ def test_numa_fallback_example_prefers_the_root(
     assert root_of(devs[got["gpu"]]) == root_of(devs[got["nic/same-root"]]) == ROOT_A
     for name in ("fallback", "aligned"):
         delete_pod(core, ns, name)
+
+
+def test_one_root_example_puts_all_four_devices_on_one_root(
+    sim: SimNode, resource_api, core, namespace
+) -> None:  # type: ignore[no-untyped-def]
+    devs = devices(resource_api, sim.name)
+    example = REPO / "deviceclasses" / "examples" / "two-gpus-two-vfs-one-root.yaml"
+    doc = next(
+        d for d in yaml.safe_load_all(example.read_text()) if d["kind"] == "ResourceClaimTemplate"
+    )
+    resource_api.create_namespaced_resource_claim_template(namespace, doc)
+    make_pod(core, namespace, "quad", sim.name, doc["metadata"]["name"])
+    running(core, namespace, "quad")
+    claim = claim_of(core, resource_api, namespace, "quad")
+    results = claim.status.allocation.devices.results
+    assert sorted(r.request for r in results) == ["gpus", "gpus", "nics", "nics"]
+    roots = {root_of(devs[r.device]) for r in results}
+    assert len(roots) == 1, roots
+    delete_pod(core, namespace, "quad")
