@@ -1,0 +1,201 @@
+"""The fabric's behaviour: attach/detach rules, the task runner, fault knobs.
+
+Concurrency model (the whole process has one asyncio loop): every store and
+simulated-host call runs on ONE worker thread (``_call``), so the
+read-decide-write of an attach or detach is atomic against other requests
+without locks; the loop only awaits that thread and sleeps the configured
+latency. Each task is an asyncio task that sleeps, then finishes in one
+worker call.
+
+Rules: attaching a device already attached (or attaching) to the same
+initiator returns that connection (and its open task); to another initiator,
+or a device another tenant holds, is 409 ResourceInUse. Detach is refused
+(409) while the device is flagged in use or the connection is still
+attaching. An injected failure is decided when the task is created (so a
+restart does not re-roll it); the task ends in ``Exception`` and the attach
+is rolled back (the connection disappears) or the detach undone (the
+connection is ``Attached`` again).
+
+Restart: tasks found ``New``/``Running`` at start are rolled *forward* -
+run again from the start, latency included. Every step is idempotent (the
+address is stored before the hot-add), so a task killed anywhere completes
+once, and no attachment or open task is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from fabric.service import hosts
+from fabric.service.errors import RedfishError, in_use, not_found
+from fabric.service.inventory import Inventory
+from fabric.service.store import Connection, DeviceState, Store, Task
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class AttachOutcome:
+    connection: Connection
+    task: Task | None  # None: already attached, nothing to wait for
+    created: bool
+
+
+class Fabric:
+    def __init__(self, inventory: Inventory, store: Store, latency: tuple[float, float]) -> None:
+        self.inv = inventory
+        self.store = store
+        self.default_latency = {"attach_latency": latency[0], "detach_latency": latency[1]}
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fabric-worker")
+        self._running: dict[int, asyncio.Task[None]] = {}
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    async def start(self) -> None:
+        await self.call(self.store.ensure_devices, sorted(self.inv.targets))
+        for task in await self.call(self.store.open_tasks):
+            log.info("resuming %s task %d (%s, %s)", task.kind, task.id, task.device, task.state)
+            self._spawn(task.id)
+
+    async def close(self) -> None:
+        """Stop runners (their tasks stay open in the store and resume at next start)."""
+        for t in self._running.values():
+            t.cancel()
+        await asyncio.gather(*self._running.values(), return_exceptions=True)
+        self._pool.shutdown(wait=True)
+        self.store.close()
+
+    async def idle(self) -> None:
+        """Wait until no task is running (tests, shutdown)."""
+        while self._running:
+            await asyncio.gather(*list(self._running.values()), return_exceptions=True)
+
+    # ---- attach / detach ---------------------------------------------------------
+
+    async def attach(self, initiator: str, target: str) -> AttachOutcome:
+        ini, tgt = self.inv.initiators[initiator], self.inv.targets[target]
+        if (ini.fabric, ini.switch) != (tgt.fabric, tgt.switch):
+            raise RedfishError(
+                400,
+                "ActionParameterValueConflict",
+                f"{target} (switch {tgt.switch}) is not reachable from {initiator} "
+                f"(switch {ini.switch})",
+                related="#/Links/TargetEndpoints",
+            )
+        out = await self.call(self._attach_sync, initiator, target)
+        if out.created and out.task is not None:
+            self._spawn(out.task.id)
+        return out
+
+    def _attach_sync(self, initiator: str, target: str) -> AttachOutcome:
+        dev = self.store.device(target)
+        if dev.foreign_owner:
+            raise in_use(f"{target} is allocated to another tenant ({dev.foreign_owner})")
+        conn = self.store.connection_of(target)
+        if conn is not None:
+            if conn.initiator != initiator:
+                raise in_use(f"{target} is attached to {conn.initiator}")
+            if conn.state == "Detaching":
+                raise RedfishError(409, "ResourceInStandby", f"{target} is being detached")
+            return AttachOutcome(conn, self.store.open_task_of(conn.id), False)
+        conn, task = self.store.start_attach(target, initiator, self.store.take("fail_attaches"))
+        log.info("attach %s -> %s: connection %d, task %d", target, initiator, conn.id, task.id)
+        return AttachOutcome(conn, task, True)
+
+    async def detach(self, connection: int, uri: str) -> Task:
+        task, created = await self.call(self._detach_sync, connection, uri)
+        if created:
+            self._spawn(task.id)
+        return task
+
+    def _detach_sync(self, connection: int, uri: str) -> tuple[Task, bool]:
+        conn = self.store.connection(connection)
+        if conn is None:
+            raise not_found(uri)
+        if conn.state == "Detaching":
+            task = self.store.open_task_of(conn.id)
+            if task is not None:
+                return task, False
+        if conn.state == "Attaching":
+            raise RedfishError(409, "ResourceInStandby", f"connection {conn.id} is still attaching")
+        if self.store.device(conn.device).in_use:
+            raise in_use(f"{conn.device} has running work; detach refused")
+        task = self.store.start_detach(conn, self.store.take("fail_detaches"))
+        log.info("detach %s from %s: task %d", conn.device, conn.initiator, task.id)
+        return task, True
+
+    # ---- the task runner ------------------------------------------------------------
+
+    def _spawn(self, task_id: int) -> None:
+        t = asyncio.get_running_loop().create_task(self._execute(task_id), name=f"task-{task_id}")
+        self._running[task_id] = t
+        t.add_done_callback(lambda _: self._running.pop(task_id, None))
+
+    async def _execute(self, task_id: int) -> None:
+        try:
+            task = await self.call(self._begin_sync, task_id)
+            await asyncio.sleep(await self.call(self.latency, f"{task.kind}_latency"))
+            await self.call(self._finish_sync, task_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("task %d crashed", task_id)
+            await self.call(self.store.set_task, task_id, "Exception", "internal error")
+
+    def _begin_sync(self, task_id: int) -> Task:
+        self.store.set_task(task_id, "Running")
+        task = self.store.task(task_id)
+        assert task is not None
+        return task
+
+    def latency(self, key: str) -> float:
+        return self.store.knob(key, self.default_latency[key])
+
+    def _finish_sync(self, task_id: int) -> None:
+        task = self.store.task(task_id)
+        conn = self.store.connection(task.connection) if task else None
+        if task is None or conn is None:
+            log.error("task %d lost its connection", task_id)
+            if task is not None:
+                self.store.set_task(task_id, "Exception", "connection vanished")
+            return
+        ini, tgt = self.inv.initiators[conn.initiator], self.inv.targets[conn.device]
+        if task.kind == "attach":
+            problem = self._attach_problem(task, self.store.device(conn.device))
+            if problem:
+                self.store.delete_connection(conn.id)
+            else:
+                bdf = conn.bdf or hosts.plan(ini)
+                self.store.set_connection(conn.id, bdf=bdf)
+                try:
+                    hosts.add(ini, tgt, bdf)
+                except OSError as exc:
+                    hosts.remove(ini, tgt, bdf)
+                    self.store.delete_connection(conn.id)
+                    problem = f"hot-add of {conn.device} on {ini.node} failed: {exc}"
+                else:
+                    self.store.set_connection(conn.id, state="Attached")
+        elif task.fail:
+            problem = f"injected failure: detach of {conn.device} from {ini.node} failed"
+            self.store.set_connection(conn.id, state="Attached")
+        else:
+            hosts.remove(ini, tgt, conn.bdf)
+            self.store.delete_connection(conn.id)
+            problem = ""
+        self.store.set_task(task_id, "Exception" if problem else "Completed", problem)
+        log.info("task %d (%s %s): %s", task_id, task.kind, conn.device, problem or "completed")
+
+    def _attach_problem(self, task: Task, dev: DeviceState) -> str:
+        ini = self.inv.initiators[task.initiator]
+        if task.fail:
+            return f"injected failure: attach of {task.device} to {ini.node} failed"
+        if dev.health == "Critical":
+            return f"{task.device} reports a critical fault"
+        return ""

@@ -1,0 +1,55 @@
+"""Fault injection: the admin knobs and per-device flags, read and changed.
+
+Knobs live in the store so they survive a restart with the state they
+affect: ``fail_attaches``/``fail_detaches`` count down one per task created,
+latencies override the settings' defaults. Per-device flags: ``health``
+(shown as the endpoint's ``Status.Health``; ``Critical`` makes attaches
+fail), ``in_use`` (detach refused with 409), ``foreign_owner`` (another
+tenant took the device: it shows ``UnavailableOffline`` and attach is 409).
+Called on the service's worker thread only.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fabric.service.bodies import FaultsUpdate
+from fabric.service.errors import RedfishError
+from fabric.service.inventory import Inventory
+from fabric.service.store import Store
+
+log = logging.getLogger(__name__)
+
+
+def apply(store: Store, inv: Inventory, upd: FaultsUpdate) -> None:
+    unknown = sorted(set(upd.devices) - set(inv.targets))
+    if unknown:
+        field = f"devices.{unknown[0]}"
+        raise RedfishError(400, "PropertyValueFormatError", f"{field}: no such device", field)
+    knobs = {
+        "fail_attaches": upd.fail_next_attaches,
+        "fail_detaches": upd.fail_next_detaches,
+        "attach_latency": upd.attach_latency,
+        "detach_latency": upd.detach_latency,
+    }
+    for key, value in knobs.items():
+        if value is not None:
+            store.set_knob(key, float(value))
+    for dev, f in upd.devices.items():
+        store.set_device(dev, f.health, f.in_use, f.foreign_owner)
+    log.warning("faults changed: %s", upd.model_dump(exclude_none=True, by_alias=True))
+
+
+def view(store: Store, inv: Inventory, defaults: dict[str, float]) -> dict[str, Any]:
+    devices = {}
+    for ident in sorted(inv.targets):
+        d = store.device(ident)
+        devices[ident] = {"health": d.health, "inUse": d.in_use, "foreignOwner": d.foreign_owner}
+    return {
+        "failNextAttaches": int(store.knob("fail_attaches")),
+        "failNextDetaches": int(store.knob("fail_detaches")),
+        "attachLatencySeconds": store.knob("attach_latency", defaults["attach_latency"]),
+        "detachLatencySeconds": store.knob("detach_latency", defaults["detach_latency"]),
+        "devices": devices,
+    }

@@ -1,0 +1,63 @@
+"""Host-side effects of attach and detach, applied to each node's simulated host.
+
+On attach the device is hot-added behind the initiator's adapter, so it sits
+under that adapter's root complex (and inherits its ``pcieRoot``); a GPU
+enters the node's NVML mock state with the fabric's UUID and serial; the
+simulated host appends the ``add`` uevents. Detach hot-removes it (with a
+NIC's VFs) and the ``remove`` uevents follow.
+
+Idempotency for resumed tasks: the address is chosen and stored *before*
+the hot-add (``plan``), and ``add`` does nothing if that address already
+exists on the host. A crash between the device appearing and its uevent
+being written can lose that one event; the device itself is never doubled.
+
+Concurrency: called only from the service's worker thread; ``SimHost`` is
+not thread-safe and is opened per call (cheap: one small JSON file).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fabric.service.inventory import Initiator, Target
+from fabric.simhost.host import SimHost
+from fabric.simhost.topology import Gpu, Nic
+
+log = logging.getLogger(__name__)
+
+
+def _host(initiator: Initiator) -> SimHost:
+    return SimHost.open(initiator.host_dir)
+
+
+def plan(initiator: Initiator) -> str:
+    """The address the device will get behind the initiator's adapter."""
+    return _host(initiator).free_bdf(initiator.adapter)
+
+
+def _endpoint(target: Target, bdf: str) -> Gpu | Nic:
+    if target.kind == "gpu":
+        return Gpu(bdf, target.model, uuid=target.uuid, serial=target.serial)
+    return Nic(bdf, target.netdev, total_vfs=target.total_vfs, num_vfs=target.num_vfs)
+
+
+def add(initiator: Initiator, target: Target, bdf: str) -> list[str]:
+    """Hot-add ``target`` at ``bdf``; returns the addresses that appeared (none if present)."""
+    host = _host(initiator)
+    if host.tree.exists(bdf):
+        log.info("%s already present at %s on %s; not added again", target.id, bdf, host.name)
+        return []
+    bdfs = host.hot_add(initiator.adapter, _endpoint(target, bdf))
+    log.info("hot-added %s on %s behind %s: %s", target.id, host.name, initiator.adapter, bdfs)
+    return bdfs
+
+
+def remove(initiator: Initiator, target: Target, bdf: str) -> list[str]:
+    """Hot-remove the device at ``bdf``; returns the addresses that went (none if absent)."""
+    host = _host(initiator)
+    if not bdf or not host.tree.exists(bdf):
+        log.info("%s not present at %r on %s; nothing to remove", target.id, bdf, host.name)
+        return []
+    gone = host.hot_remove(bdf)
+    log.info("hot-removed %s from %s: %s", target.id, host.name, gone)
+    return gone

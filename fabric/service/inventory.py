@@ -1,0 +1,186 @@
+"""The fabric's static inventory: fabrics, switches, wiring and slotted devices.
+
+The topology file (YAML or JSON) is a trust boundary, so it is parsed with
+pydantic (``TopologyFile``) and turned into frozen dataclasses that the rest
+of the service shares read-only. Each switch has upstream ports wired to a
+host adapter on a node (with that node's simulated-host directory) and
+downstream slots that hold GPUs or NIC PFs. Identifiers (device ids, port
+ids, initiator endpoint ids) become Redfish ``Id`` values, so they are
+restricted to URL-safe characters and must be unique across the file.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid as uuidlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from driver.errors import ConfigError
+from fabric.simhost.sysfs_tree import NVIDIA, PCI_DEVICE_IDS
+
+Ident = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")]
+_NS = uuidlib.UUID("0c3b2d54-7a55-4f0e-9c55-3f1f3e0b7a11")
+MELLANOX, CX6DX = 0x15B3, 0x101D
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class GpuSlot(_Strict):
+    kind: Literal["gpu"] = "gpu"
+    id: Ident
+    model: str = "H100-SXM5-80GB"
+    uuid: str = ""
+    serial: str = ""
+
+    @model_validator(mode="after")
+    def _known_model(self) -> GpuSlot:
+        if self.model not in PCI_DEVICE_IDS:
+            raise ValueError(f"unknown GPU model {self.model!r}; known: {sorted(PCI_DEVICE_IDS)}")
+        return self
+
+
+class NicSlot(_Strict):
+    kind: Literal["nic"] = "nic"
+    id: Ident
+    netdev: str
+    model: str = "ConnectX-6 Dx"
+    serial: str = ""
+    total_vfs: int = Field(default=8, ge=0, le=64, alias="totalVfs")
+    num_vfs: int = Field(default=8, ge=0, le=64, alias="numVfs")
+
+
+class UpstreamSpec(_Strict):
+    port: Ident
+    node: str
+    adapter: str
+    host_dir: Path = Field(alias="hostDir")
+    endpoint: Ident | None = None  # default "<node>-<adapter>"
+
+
+class SlotSpec(_Strict):
+    port: Ident
+    device: Annotated[GpuSlot | NicSlot, Field(discriminator="kind")] | None = None
+
+
+class SwitchSpec(_Strict):
+    id: Ident
+    upstream: list[UpstreamSpec]
+    slots: list[SlotSpec]
+
+
+class FabricSpec(_Strict):
+    id: Ident
+    type: Literal["PCIe", "CXL"] = "PCIe"
+    switches: list[SwitchSpec]
+
+
+class TopologyFile(_Strict):
+    fabrics: list[FabricSpec] = Field(min_length=1)
+
+
+# ---- the model the service uses ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Initiator:
+    id: str  # endpoint id
+    fabric: str
+    switch: str
+    port: str
+    node: str
+    adapter: str
+    host_dir: Path
+
+
+@dataclass(frozen=True)
+class Target:
+    id: str  # endpoint id == device id
+    fabric: str
+    switch: str
+    port: str
+    kind: Literal["gpu", "nic"]
+    model: str
+    serial: str
+    uuid: str  # GPUs only
+    vendor_id: int
+    device_id: int
+    netdev: str = ""
+    total_vfs: int = 0
+    num_vfs: int = 0
+
+
+@dataclass(frozen=True)
+class Inventory:
+    fabrics: dict[str, str]  # id -> FabricType
+    switches: dict[str, tuple[str, ...]]  # "<fabric>/<switch>" -> port ids in order
+    initiators: dict[str, Initiator]
+    targets: dict[str, Target]
+
+    def endpoints(self, fabric: str) -> list[str]:
+        ini = [i.id for i in self.initiators.values() if i.fabric == fabric]
+        return ini + [t.id for t in self.targets.values() if t.fabric == fabric]
+
+
+def _target(fabric: str, switch: str, port: str, d: GpuSlot | NicSlot) -> Target:
+    ident = uuidlib.uuid5(_NS, f"{fabric}/{d.id}")
+    serial = d.serial or f"FAB{ident.int % 10**10:010d}"
+    if isinstance(d, GpuSlot):
+        uid = d.uuid or f"GPU-{ident}"
+        dev_id = PCI_DEVICE_IDS[d.model][0]
+        return Target(d.id, fabric, switch, port, "gpu", d.model, serial, uid, NVIDIA, dev_id)
+    return Target(
+        d.id, fabric, switch, port, "nic", d.model, serial, "", MELLANOX, CX6DX,
+        d.netdev, d.total_vfs, d.num_vfs,
+    )  # fmt: skip
+
+
+def build(spec: TopologyFile, base: Path) -> Inventory:
+    """The inventory of ``spec``; relative host directories are taken from ``base``."""
+    fabrics: dict[str, str] = {}
+    switches: dict[str, tuple[str, ...]] = {}
+    initiators: dict[str, Initiator] = {}
+    targets: dict[str, Target] = {}
+    adapters: set[tuple[str, str]] = set()
+    for f in spec.fabrics:
+        if f.id in fabrics:
+            raise ConfigError(f"fabric {f.id!r} defined twice")
+        fabrics[f.id] = f.type
+        for sw in f.switches:
+            ports = [u.port for u in sw.upstream] + [s.port for s in sw.slots]
+            if len(set(ports)) != len(ports) or f"{f.id}/{sw.id}" in switches:
+                raise ConfigError(f"switch {f.id}/{sw.id}: duplicate switch or port id")
+            switches[f"{f.id}/{sw.id}"] = tuple(ports)
+            for u in sw.upstream:
+                eid = u.endpoint or f"{u.node}-{u.adapter}"
+                if (u.node, u.adapter) in adapters or eid in initiators or eid in targets:
+                    raise ConfigError(f"adapter {u.node}/{u.adapter} (endpoint {eid}) wired twice")
+                adapters.add((u.node, u.adapter))
+                hdir = u.host_dir if u.host_dir.is_absolute() else base / u.host_dir
+                initiators[eid] = Initiator(eid, f.id, sw.id, u.port, u.node, u.adapter, hdir)
+            for s in sw.slots:
+                if s.device is None:
+                    continue
+                if s.device.id in targets or s.device.id in initiators:
+                    raise ConfigError(f"device id {s.device.id!r} used twice")
+                targets[s.device.id] = _target(f.id, sw.id, s.port, s.device)
+    return Inventory(fabrics, switches, initiators, targets)
+
+
+def load(path: Path) -> Inventory:
+    """Read and validate a topology file (``.json``, else YAML)."""
+    try:
+        text = path.read_text()
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        spec = TopologyFile.model_validate(data)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        # pydantic's ValidationError is a ValueError.
+        kind = "invalid" if isinstance(exc, ValidationError) else "unreadable"
+        raise ConfigError(f"fabric topology {path} is {kind}: {exc}") from exc
+    return build(spec, path.parent)

@@ -1,0 +1,48 @@
+"""Settings of the fabric service process (``patchbay-fabric``).
+
+Each field is one setting: flag ``--<field-with-dashes>``, env var
+``<FIELD_UPPER>``, Helm value ``fabric.<fieldCamel>`` (see
+``driver.settingsflags``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class FabricSettings(BaseModel):
+    """patchbay simulated PCIe/CXL fabric: a Redfish-shaped composition service."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fabric_topology: Path = Field(description="YAML/JSON file: fabrics, switches, wiring, devices")
+    fabric_db: Path = Field(default=Path("fabric.db"), description="SQLite database file (state)")
+    listen_address: str = Field(default="127.0.0.1", description="address to serve the API on")
+    fabric_port: int = Field(default=7080, ge=0, le=65535, description="TCP port; 0 picks one")
+    port_file: Path | None = Field(
+        default=None, description="write the bound port here once serving (tests, scripts)"
+    )
+    fabric_token: str = Field(default="", description="bearer token clients must present")
+    fabric_token_file: Path | None = Field(
+        default=None, description="file holding the bearer token (wins over --fabric-token)"
+    )
+    attach_latency: float = Field(default=0.5, ge=0, description="seconds an attach takes")
+    detach_latency: float = Field(default=0.2, ge=0, description="seconds a detach takes")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="log level name"
+    )
+    log_format: Literal["text", "json"] = Field(default="text", description="log output format")
+
+    @model_validator(mode="after")
+    def _has_token(self) -> FabricSettings:
+        if not self.fabric_token and self.fabric_token_file is None:
+            raise ValueError("set fabric_token or fabric_token_file")
+        return self
+
+    def token(self) -> str:
+        if self.fabric_token_file is not None:
+            return self.fabric_token_file.read_text().strip()
+        return self.fabric_token

@@ -1,0 +1,183 @@
+"""The real ``patchbay-fabric`` process on a loopback port, with a temp SQLite
+file and simulated hosts: host-side effects, latency, failure injection,
+SIGKILL mid-task and restart, racing attaches. No Kubernetes needed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import IO
+
+import aiohttp
+import pytest
+
+from driver.fabricclient import FabricClient, FabricConflict
+from driver.pci.uevents import UeventFeed
+from fabric.service.demo import write_demo
+from fabric.simhost.host import SimHost
+
+pytestmark = pytest.mark.integration
+TOKEN = "integration-token"
+
+
+class Service:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.topology = write_demo(root)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+
+    def start(self, attach_latency: float = 0.05) -> None:
+        port_file = self.root / "port"
+        port_file.unlink(missing_ok=True)
+        env = dict(os.environ, FABRIC_TOKEN=TOKEN)
+        with open(self.root / "service.log", "ab") as log:
+            self.proc = self._spawn(env, port_file, attach_latency, log)
+        deadline = time.monotonic() + 15
+        while not port_file.exists():
+            assert self.proc.poll() is None, (self.root / "service.log").read_text()
+            assert time.monotonic() < deadline, "fabric service did not start"
+            time.sleep(0.05)
+        self.url = f"http://127.0.0.1:{port_file.read_text()}"
+
+    def _spawn(
+        self, env: dict[str, str], port_file: Path, attach_latency: float, log: IO[bytes]
+    ) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "fabric.service.main", "--fabric-topology", str(self.topology),
+             "--fabric-db", str(self.root / "fabric.db"), "--fabric-port", "0",
+             "--port-file", str(port_file), "--attach-latency", str(attach_latency),
+             "--detach-latency", "0.05"],
+            env=env, stderr=log,
+        )  # fmt: skip
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(5)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+    def host(self, node: str) -> SimHost:
+        return SimHost.open(self.root / node)
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    svc = Service(tmp_path)
+    svc.start()
+    yield svc
+    svc.stop()
+
+
+@pytest.fixture
+async def client(service: Service) -> AsyncIterator[FabricClient]:
+    c = FabricClient(service.url, TOKEN)
+    yield c
+    await c.close()
+
+
+async def faults(service: Service, body: dict[str, object]) -> None:
+    async with aiohttp.ClientSession() as s, s.post(
+        f"{service.url}/patchbay/v1/faults", json=body,
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    ) as r:  # fmt: skip
+        assert r.status == 200, await r.text()
+
+
+async def test_attach_appears_on_node_and_detach_reverses(
+    service: Service, client: FabricClient
+) -> None:
+    host = service.host("node-a")
+    feed = UeventFeed(host.uevent_path, str(host.sysfs_root))
+    feed.read_new()
+    dev = await client.device("gpu-2")
+    res = await client.attach("gpu-2", "node-a", "adapter1")
+    assert res.task is not None
+    assert (await client.wait(res.task.uri, timeout_s=10, interval_s=0.05)).state == "Completed"
+    conn = (await client.device("gpu-2")).connection
+    assert conn is not None and conn.state == "Attached"
+    bdf = conn.pci_bus_id
+    # Under adapter1's root complex (pci0000:85), with the fabric's UUID in NVML.
+    link = str((host.sysfs_root / "bus/pci/devices" / bdf).readlink())
+    assert "/devices/pci0000:85/" in link, link
+    assert host.gpu_uuids() == {bdf: dev.uuid}
+    events = feed.read_new()
+    assert [(e.action, e.slot_name) for e in events] == [("add", bdf)]
+    task = await client.detach("gpu-2")
+    assert task is not None and (await client.wait(task.uri, 10, 0.05)).state == "Completed"
+    assert not (host.sysfs_root / "bus/pci/devices" / bdf).exists()
+    assert host.gpu_uuids() == {}
+    assert [(e.action, e.slot_name) for e in feed.read_new()] == [("remove", bdf)]
+
+
+async def test_nic_attach_brings_its_vfs(service: Service, client: FabricClient) -> None:
+    res = await client.attach("nic-0", "node-b", "adapter0")
+    assert res.task is not None and (await client.wait(res.task.uri, 10, 0.05)).state == "Completed"
+    conn = (await client.device("nic-0")).connection
+    assert conn is not None
+    pf = service.host("node-b").sysfs_root / "bus/pci/devices" / conn.pci_bus_id
+    assert (pf / "sriov_totalvfs").read_text().strip() == "4"
+    assert len(list(pf.glob("virtfn*"))) == 4
+
+
+async def test_latency_honoured_and_injected_failure(
+    service: Service, client: FabricClient
+) -> None:
+    await faults(service, {"attachLatencySeconds": 0.6, "failNextAttaches": 1})
+    t0 = time.monotonic()
+    res = await client.attach("gpu-0", "node-c", "adapter0")
+    assert res.task is not None
+    assert (await client.task(res.task.uri)).state in ("New", "Running")
+    task = await client.wait(res.task.uri, 10, 0.05)
+    assert time.monotonic() - t0 >= 0.6
+    assert task.state == "Exception" and "injected failure" in task.messages[0]
+    assert service.host("node-c").gpu_uuids() == {}
+
+
+async def test_concurrent_attaches_one_wins(service: Service, client: FabricClient) -> None:
+    results = await asyncio.gather(
+        *(client.attach("gpu-1", n, "adapter0") for n in ("node-a", "node-b", "node-c")),
+        return_exceptions=True,
+    )
+    winners = [r for r in results if not isinstance(r, BaseException)]
+    assert len(winners) == 1 and sum(isinstance(r, FabricConflict) for r in results) == 2
+    assert winners[0].task is not None
+    assert (await client.wait(winners[0].task.uri, 10, 0.05)).state == "Completed"
+    total = sum(len(service.host(n).gpu_uuids()) for n in ("node-a", "node-b", "node-c"))
+    assert total == 1
+
+
+async def test_sigkill_mid_task_converges_after_restart(service: Service) -> None:
+    service.stop()
+    service.start(attach_latency=30)  # the task will still be Running when killed
+    async with FabricClient(service.url, TOKEN) as c:
+        res = await c.attach("gpu-3", "node-b", "adapter1")
+        assert res.task is not None
+        await asyncio.sleep(0.3)
+        assert (await c.task(res.task.uri)).state == "Running"
+    service.kill()
+    service.start(attach_latency=0.05)
+    async with FabricClient(service.url, TOKEN) as c:
+        task = await c.wait(res.task.uri, 10, 0.05)
+        assert task.state == "Completed"
+        conn = (await c.device("gpu-3")).connection
+        assert conn is not None and conn.state == "Attached"
+    service.stop()  # a clean restart loses nothing and adds nothing twice
+    service.start()
+    async with FabricClient(service.url, TOKEN) as c:
+        again = await c.attach("gpu-3", "node-b", "adapter1")
+        assert again.task is None
+    host = service.host("node-b")
+    assert len(host.gpu_uuids()) == 1
+    adds = [e for e in UeventFeed(host.uevent_path).read_new() if e.action == "add"]
+    assert len(adds) == 1

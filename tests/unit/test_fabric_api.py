@@ -1,0 +1,226 @@
+"""The fabric service in-process (aiohttp test server) driven by the real client:
+idempotency rules, the task state machine, fault injection, error bodies, auth."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+
+from driver.fabricclient import FabricClient, FabricConflict
+from fabric.service import inventory
+from fabric.service.app import make_app
+from fabric.service.core import Fabric
+from fabric.service.demo import write_demo
+from fabric.service.store import Store
+from fabric.simhost.host import SimHost
+
+TOKEN = "t0ken"
+
+
+class Env:
+    def __init__(self, fab: Fabric, server: TestServer, client: FabricClient, root: Path):
+        self.fab, self.server, self.client, self.root = fab, server, client, root
+
+    def url(self, path: str) -> str:
+        return str(self.server.make_url(path))
+
+    async def raw(self, method: str, path: str, token: str | None = TOKEN, **kw: object):  # type: ignore[no-untyped-def]
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        async with (
+            aiohttp.ClientSession() as s,
+            s.request(
+                method,
+                self.url(path),
+                headers=headers,
+                **kw,  # type: ignore[arg-type]
+            ) as r,
+        ):
+            return r.status, await r.json(content_type=None)
+
+    async def faults(self, body: dict[str, object]) -> dict[str, object]:
+        status, data = await self.raw("POST", "/patchbay/v1/faults", json=body)
+        assert status == 200, data
+        return data  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+async def env(tmp_path: Path) -> AsyncIterator[Env]:
+    inv = inventory.load(write_demo(tmp_path))
+    fab = Fabric(inv, Store(tmp_path / "f.db"), (0.05, 0.05))
+    await fab.start()
+    server = TestServer(make_app(fab, TOKEN))
+    await server.start_server()
+    client = FabricClient(str(server.make_url("")), TOKEN)
+    yield Env(fab, server, client, tmp_path)
+    await client.close()
+    await server.close()
+    await fab.close()
+
+
+async def test_inventory_lists_devices_with_switch_and_reachable_adapters(env: Env) -> None:
+    inv = await env.client.inventory()
+    assert sorted(d.id for d in inv.devices) == ["gpu-0", "gpu-1", "gpu-2", "gpu-3", "nic-0"]
+    gpu2 = inv.device("gpu-2")
+    assert gpu2.switch == "sw1" and gpu2.kind == "gpu" and gpu2.model == "H200-SXM5-141GB"
+    assert sorted((a.node, a.adapter) for a in gpu2.adapters) == [
+        ("node-a", "adapter1"),
+        ("node-b", "adapter1"),
+    ]
+    assert len(inv.device("gpu-0").adapters) == 3
+    assert gpu2.uuid.startswith("GPU-") and gpu2.vendor_id == 0x10DE and gpu2.health == "OK"
+    assert inv.device("nic-0").kind == "nic" and inv.device("nic-0").uuid == ""
+
+
+async def test_attach_completes_and_is_idempotent_for_same_initiator(env: Env) -> None:
+    first = await env.client.attach("gpu-0", "node-a", "adapter0")
+    assert first.task is not None and first.task.state == "New"
+    again = await env.client.attach("gpu-0", "node-a", "adapter0")
+    assert again.task is not None and again.task.uri == first.task.uri  # same open task
+    done = await env.client.wait(first.task.uri, timeout_s=5, interval_s=0.02)
+    assert done.state == "Completed" and done.messages == ()
+    third = await env.client.attach("gpu-0", "node-a", "adapter0")
+    assert third.task is None and third.connection_uri == first.connection_uri
+    conn = (await env.client.device("gpu-0")).connection
+    assert conn is not None and conn.state == "Attached" and conn.node == "node-a"
+    assert conn.pci_bus_id in SimHost.open(env.root / "node-a").gpu_uuids()
+
+
+async def test_attach_to_another_initiator_conflicts(env: Env) -> None:
+    await env.client.attach("gpu-0", "node-a", "adapter0")
+    with pytest.raises(FabricConflict) as exc:
+        await env.client.attach("gpu-0", "node-b", "adapter0")
+    assert exc.value.code == "ResourceInUse" and "node-a-adapter0" in exc.value.message
+
+
+async def test_concurrent_attaches_of_one_device_one_wins(env: Env) -> None:
+    results = await asyncio.gather(
+        env.client.attach("gpu-1", "node-a", "adapter0"),
+        env.client.attach("gpu-1", "node-b", "adapter0"),
+        env.client.attach("gpu-1", "node-c", "adapter0"),
+        return_exceptions=True,
+    )
+    conflicts = [r for r in results if isinstance(r, FabricConflict)]
+    assert len(conflicts) == 2, results
+
+
+async def test_injected_attach_failure_ends_in_exception_and_rolls_back(env: Env) -> None:
+    await env.faults({"failNextAttaches": 1})
+    res = await env.client.attach("gpu-2", "node-b", "adapter1")
+    assert res.task is not None
+    task = await env.client.wait(res.task.uri, timeout_s=5, interval_s=0.02)
+    assert task.state == "Exception" and "injected failure" in task.messages[0]
+    assert (await env.client.device("gpu-2")).connection is None
+    assert SimHost.open(env.root / "node-b").gpu_uuids() == {}
+    res2 = await env.client.attach("gpu-2", "node-b", "adapter1")  # counter used up
+    assert res2.task is not None
+    assert (await env.client.wait(res2.task.uri, 5, 0.02)).state == "Completed"
+
+
+async def test_critical_device_fails_attach_and_reports_health(env: Env) -> None:
+    await env.faults({"devices": {"gpu-3": {"health": "Critical"}}})
+    assert (await env.client.device("gpu-3")).health == "Critical"
+    res = await env.client.attach("gpu-3", "node-a", "adapter1")
+    assert res.task is not None
+    task = await env.client.wait(res.task.uri, 5, 0.02)
+    assert task.failed and "critical" in task.messages[0]
+
+
+async def test_detach_refused_in_use_then_reverses_attach(env: Env) -> None:
+    res = await env.client.attach("gpu-0", "node-c", "adapter0")
+    assert res.task is not None
+    await env.client.wait(res.task.uri, 5, 0.02)
+    await env.faults({"devices": {"gpu-0": {"inUse": True}}})
+    with pytest.raises(FabricConflict, match="running work"):
+        await env.client.detach("gpu-0")
+    await env.faults({"devices": {"gpu-0": {"inUse": False}}, "failNextDetaches": 1})
+    failed = await env.client.detach("gpu-0")
+    assert failed is not None
+    assert (await env.client.wait(failed.uri, 5, 0.02)).failed
+    assert (await env.client.device("gpu-0")).connection is not None  # still attached
+    task = await env.client.detach("gpu-0")
+    assert task is not None and (await env.client.wait(task.uri, 5, 0.02)).state == "Completed"
+    assert (await env.client.device("gpu-0")).connection is None
+    assert SimHost.open(env.root / "node-c").gpu_uuids() == {}
+    assert await env.client.detach("gpu-0") is None
+
+
+async def test_device_lost_to_another_tenant_conflicts(env: Env) -> None:
+    await env.faults({"devices": {"nic-0": {"foreignOwner": "tenant-x"}}})
+    assert not (await env.client.device("nic-0")).available
+    with pytest.raises(FabricConflict, match="another tenant"):
+        await env.client.attach("nic-0", "node-a", "adapter0")
+
+
+async def test_unreachable_pair_is_400(env: Env) -> None:
+    f = "/redfish/v1/Fabrics/pcie0/Endpoints"
+    body = {
+        "Links": {
+            "InitiatorEndpoints": [{"@odata.id": f"{f}/node-c-adapter0"}],
+            "TargetEndpoints": [{"@odata.id": f"{f}/gpu-2"}],
+        }
+    }
+    status, data = await env.raw("POST", "/redfish/v1/Fabrics/pcie0/Connections", json=body)
+    assert status == 400 and data["error"]["code"] == "Base.1.18.ActionParameterValueConflict"
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "field"),
+    [
+        (b"{nope", "MalformedJSON", None),
+        (b"[]", "MalformedJSON", None),
+        (b"{}", "PropertyMissing", "Links"),
+        (
+            b'{"Links": {"InitiatorEndpoints": [], "TargetEndpoints": [{"@odata.id": "x"}]}}',
+            "PropertyValueTypeError",
+            "Links.InitiatorEndpoints",
+        ),
+        (
+            b'{"Links": {"InitiatorEndpoints": [{"@odata.id": "/x"}],'
+            b' "TargetEndpoints": [{"@odata.id": "/y"}]}}',
+            "ResourceMissingAtURI",
+            "Links.InitiatorEndpoints[0].@odata.id",
+        ),
+    ],
+)
+async def test_malformed_bodies_are_400_naming_the_field(
+    env: Env, body: bytes, code: str, field: str | None
+) -> None:
+    status, data = await env.raw("POST", "/redfish/v1/Fabrics/pcie0/Connections", data=body)
+    assert status == 400
+    err = data["error"]
+    assert err["code"] == f"Base.1.18.{code}"
+    assert err["@Message.ExtendedInfo"][0]["MessageId"] == err["code"]
+    if field:
+        assert err["message"].startswith(field + ":")
+
+
+async def test_auth_and_not_found_bodies(env: Env) -> None:
+    status, data = await env.raw("GET", "/redfish/v1/Fabrics", token=None)
+    assert status == 401 and data["error"]["code"] == "Base.1.18.NoValidSession"
+    status, data = await env.raw("GET", "/redfish/v1/Fabrics", token="wrong")
+    assert status == 401 and data["error"]["code"] == "Base.1.18.InsufficientPrivilege"
+    status, _ = await env.raw("GET", "/redfish/v1", token=None)
+    assert status == 200  # the service root is public
+    status, data = await env.raw("GET", "/redfish/v1/Fabrics/nope/Endpoints")
+    assert status == 404 and data["error"]["code"] == "Base.1.18.ResourceNotFound"
+    status, data = await env.raw("DELETE", "/redfish/v1/Fabrics/pcie0/Connections/999")
+    assert status == 404
+    status, data = await env.raw("POST", "/patchbay/v1/faults", json={"devices": {"x": {}}})
+    assert status == 400 and "devices.x" in data["error"]["message"]
+
+
+async def test_redfish_shapes_of_fabric_ports_and_endpoints(env: Env) -> None:
+    _, fab = await env.raw("GET", "/redfish/v1/Fabrics/pcie0")
+    assert fab["FabricType"] == "PCIe"
+    _, up = await env.raw("GET", "/redfish/v1/Fabrics/pcie0/Switches/sw0/Ports/up1")
+    assert up["PortType"] == "UpstreamPort"
+    assert up["Links"]["AssociatedEndpoints"][0]["@odata.id"].endswith("/node-b-adapter0")
+    _, down = await env.raw("GET", "/redfish/v1/Fabrics/pcie0/Switches/sw0/Ports/slot3")
+    assert down["PortType"] == "DownstreamPort" and down["Status"]["State"] == "Absent"
+    _, ini = await env.raw("GET", "/redfish/v1/Fabrics/pcie0/Endpoints/node-b-adapter0")
+    assert ini["EntityRole"] == "Initiator" and ini["Oem"]["Patchbay"]["Node"] == "node-b"
