@@ -23,6 +23,7 @@ venv: $(VENV)/.stamp ## create the virtual environment with all Python packages
 
 include hack/k8s.mk
 include hack/nvml-mock.mk
+include hack/helm.mk
 
 lint: venv proto-check ## ruff, format check, mypy strict, import-linter, module size
 	$(VENV)/bin/ruff check .
@@ -50,11 +51,11 @@ test-contract: venv nvml-mock ## NVML contract: the same scenarios on the fake a
 test-integration: venv nvml-mock k8s-bins ## real plugin process, real sockets, pynvml + C mock, real apiserver
 	$(PYTEST) -q -m integration tests/integration
 
-test-e2e: venv nvml-mock k8s-bins ## real control plane + node agents + plugin processes
+test-e2e: venv nvml-mock k8s-bins helm-bin ## real control plane + node agents + plugin processes
 	$(PYTEST) -q -m cluster tests/e2e
 
 # One pytest session for the cluster tiers so they share one control plane.
-test: lint nvml-mock k8s-bins ## every tier (what CI runs)
+test: lint nvml-mock k8s-bins helm-bin ## every tier (what CI runs)
 	$(PYTEST) -q tests/unit
 	$(PYTEST) -q -p no:cacheprovider tests/contract tests/integration tests/e2e
 

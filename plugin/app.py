@@ -21,6 +21,8 @@ from driver.checkpoint import CheckpointStore, read_boot_id
 from driver.claims.preparer import ClaimPreparer
 from driver.devices.inventory import NodeInventory
 from driver.devices.kind import DeviceType, all_handlers, scan_all
+from driver.fabric_devices.naming import FABRIC_POOL
+from driver.fabric_devices.node import AnnotationPublisher, FabricNodeView, parse_adapters
 from driver.kube.api import KubeApi
 from driver.kube.objects import ApiClaimReader, owner_reference, wait_for_node
 from driver.node import hotplug
@@ -58,12 +60,23 @@ class NodePlugin:
         )
         self.owner: dict[str, Any] | None = None
         self._serving = False
+        self.fabric: FabricNodeView | None = None
+        self.fabric_report: AnnotationPublisher | None = None
+        if settings.fabric_adapters:
+            adapters = parse_adapters(settings.fabric_adapters)
+            self.fabric = FabricNodeView(settings.node_name, adapters, settings.sysfs_root)
+            self.fabric_report = AnnotationPublisher(api, settings.node_name)
 
     async def rescan(self) -> None:
         """Re-enumerate the node's devices and republish if anything changed."""
         async with self._scan_lock:
             found = await asyncio.to_thread(scan_all, self.device_types)
-        devices = found.devices
+        devices = list(found.devices)
+        if self.fabric is not None and self.fabric_report is not None:
+            # Fabric-attached GPUs are prepared from the fabric pool, never offered locally.
+            devices, attached = await asyncio.to_thread(self.fabric.split, devices)
+            self.inventory.replace_pool(FABRIC_POOL, attached)
+            self.fabric_report.set(await asyncio.to_thread(self.fabric.report, attached))
         changed = self.inventory.replace_pool(self.pool_name, devices)
         if changed or self.owner is not None:
             self.publisher.set_pool(
@@ -114,6 +127,8 @@ class NodePlugin:
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.publisher.run(), name="slice-publisher")
+                if self.fabric_report is not None:
+                    group.create_task(self.fabric_report.run(), name="fabric-report")
                 group.create_task(serve(), name="grpc-servers")
                 if s.metrics_port:
                     group.create_task(serve_http(s.metrics_port, self.healthy), name="http")

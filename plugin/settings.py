@@ -58,6 +58,11 @@ class PluginSettings(BaseModel):
     mig_orphan_cleanup: bool = Field(
         default=False, description="destroy MIG instances no claim owns at start (else report)"
     )
+    fabric_adapters: str = Field(
+        default="",
+        description="fabric host adapters of this node as 'name=portBDF,...'; GPUs behind them "
+        "are fabric-attached (never offered as local) and reported in the Node annotation",
+    )
     metrics_port: int = Field(default=0, description="port for /metrics and /healthz; 0 disables")
     log_level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="log level name"

@@ -69,9 +69,10 @@ class ClaimPreparer:
         results: dict[str, PrepareResult] = {}
         async with self._lock:
             self._reload_if_shared()
+            fetched = await self._fetch(claims)
             for ref in claims:
                 try:
-                    results[ref.uid] = await self._prepare_one(ref)
+                    results[ref.uid] = await self._prepare_one(ref, fetched.get(ref.uid))
                     PREPARE_CALLS.inc(result="ok")
                 except PatchbayError as exc:
                     log.warning(
@@ -123,23 +124,40 @@ class ClaimPreparer:
         if self._shared:
             self.checkpoint = self._store.load()
 
-    async def _prepare_one(self, ref: ClaimRef) -> PrepareResult:
+    async def _fetch(
+        self, claims: Sequence[ClaimRef]
+    ) -> dict[str, Mapping[str, Any] | BaseException]:
+        """Read every claim that still needs preparing, concurrently (a pod's
+        claims arrive in one call); a failed read is kept for that claim."""
+        wanted = [
+            ref for ref in claims
+            if (rec := self.checkpoint.claims.get(ref.uid)) is None
+            or rec.state is not ClaimState.PREPARE_COMPLETED
+        ]  # fmt: skip
+        started = time.perf_counter()
+        answers = await asyncio.gather(
+            *(self._reader.read_claim(ref.namespace, ref.name) for ref in wanted),
+            return_exceptions=True,
+        )
+        if wanted:
+            log.debug(
+                "read %d claim(s) in %.1f ms", len(wanted), (time.perf_counter() - started) * 1000
+            )
+        return {ref.uid: answer for ref, answer in zip(wanted, answers, strict=True)}
+
+    async def _prepare_one(
+        self, ref: ClaimRef, claim: Mapping[str, Any] | BaseException | None
+    ) -> PrepareResult:
         canonical_claim_uid(ref.uid)
         record = self.checkpoint.claims.get(ref.uid)
         if record is not None and record.state is ClaimState.PREPARE_COMPLETED:
             return _result(record)
-        started = time.perf_counter()
-        claim = await self._reader.read_claim(ref.namespace, ref.name)
-        read = time.perf_counter()
+        if isinstance(claim, BaseException):
+            raise claim
+        if claim is None:  # not fetched (e.g. completed meanwhile by another call)
+            claim = await self._reader.read_claim(ref.namespace, ref.name)
         allocation = parse_allocation(claim, ref.uid, self._inventory.pools())
-        result = await asyncio.to_thread(self._prepare_sync, ref, allocation)
-        log.debug(
-            "claim %s prepared in %.1f ms (claim read %.1f ms)",
-            ref.uid,
-            (time.perf_counter() - started) * 1000,
-            (read - started) * 1000,
-        )
-        return result
+        return await asyncio.to_thread(self._prepare_sync, ref, allocation)
 
     def _prepare_sync(self, ref: ClaimRef, allocation: Allocation) -> PrepareResult:
         stale = self.checkpoint.claims.get(ref.uid)

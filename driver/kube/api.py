@@ -63,6 +63,7 @@ class KubeApi:
 
     def __init__(self, client: api_client.ApiClient) -> None:
         self._client = client
+        self._session: aiohttp.ClientSession | None = None
 
     @classmethod
     async def connect(cls, kubeconfig: str | None) -> KubeApi:
@@ -78,7 +79,24 @@ class KubeApi:
         return cls(api_client.ApiClient(configuration=conf))
 
     async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
         await self._client.close()
+
+    def _http(self) -> aiohttp.ClientSession:
+        # Our own session on the client's TLS context: the client's session
+        # trusts the environment, which re-reads proxy settings and ~/.netrc
+        # on every request (about a millisecond per call on a busy node).
+        if self._session is None:
+            conf = self._client.configuration
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(
+                    ssl=self._client.rest_client.ssl_context,
+                    limit=conf.connection_pool_maxsize or 16,
+                ),
+                read_bufsize=2**20,  # watch events can be large
+            )
+        return self._session
 
     async def _request(
         self,
@@ -90,25 +108,23 @@ class KubeApi:
         request_timeout: float | None = 30.0,
     ) -> aiohttp.ClientResponse:
         # The generated request path (parameter sanitising, per-call
-        # serialisation) costs about a millisecond per call; we reuse the
-        # client's configured aiohttp session (TLS, client certificates) and
-        # its auth settings (bearer tokens, refreshed by its hook) directly.
+        # serialisation) costs about a millisecond per call; we use the
+        # client's TLS context (client certificates) and its auth settings
+        # (bearer tokens, refreshed by its hook) directly.
         conf = self._client.configuration
         headers = {"Accept": "application/json", "Content-Type": content_type}
         auth = (await conf.auth_settings()).get("BearerToken")
         if auth:
             headers["authorization"] = auth["value"]
-        rest = self._client.rest_client
-        if rest.pool_manager is None:
-            rest.pool_manager = rest._create_pool_manager()
         params = {k: str(v) for k, v in (query or {}).items() if v is not None}
         url = conf.host + path + ("?" + urlencode(params) if params else "")
         data = None if body is None else json.dumps(body).encode()
         try:
-            return await rest.pool_manager.request(
+            return await self._http().request(
                 method,
                 url,
                 headers=headers,
+                proxy=conf.proxy or None,
                 data=data,
                 timeout=aiohttp.ClientTimeout(total=request_timeout),
                 server_hostname=conf.tls_server_name or None,

@@ -1,0 +1,117 @@
+"""Read fabric allocations out of ResourceClaims and write their conditions.
+
+Why: the scheduler copies a variant's binding conditions into the claim's
+allocation and waits until the controller sets ``FabricDeviceReady=True``
+(or ``FabricAttachFailed=True``) in the ``status.devices`` entry keyed by
+driver, pool and device. Pure functions that read claims and compute the
+new ``status.devices`` list; the reconciler sends it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from driver import DRIVER_NAME
+from driver.fabric_devices.naming import FAILED_CONDITION, READY_CONDITION
+
+
+@dataclass(frozen=True)
+class FabricAllocation:
+    """One allocation result of the fabric pool, with its binding state."""
+
+    claim_uid: str
+    namespace: str
+    name: str
+    device: str
+    ready: bool
+    failed: bool
+
+
+def _condition_true(entry: Mapping[str, Any], kind: str) -> bool:
+    return any(
+        c.get("type") == kind and c.get("status") == "True" for c in entry.get("conditions") or ()
+    )
+
+
+def _entry(claim: Mapping[str, Any], pool: str, device: str) -> Mapping[str, Any]:
+    for e in (claim.get("status") or {}).get("devices") or ():
+        if (e.get("driver"), e.get("pool"), e.get("device")) == (DRIVER_NAME, pool, device):
+            return dict(e)
+    return {}
+
+
+def fabric_allocations(claim: Mapping[str, Any], pool: str) -> list[FabricAllocation]:
+    meta = claim.get("metadata") or {}
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    out = []
+    for r in (allocation.get("devices") or {}).get("results") or ():
+        if r.get("driver") != DRIVER_NAME or r.get("pool") != pool:
+            continue
+        entry = _entry(claim, pool, r["device"])
+        out.append(
+            FabricAllocation(
+                claim_uid=str(meta.get("uid", "")),
+                namespace=str(meta.get("namespace", "")),
+                name=str(meta.get("name", "")),
+                device=str(r["device"]),
+                ready=_condition_true(entry, READY_CONDITION),
+                failed=_condition_true(entry, FAILED_CONDITION),
+            )
+        )
+    return out
+
+
+def condition(kind: str, reason: str, message: str, generation: int | None) -> dict[str, Any]:
+    cond: dict[str, Any] = {
+        "type": kind,
+        "status": "True",
+        "reason": reason,
+        "message": message[:1000],
+        "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    if generation is not None:
+        cond["observedGeneration"] = generation
+    return cond
+
+
+def devices_with_condition(
+    claim: Mapping[str, Any],
+    pool: str,
+    device: str,
+    cond: Mapping[str, Any],
+    data: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """``status.devices`` of ``claim`` with ``cond`` set on our entry (added if missing)."""
+    key = (DRIVER_NAME, pool, device)
+    out: list[dict[str, Any]] = []
+    found = False
+    for e in (claim.get("status") or {}).get("devices") or ():
+        e = dict(e)
+        if (e.get("driver"), e.get("pool"), e.get("device")) == key:
+            found = True
+            others = [c for c in e.get("conditions") or () if c.get("type") != cond["type"]]
+            e["conditions"] = [*others, dict(cond)]
+            if data is not None:
+                e["data"] = dict(data)
+        out.append(e)
+    if not found:
+        entry: dict[str, Any] = {"driver": key[0], "pool": pool, "device": device}
+        entry["conditions"] = [dict(cond)]
+        if data is not None:
+            entry["data"] = dict(data)
+        out.append(entry)
+    return out
+
+
+def is_allocated_with(claim: Mapping[str, Any], uid: str, pool: str, device: str) -> bool:
+    """Whether ``claim`` is still the same claim and holds ``device`` of ``pool``."""
+    if (claim.get("metadata") or {}).get("uid") != uid:
+        return False
+    return any(a.device == device for a in fabric_allocations(claim, pool))
+
+
+def all_allocations(claims: Sequence[Mapping[str, Any]], pool: str) -> list[FabricAllocation]:
+    return [a for c in claims for a in fabric_allocations(c, pool)]

@@ -1,0 +1,91 @@
+"""Entry point of ``patchbay-controller``: settings, leader election, run.
+
+Concurrency model: one asyncio loop. The replica first waits for the leader
+Lease; once it holds it, the reconciler (watches, publisher, fabric refresh,
+attach/detach tasks) and the lease renewal run in one TaskGroup. Losing the
+lease ends the process with exit code 1 so its supervisor restarts it as a
+follower: state is rebuilt from the API and the fabric, never carried over.
+SIGTERM/SIGINT stop everything; the lease then expires for the next leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from driver.controller.settings import ControllerSettings
+from driver.errors import PatchbayError
+from driver.logconfig import configure
+from driver.settingsflags import parse_settings
+
+log = logging.getLogger(__name__)
+
+
+class _LeaseLost(PatchbayError):
+    """This replica is no longer the leader."""
+
+
+class _Stopped(Exception):
+    """SIGTERM/SIGINT."""
+
+
+async def _run(settings: ControllerSettings) -> None:
+    from driver.controller.leader import LeaderLease
+    from driver.controller.reconciler import Reconciler
+    from driver.fabricclient.client import FabricClient
+    from driver.kube.api import KubeApi
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    api = await KubeApi.connect(settings.kubeconfig)
+    lease = LeaderLease(
+        api, settings.lease_namespace, settings.lease_name, settings.identity,
+        settings.lease_duration,
+    )  # fmt: skip
+
+    async def until_stopped() -> None:
+        await stop.wait()
+        raise _Stopped
+
+    async def keep_lease() -> None:
+        await lease.keep()
+        raise _LeaseLost("leader lease lost")
+
+    try:
+        async with FabricClient(settings.fabric_url, settings.token()) as fabric:
+            try:
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(until_stopped())
+                    await lease.acquire()
+                    group.create_task(keep_lease(), name="lease")
+                    group.create_task(Reconciler(api, fabric, settings).run(), name="reconciler")
+            except* _Stopped:
+                log.info("controller stopped")
+            except* _LeaseLost as eg:
+                raise eg.exceptions[0] from None
+    finally:
+        await api.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        settings = parse_settings(ControllerSettings, argv, prog="patchbay-controller")
+    except PatchbayError as exc:
+        print(f"patchbay-controller: {exc}", file=sys.stderr)
+        return 2
+    configure(settings.log_level, settings.log_format)
+    try:
+        asyncio.run(_run(settings))
+    except PatchbayError as exc:
+        log.error("%s", exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

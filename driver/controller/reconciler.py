@@ -1,0 +1,173 @@
+"""The controller's core: fabric pool, attachments and claim conditions.
+
+Why: the scheduler allocates a fabric variant and waits in PreBind; this
+module attaches the device to that node through that adapter, waits until
+the node plugin reports the GPU, and sets ``FabricDeviceReady=True`` (or
+``FabricAttachFailed=True``, keeping the device out of the pool for a hold
+time). A fabric connection that no allocation needs any more (claim
+deallocated or deleted, pod deleted while PreBind waited, a previous
+incarnation's leftovers) is detached. Everything is level-triggered: each
+pass compares claims (watched), Nodes (watched) and the fabric inventory
+(read every ``fabric_refresh`` seconds and after every operation), so a
+restart rebuilds its view and finishes or rolls back what was in flight.
+
+Concurrency: one asyncio loop. :meth:`Reconciler.run` runs the two watches,
+the slice publisher, the fabric refresher and the reconcile loop in one
+TaskGroup; each attach or detach is its own task, at most one per fabric
+device (``_workers``), so two operations never race on one device.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from driver.controller import claims as cl
+from driver.controller.cache import ObjectCache
+from driver.controller.pool import Variant, build_pool
+from driver.controller.settings import ControllerSettings
+from driver.controller.workers import Workers
+from driver.errors import ApiError
+from driver.fabric_devices.naming import NodeFabric
+from driver.fabricclient.client import FabricClient
+from driver.fabricclient.model import FabricApiError, FabricInventory, FabricUnavailable
+from driver.kube.api import RESOURCE_V1, KubeApi
+from driver.slices.publisher import SlicePublisher
+
+log = logging.getLogger(__name__)
+
+
+class Reconciler:
+    def __init__(self, api: KubeApi, fabric: FabricClient, settings: ControllerSettings) -> None:
+        self.api = api
+        self.fabric = fabric
+        self.settings = settings
+        self.pool = settings.fabric_pool
+        self._dirty = asyncio.Event()
+        self._refresh = asyncio.Event()
+        self.claims = ObjectCache(api, f"{RESOURCE_V1}/resourceclaims", self.mark)
+        self.nodes = ObjectCache(api, "/api/v1/nodes", self.mark)
+        self.publisher = SlicePublisher(
+            api, {"fieldSelector": "spec.driver=patchbay.dev"}, self.pool, "patchbay-controller"
+        )
+        self.inventory: FabricInventory | None = None
+        self.variants: dict[str, Variant] = {}  # every variant ever published, by name
+        self.failed: dict[str, float] = {}  # device id -> monotonic end of its hold
+        self.workers = Workers(self)
+
+    def mark(self) -> None:
+        self._dirty.set()
+
+    def reports(self) -> dict[str, NodeFabric]:
+        out = {}
+        for name, node in self.nodes.objects.items():
+            report = NodeFabric.from_node(node)
+            if report is not None:
+                out[name] = report
+        return out
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.claims.run(), name="claims-watch")
+            group.create_task(self.nodes.run(), name="nodes-watch")
+            group.create_task(self.publisher.run(), name="fabric-pool")
+            group.create_task(self._fabric_loop(), name="fabric-refresh")
+            group.create_task(self._loop(), name="reconcile")
+
+    async def _fabric_loop(self) -> None:
+        while True:
+            try:
+                self.inventory = await self.fabric.inventory()
+                self.mark()
+            except (FabricApiError, FabricUnavailable) as exc:
+                log.warning("fabric inventory read failed: %s", exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._refresh.wait(), self.settings.fabric_refresh)
+            self._refresh.clear()
+
+    def refresh_fabric(self) -> None:
+        self._refresh.set()
+
+    async def _loop(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            try:
+                self.reconcile()
+            except Exception:
+                log.exception("reconcile pass failed")
+                await asyncio.sleep(1.0)
+                self.mark()
+
+    def reconcile(self) -> None:
+        """One level-triggered pass (no awaits: work goes to worker tasks)."""
+        if not (self.claims.synced.is_set() and self.nodes.synced.is_set()):
+            return
+        inv = self.inventory
+        if inv is None:
+            return
+        now = time.monotonic()
+        for dev, until in list(self.failed.items()):
+            if until <= now:
+                log.info("fabric device %s back in the pool after its failure hold", dev)
+                del self.failed[dev]
+        allocs = cl.all_allocations(list(self.claims.objects.values()), self.pool)
+        pinned = {a.device for a in allocs}
+        spec, variants = build_pool(self.pool, inv, self.reports(), set(self.failed), pinned)
+        self.variants.update(variants)
+        self.publisher.set_pool(spec)
+        needed: set[str] = set()
+        for a in allocs:
+            v = self.variants.get(a.device)
+            if v is None:
+                log.warning("claim %s/%s: unknown fabric variant %s", a.namespace, a.name, a.device)
+                continue
+            if a.failed:
+                continue
+            needed.add(v.device_id)
+            if not a.ready:
+                self.workers.attach(a, v)
+        self.workers.cancel_unneeded({(a.claim_uid, a.device) for a in allocs if not a.ready})
+        for device in inv.devices:
+            if device.connection is not None and device.id not in needed:
+                self.workers.detach(device.id)
+
+    # -- helpers used by the workers -----------------------------------------------
+
+    def node_sees(self, v: Variant) -> bool:
+        report = self.reports().get(v.node)
+        return report is not None and report.gpus.get(v.uuid) == v.adapter
+
+    def hold(self, device_id: str) -> None:
+        self.failed[device_id] = time.monotonic() + self.settings.failed_device_hold
+
+    async def set_condition(
+        self, a: cl.FabricAllocation, cond: dict[str, Any], data: dict[str, Any] | None
+    ) -> bool:
+        """Write ``cond`` on the claim's entry; False when the allocation is gone."""
+        path = f"{RESOURCE_V1}/namespaces/{a.namespace}/resourceclaims/{a.name}"
+        for _ in range(8):
+            try:
+                claim = await self.api.get(path)
+            except ApiError as exc:
+                log.info("claim %s/%s: %s", a.namespace, a.name, exc)
+                return False
+            if not cl.is_allocated_with(claim, a.claim_uid, self.pool, a.device):
+                log.info("claim %s/%s no longer holds %s", a.namespace, a.name, a.device)
+                return False
+            devices = cl.devices_with_condition(claim, self.pool, a.device, cond, data)
+            body = {
+                "metadata": {"resourceVersion": claim["metadata"]["resourceVersion"]},
+                "status": {"devices": devices},
+            }
+            try:
+                await self.api.merge_patch(path + "/status", body)
+                return True
+            except ApiError as exc:
+                if getattr(exc, "conflict", False):
+                    continue
+                raise
+        return False

@@ -1,0 +1,161 @@
+"""Attach and detach operations, one asyncio task per fabric device.
+
+Why: attaching takes seconds to minutes on real fabric managers, so each
+operation runs as its own task while the reconciler keeps reacting. Keying
+the tasks by fabric device makes operations on one device strictly
+sequential (a detach of the previous holder finishes before the next
+attach starts). An attach retries while the fabric is unreachable or the
+device is still leaving another node, until ``attach_timeout``; a failed
+attach task, a foreign tenant or the timeout end in ``FabricAttachFailed``
+and a hold on the device. A failed detach is retried by a later pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
+
+from driver.controller import claims as cl
+from driver.controller.pool import Variant
+from driver.errors import ApiError, PatchbayError
+from driver.fabric_devices.naming import FAILED_CONDITION, READY_CONDITION
+from driver.fabricclient.model import FabricApiError, FabricConflict, FabricUnavailable
+from driver.metrics import REGISTRY
+
+if TYPE_CHECKING:
+    from driver.controller.reconciler import Reconciler
+
+log = logging.getLogger(__name__)
+
+FABRIC_OPS = REGISTRY.metric(
+    "patchbay_fabric_operations_total", "fabric attach/detach operations by result"
+)
+RETRY_S = 0.5
+
+
+class AttachFailed(PatchbayError):
+    """The fabric could not attach the device (task failed, foreign owner, timeout)."""
+
+
+class Workers:
+    def __init__(self, rec: Reconciler) -> None:
+        self.rec = rec
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._attaching: dict[str, tuple[str, str]] = {}  # device id -> (claim uid, variant)
+
+    def busy(self, device_id: str) -> bool:
+        return device_id in self._tasks
+
+    def _start(self, device_id: str, coro: Coroutine[Any, Any, None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks[device_id] = task
+
+        def done(_: asyncio.Task[None]) -> None:
+            if self._tasks.get(device_id) is task:
+                del self._tasks[device_id]
+                self._attaching.pop(device_id, None)
+            self.rec.refresh_fabric()
+            self.rec.mark()
+
+        task.add_done_callback(done)
+
+    def attach(self, a: cl.FabricAllocation, v: Variant) -> None:
+        if not self.busy(v.device_id):
+            self._attaching[v.device_id] = (a.claim_uid, a.device)
+            self._start(v.device_id, self._attach(a, v), f"attach-{v.device_id}")
+
+    def detach(self, device_id: str) -> None:
+        if not self.busy(device_id):
+            self._start(device_id, self._detach(device_id), f"detach-{device_id}")
+
+    def cancel_unneeded(self, wanted: set[tuple[str, str]]) -> None:
+        """Cancel attaches whose allocation disappeared (pod deleted in PreBind)."""
+        for device_id, key in list(self._attaching.items()):
+            if key not in wanted:
+                log.info("allocation %s of claim %s is gone: cancelling its attach", key[1], key[0])
+                self._tasks[device_id].cancel()
+                self._attaching.pop(device_id, None)
+
+    async def _attach(self, a: cl.FabricAllocation, v: Variant) -> None:
+        rec = self.rec
+        started = time.monotonic()
+        deadline = started + rec.settings.attach_timeout
+        try:
+            if v.device_id in rec.failed:
+                raise AttachFailed(f"{v.device_id} is held after a failed attach")
+            await self._connect(v, deadline)
+            while not rec.node_sees(v):
+                if time.monotonic() > deadline:
+                    raise AttachFailed(f"node {v.node} did not report GPU {v.uuid} in time")
+                await asyncio.sleep(0.05)
+            message = f"{v.device_id} attached to {v.node} via {v.adapter}"
+            data = {"fabricDevice": v.device_id, "uuid": v.uuid, "adapter": v.adapter}
+            cond = cl.condition(READY_CONDITION, "Attached", message, None)
+            if await rec.set_condition(a, cond, data):
+                FABRIC_OPS.inc(op="attach", result="ok")
+                log.info(
+                    "claim %s/%s: %s ready after %.2fs", a.namespace, a.name, message,
+                    time.monotonic() - started,
+                )  # fmt: skip
+        except (AttachFailed, FabricApiError) as exc:
+            FABRIC_OPS.inc(op="attach", result="failed")
+            log.warning("claim %s/%s: attaching %s failed: %s", a.namespace, a.name, v.name, exc)
+            rec.hold(v.device_id)
+            cond = cl.condition(FAILED_CONDITION, "AttachFailed", str(exc), None)
+            with contextlib.suppress(ApiError):
+                await rec.set_condition(a, cond, None)
+
+    async def _connect(self, v: Variant, deadline: float) -> None:
+        fabric, timeout = self.rec.fabric, self.rec.settings.attach_timeout
+        while True:
+            if time.monotonic() > deadline:
+                raise AttachFailed(f"{v.device_id}: no attach within {timeout:.0f}s")
+            try:
+                result = await fabric.attach(v.device_id, v.node, v.adapter)
+                if result.task is not None:
+                    task = await fabric.wait(result.task.uri, max(1.0, deadline - time.monotonic()))
+                    if task.failed:
+                        raise AttachFailed("; ".join(task.messages) or "attach task failed")
+                return
+            except FabricConflict as exc:
+                dev = await fabric.device(v.device_id)
+                conn = dev.connection
+                if not dev.available or (conn is None and exc.code.endswith("ResourceInUse")):
+                    raise AttachFailed(str(exc)) from exc
+                if (
+                    conn is not None
+                    and conn.state == "Attached"
+                    and (conn.node, conn.adapter)
+                    != (
+                        v.node,
+                        v.adapter,
+                    )
+                ):
+                    log.info("%s still attached to %s: detaching first", v.device_id, conn.node)
+                    gone = await fabric.detach(v.device_id)
+                    if gone is not None:
+                        await fabric.wait(gone.uri, max(1.0, deadline - time.monotonic()))
+                    continue
+                log.info("%s busy (%s): retrying", v.device_id, exc.code)
+            except (FabricUnavailable, TimeoutError) as exc:
+                log.info("%s: fabric not answering (%s): retrying", v.device_id, exc)
+            await asyncio.sleep(RETRY_S)
+
+    async def _detach(self, device_id: str) -> None:
+        fabric = self.rec.fabric
+        try:
+            task = await fabric.detach(device_id)
+            if task is not None:
+                done = await fabric.wait(task.uri, self.rec.settings.attach_timeout)
+                if done.failed:
+                    raise AttachFailed("; ".join(done.messages) or "detach task failed")
+                log.info("fabric device %s detached", device_id)
+            FABRIC_OPS.inc(op="detach", result="ok")
+        except (FabricApiError, FabricUnavailable, TimeoutError, AttachFailed) as exc:
+            FABRIC_OPS.inc(op="detach", result="failed")
+            log.info("detaching %s failed (retried later): %s", device_id, exc)
+            await asyncio.sleep(1.0)

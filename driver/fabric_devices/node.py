@@ -1,0 +1,131 @@
+"""The node plugin's view of devices that came through fabric adapters.
+
+Why: a GPU the fabric attached to this node sits under one of the node's
+fabric adapter ports in sysfs. It belongs to the fabric claim that asked for
+it, so it must never be published as a free local device; instead the
+plugin keeps it in the (unpublished) fabric pool of its inventory under the
+variant name the controller published, and prepares it like a local GPU.
+The adapters come from the ``--fabric-adapters`` setting (``name=portBDF``);
+their root complexes are read from sysfs and reported to the controller in
+the Node annotation, together with the UUIDs of the attached GPUs.
+
+Concurrency: :meth:`FabricNodeView.split` reads sysfs and runs in the scan's
+worker thread or on the loop (a few ``realpath`` calls);
+:class:`AnnotationPublisher` is one asyncio task that writes the annotation
+whenever it changed, retrying with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from driver.devices.model import ATTACHMENT, PCI_BUS_ID, Device
+from driver.errors import ApiError, ConfigError
+from driver.fabric_devices.naming import NODE_ANNOTATION, NodeFabric, variant_name
+from driver.kube.api import KubeApi
+from driver.pci import sysfs
+
+log = logging.getLogger(__name__)
+
+
+def parse_adapters(spec: str) -> dict[str, str]:
+    """``adapter0=0000:15:02.0,adapter1=0000:85:01.0`` -> {name: port BDF}."""
+    out: dict[str, str] = {}
+    for item in filter(None, (p.strip() for p in spec.split(","))):
+        name, sep, bdf = item.partition("=")
+        if not sep or not name.strip() or not bdf.strip():
+            raise ConfigError(f"fabric adapter {item!r}: expected name=portBDF")
+        out[name.strip()] = bdf.strip().lower()
+    return out
+
+
+class FabricNodeView:
+    """Splits a node scan into local devices and fabric-attached GPUs."""
+
+    def __init__(self, node_name: str, adapters: Mapping[str, str], sysfs_root: Path) -> None:
+        self.node_name = node_name
+        self.adapters = dict(adapters)
+        self.sysfs_root = sysfs_root
+
+    def adapter_roots(self) -> dict[str, str]:
+        roots = {}
+        for name, port in self.adapters.items():
+            try:
+                roots[name] = sysfs.pcie_root(self.sysfs_root, port)
+            except (OSError, ValueError) as exc:
+                log.warning("fabric adapter %s (%s): no root complex: %s", name, port, exc)
+        return roots
+
+    def adapter_of(self, bdf: str) -> str | None:
+        """The adapter whose port ``bdf`` sits behind, if any."""
+        try:
+            parts = sysfs.device_path(self.sysfs_root, bdf).parts[:-1]
+        except (OSError, ValueError):
+            return None
+        for name, port in self.adapters.items():
+            if port in parts:
+                return name
+        return None
+
+    def split(self, devices: Sequence[Device]) -> tuple[list[Device], list[Device]]:
+        """(local devices, fabric GPUs renamed to their fabric pool variant)."""
+        local: list[Device] = []
+        fabric: list[Device] = []
+        for device in devices:
+            bdf = device.attributes.get(PCI_BUS_ID)
+            adapter = self.adapter_of(bdf) if isinstance(bdf, str) else None
+            if adapter is None:
+                local.append(device)
+            elif device.kind == "gpu":
+                name = variant_name(device.local_id, self.node_name, adapter)
+                attrs = {**device.attributes, ATTACHMENT: "fabric", "fabricAdapter": adapter}
+                fabric.append(dataclasses.replace(device, name=name, attributes=attrs))
+            else:
+                log.debug("%s is behind fabric adapter %s: not offered", device.name, adapter)
+        return local, fabric
+
+    def report(self, fabric: Sequence[Device]) -> NodeFabric:
+        gpus = {d.local_id: str(d.attributes.get("fabricAdapter", "")) for d in fabric}
+        return NodeFabric(self.adapter_roots(), gpus)
+
+
+class AnnotationPublisher:
+    """Keeps the Node annotation equal to the latest report (one task)."""
+
+    def __init__(self, api: KubeApi, node_name: str) -> None:
+        self._api = api
+        self._path = f"/api/v1/nodes/{node_name}"
+        self._want: str | None = None
+        self._written: str | None = None
+        self._dirty = asyncio.Event()
+
+    def set(self, report: NodeFabric) -> None:
+        self._want = report.to_annotation()
+        if self._want != self._written:
+            self._dirty.set()
+
+    async def run(self) -> None:
+        delay = 0.2
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            want = self._want
+            if want is None or want == self._written:
+                continue
+            try:
+                patch = {"metadata": {"annotations": {NODE_ANNOTATION: want}}}
+                await self._api.merge_patch(self._path, patch)
+                self._written = want
+                delay = 0.2
+                log.info("node fabric report written: %s", want)
+            except ApiError as exc:
+                log.warning(
+                    "writing the node fabric report failed (retry in %.1fs): %s", delay, exc
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+                self._dirty.set()

@@ -1,0 +1,180 @@
+"""Start the simulated fabric service and the controller for tests and demos.
+
+Why this module exists: the fabric e2e tests and the benchmark need a real
+``patchbay-fabric`` wired to the simulated hosts of their SimNodes, and a
+real ``patchbay-controller`` process running with its own identity (bound to
+hack/rbac/controller.yaml), both killable and restartable like in the field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+from cluster_proc import stop_group, tail
+
+REPO = Path(__file__).resolve().parent.parent
+CONTROLLER_GROUP = "patchbay:controllers"
+
+
+def apply_rbac(kubeconfig: Path, manifest: str) -> None:
+    """Create the ClusterRole/Binding documents of ``hack/rbac/<manifest>`` (idempotent)."""
+    from kubernetes import client, config
+    from kubernetes.client.rest import ApiException
+
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    rbac = client.RbacAuthorizationV1Api(api)
+    for doc in yaml.safe_load_all((REPO / "hack" / "rbac" / manifest).read_text()):
+        create = (
+            rbac.create_cluster_role
+            if doc["kind"] == "ClusterRole"
+            else rbac.create_cluster_role_binding
+        )
+        try:
+            create(doc)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+    api.close()
+
+
+def switch(ident: str, upstream: list[tuple[str, str, Path]], gpus: list[str]) -> dict[str, Any]:
+    """One switch: upstream (node, adapter, host dir) ports and GPU slots."""
+    return {
+        "id": ident,
+        "upstream": [
+            {"port": f"up{i}", "node": n, "adapter": a, "hostDir": str(d)}
+            for i, (n, a, d) in enumerate(upstream)
+        ],
+        "slots": [
+            {"port": f"slot{i}", "device": {"kind": "gpu", "id": g, "model": "H100-SXM5-80GB"}}
+            for i, g in enumerate(gpus)
+        ],
+    }
+
+
+class _Proc:
+    def __init__(self, name: str, log_path: Path) -> None:
+        self.name = name
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def _spawn(self, argv: list[str]) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        with self.log_path.open("ab") as out:
+            out.write(f"--- start: {' '.join(argv)}\n".encode())
+            out.flush()
+            self.proc = subprocess.Popen(
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                cwd=REPO, start_new_session=True,
+            )  # fmt: skip
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL, like a crash."""
+        if self.alive and self.proc is not None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.alive and self.proc is not None:
+            stop_group(self.proc.pid, self.name)
+            self.proc.wait(timeout=15)
+        self.proc = None
+
+    def log_tail(self, lines: int = 60) -> str:
+        return tail(self.log_path, lines)
+
+
+class FabricService(_Proc):
+    """A ``patchbay-fabric`` process with its database under ``directory``."""
+
+    def __init__(self, directory: Path, spec: dict[str, Any], token: str = "s3cret") -> None:
+        super().__init__("fabric", directory / "fabric.log")
+        self.dir = directory
+        self.token = token
+        directory.mkdir(parents=True, exist_ok=True)
+        self.topology = directory / "fabric.json"
+        self.topology.write_text(json.dumps({"fabrics": [{"id": "pcie0", "type": "PCIe", **spec}]}))
+        self.port_file = directory / "port"
+        self.url = ""
+
+    def start(self, attach_latency: float = 0.2) -> FabricService:
+        self.port_file.unlink(missing_ok=True)
+        self._spawn(
+            [
+                sys.executable, "-m", "fabric.service.main",
+                f"--fabric-topology={self.topology}", f"--fabric-db={self.dir / 'fabric.db'}",
+                "--fabric-port=0", f"--port-file={self.port_file}",
+                f"--fabric-token={self.token}", f"--attach-latency={attach_latency}",
+                "--detach-latency=0.1",
+            ]
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while not self.port_file.exists():
+            if not self.alive or time.monotonic() > deadline:
+                raise RuntimeError(f"fabric did not start:\n{self.log_tail()}")
+            time.sleep(0.05)
+        self.url = f"http://127.0.0.1:{self.port_file.read_text().strip()}"
+        return self
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        req = urllib.request.Request(
+            self.url + path,
+            method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            raw = resp.read()
+        return json.loads(raw) if raw else None
+
+    def faults(self, **body: Any) -> Any:
+        return self.request("POST", "/patchbay/v1/faults", body)
+
+    def connections(self) -> dict[str, tuple[str, str, str]]:
+        """Fabric device id -> (node, adapter, state) of every connection."""
+        from driver.fabricclient.client import FabricClient
+
+        async def read() -> dict[str, tuple[str, str, str]]:
+            async with FabricClient(self.url, self.token) as fc:
+                return {c.device: (c.node, c.adapter, c.state) for c in await fc.connections()}
+
+        return asyncio.run(read())
+
+
+class ControllerProcess(_Proc):
+    """A ``patchbay-controller`` process."""
+
+    def __init__(
+        self, kubeconfig: Path, fabric: FabricService, log_path: Path, *extra: str
+    ) -> None:
+        super().__init__("controller", log_path)
+        self.kubeconfig = kubeconfig
+        self.fabric = fabric
+        self.extra = extra
+
+    def start(self, identity: str = "controller-0") -> ControllerProcess:
+        self._spawn(
+            [
+                sys.executable, "-m", "driver.controller.main",
+                f"--kubeconfig={self.kubeconfig}", f"--fabric-url={self.fabric.url}",
+                f"--fabric-token={self.fabric.token}", "--lease-namespace=default",
+                f"--identity={identity}", "--fabric-refresh=1", "--log-level=debug",
+                *self.extra,
+            ]
+        )  # fmt: skip
+        return self

@@ -1,0 +1,55 @@
+{{/* Object name prefix: the release name, plus the chart name unless it is already in it. */}}
+{{- define "patchbay.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "patchbay.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ default .Chart.Name .Values.nameOverride }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/* Selector labels of one component: pass (list $ "plugin"). */}}
+{{- define "patchbay.selectorLabels" -}}
+{{- $ := index . 0 -}}
+app.kubernetes.io/name: {{ default $.Chart.Name $.Values.nameOverride }}
+app.kubernetes.io/instance: {{ $.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{- define "patchbay.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "patchbay.pluginServiceAccount" -}}
+{{- default (printf "%s-plugin" (include "patchbay.fullname" .)) .Values.kubeletPlugin.serviceAccount.name -}}
+{{- end -}}
+
+{{/* The plugin's vfConfig setting: explicit, else the file rendered from vfConfigData. */}}
+{{- define "patchbay.vfConfig" -}}
+{{- if .Values.kubeletPlugin.vfConfig -}}
+{{- .Values.kubeletPlugin.vfConfig -}}
+{{- else if .Values.kubeletPlugin.vfConfigData -}}
+/etc/patchbay/vf-config.yaml
+{{- end -}}
+{{- end -}}
+
+{{/* A setting as an env var (flag --x-y == env X_Y): pass (list "CDI_ROOT" value). Empty values are left out (= the process default "unset"). */}}
+{{- define "patchbay.env" -}}
+{{- $v := index . 1 -}}
+{{- if or (kindIs "bool" $v) (kindIs "float64" $v) (kindIs "int64" $v) (kindIs "int" $v) (ne (toString $v) "") }}
+- name: {{ index . 0 }}
+  value: {{ toString $v | quote }}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,339 @@
+"""Fabric GPUs on the real control plane: controller, simulated fabric, nodes.
+
+Two GPU-less simulated nodes (``fabric-adapters``: a NIC PF with 4 VFs on
+root pci0000:15, adapter0 on pci0000:15, adapter1 on pci0000:85), a real
+``patchbay-fabric`` (switch sw0: gpu-0, gpu-1 wired to adapter0 of both
+nodes; sw1: gpu-2 wired to adapter1 of both) and a real
+``patchbay-controller`` running with its own identity, bound to
+hack/rbac/controller.yaml. The real scheduler allocates fabric variants and
+waits in PreBind for FabricDeviceReady; the node agents prepare through our
+plugins. Scenarios follow issue 7.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService, apply_rbac, switch
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from simnode import SimNode, build_nvml_mock
+
+from tests.e2e.helpers import delete_quietly, unique, wait_for
+
+pytestmark = pytest.mark.cluster
+
+REPO = Path(__file__).resolve().parents[2]
+ROOT = "resource.kubernetes.io/pcieRoot"
+ADAPTERS = "--fabric-adapters=adapter0=0000:15:02.0,adapter1=0000:85:01.0"
+HOLD_S = 45
+
+
+class Env:
+    def __init__(self, nodes: list[SimNode], fabric: FabricService, ctl: ControllerProcess):
+        self.nodes, self.fabric, self.ctl = nodes, fabric, ctl
+
+    def check_alive(self) -> bool:
+        for n in self.nodes:
+            n.check_alive()
+        if not self.ctl.alive:
+            raise RuntimeError(f"controller exited:\n{self.ctl.log_tail()}")
+        return True
+
+
+@pytest.fixture(scope="module")
+def env(local_cluster, resource_api, core, tmp_path_factory) -> Iterator[Env]:  # type: ignore[no-untyped-def]
+    build_nvml_mock()
+    apply_rbac(local_cluster.kubeconfig, "plugin.yaml")
+    apply_rbac(local_cluster.kubeconfig, "controller.yaml")
+    for path in sorted((REPO / "deviceclasses").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc["kind"] == "DeviceClass":
+                with contextlib.suppress(ApiException):
+                    resource_api.create_device_class(doc)
+    vf_config = tmp_path_factory.mktemp("vf") / "vf.yaml"
+    vf_config.write_text("pfs:\n  - vendorID: '15b3'\n    numVfs: 4\n")
+    plugin_kc = local_cluster.kubeconfig_for(
+        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
+    )
+    names = [unique("fab"), unique("fab")]
+    nodes = [
+        SimNode(
+            local_cluster, n, "fabric-adapters", plugin_kc, (ADAPTERS, f"--vf-config={vf_config}")
+        )
+        for n in names
+    ]
+    spec = {
+        "switches": [
+            switch("sw0", [(n.name, "adapter0", n.host.dir) for n in nodes], ["gpu-0", "gpu-1"]),
+            switch("sw1", [(n.name, "adapter1", n.host.dir) for n in nodes], ["gpu-2"]),
+        ]
+    }
+    run = Path(local_cluster.run_dir)
+    fabric = FabricService(run / "fabric", spec)
+    ctl_kc = local_cluster.kubeconfig_for(
+        "patchbay-controller", "patchbay-controller", (CONTROLLER_GROUP,)
+    )
+    ctl = ControllerProcess(
+        ctl_kc, fabric, run / "logs" / "controller.log", f"--failed-device-hold={HOLD_S}"
+    )
+    e = Env(nodes, fabric, ctl)
+    try:
+        for n in nodes:
+            n.start()
+        fabric.start()
+        ctl.start()
+        wait_for(
+            "6 fabric variants published",
+            lambda: e.check_alive() and len(fabric_pool(resource_api)) == 6,
+            timeout=90,
+        )
+        yield e
+    finally:
+        ctl.stop()
+        fabric.stop()
+        for n in nodes:
+            n.stop()
+            delete_quietly(core.delete_node, n.name)
+
+
+def fabric_slices(resource_api: client.ResourceV1Api) -> list[Any]:
+    items = resource_api.list_resource_slice(field_selector="spec.driver=patchbay.dev").items
+    return [s for s in items if s.spec.pool.name == "fabric"]
+
+
+def fabric_pool(resource_api: client.ResourceV1Api) -> dict[str, Any]:
+    return {d.name: d for s in fabric_slices(resource_api) for d in (s.spec.devices or [])}
+
+
+def attr(dev: Any, name: str) -> Any:
+    a = dev.attributes[name]
+    return a.string if a.string is not None else a.int
+
+
+def template(
+    resource_api: Any, ns: str, name: str, requests: list[dict[str, Any]], **extra: Any
+) -> str:
+    body = {
+        "metadata": {"name": name},
+        "spec": {"spec": {"devices": {"requests": requests, **extra}}},
+    }
+    resource_api.create_namespaced_resource_claim_template(ns, body)
+    return name
+
+
+def gpu_request(name: str = "gpu", fabric_device: str | None = None) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": "gpu.patchbay.dev"}
+    if fabric_device:
+        cel = f'device.attributes["patchbay.dev"].fabricDevice == "{fabric_device}"'
+        exactly["selectors"] = [{"cel": {"expression": cel}}]
+    return {"name": name, "exactly": exactly}
+
+
+def make_pod(core: Any, ns: str, name: str, tmpl: str, node: str | None = None) -> None:
+    spec: dict[str, Any] = {
+        "containers": [
+            {"name": "main", "image": "pause", "resources": {"claims": [{"name": "c"}]}}
+        ],
+        "resourceClaims": [{"name": "c", "resourceClaimTemplateName": tmpl}],
+    }
+    if node:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    core.create_namespaced_pod(ns, {"metadata": {"name": name}, "spec": spec})
+
+
+def phase(core: Any, ns: str, name: str) -> str:
+    try:
+        return str(core.read_namespaced_pod(name, ns).status.phase)
+    except ApiException as exc:
+        if exc.status == 404:
+            return "Gone"
+        raise
+
+
+def running(env: Env, core: Any, ns: str, name: str, timeout: float = 120) -> None:
+    wait_for(
+        f"pod {name} Running",
+        lambda: env.check_alive() and phase(core, ns, name) == "Running",
+        timeout=timeout,
+    )
+
+
+def delete_pod(core: Any, ns: str, name: str) -> None:
+    core.delete_namespaced_pod(name, ns)
+    wait_for(f"pod {name} gone", lambda: phase(core, ns, name) == "Gone", timeout=60)
+
+
+def claim_of(core: Any, resource_api: Any, ns: str, pod: str) -> Any:
+    status = core.read_namespaced_pod(pod, ns).status
+    name = status.resource_claim_statuses[0].resource_claim_name
+    return resource_api.read_namespaced_resource_claim(name, ns)
+
+
+def conditions(claim: Any, device: str) -> dict[str, str]:
+    for d in claim.status.devices or []:
+        if d.pool == "fabric" and d.device == device:
+            return {c.type: c.status for c in d.conditions or []}
+    return {}
+
+
+def node_gpus(resource_api: Any, node: str) -> list[str]:
+    slices = resource_api.list_resource_slice(field_selector=f"spec.nodeName={node}").items
+    return [d.name for s in slices for d in (s.spec.devices or []) if attr(d, "type") == "gpu"]
+
+
+def test_pool_has_one_variant_per_reachable_adapter(env: Env, resource_api: Any) -> None:
+    pool = fabric_pool(resource_api)
+    seen = {(attr(d, "fabricDevice"), d.node_name, attr(d, "fabricAdapter")) for d in pool.values()}
+    names = [n.name for n in env.nodes]
+    want = {(g, n, "adapter0") for g in ("gpu-0", "gpu-1") for n in names}
+    assert seen == want | {("gpu-2", n, "adapter1") for n in names}
+    for d in pool.values():
+        assert attr(d, ROOT) == (
+            "pci0000:15" if attr(d, "fabricAdapter") == "adapter0" else "pci0000:85"
+        )
+        assert d.binding_conditions == ["FabricDeviceReady"]
+        assert d.binding_failure_conditions == ["FabricAttachFailed"]
+        assert d.binds_to_node is True
+        assert len(d.consumes_counters) == 1
+    for s in fabric_slices(resource_api):
+        assert s.spec.per_device_node_selection is True
+        assert s.spec.node_name is None and not s.spec.all_nodes
+    counters = [c for s in fabric_slices(resource_api) for c in (s.spec.shared_counters or [])]
+    assert sorted(k for c in counters for k in c.counters) == ["gpu-0", "gpu-1", "gpu-2"]
+    for n in names:
+        assert node_gpus(resource_api, n) == []
+
+
+def test_fabric_gpu_attached_released_and_reused(
+    env: Env, resource_api: Any, core: Any, namespace: str
+) -> None:
+    ns, node = namespace, env.nodes[0].name
+    tmpl = template(resource_api, ns, "g2", [gpu_request(fabric_device="gpu-2")])
+    started = time.monotonic()
+    make_pod(core, ns, "first", tmpl, node)
+    running(env, core, ns, "first")
+    claim = claim_of(core, resource_api, ns, "first")
+    (result,) = claim.status.allocation.devices.results
+    assert result.pool == "fabric"
+    assert conditions(claim, result.device) == {"FabricDeviceReady": "True"}
+    assert env.fabric.connections()["gpu-2"][:2] == (node, "adapter1")
+    # The attached GPU is never offered as a free local device.
+    assert node_gpus(resource_api, node) == []
+    print(f"fabric GPU allocation-to-Running: {time.monotonic() - started:.1f}s")
+
+    delete_pod(core, ns, "first")
+    wait_for("gpu-2 detached", lambda: "gpu-2" not in env.fabric.connections(), timeout=60)
+    assert len(fabric_pool(resource_api)) == 6
+    # The device is back: the next pod (on the other node) gets it.
+    other = env.nodes[1].name
+    make_pod(core, ns, "second", tmpl, other)
+    running(env, core, ns, "second")
+    assert env.fabric.connections()["gpu-2"][:2] == (other, "adapter1")
+    delete_pod(core, ns, "second")
+    wait_for("gpu-2 detached", lambda: "gpu-2" not in env.fabric.connections(), timeout=60)
+
+
+def test_two_pods_race_for_the_last_fabric_gpu(
+    env: Env, resource_api: Any, core: Any, namespace: str
+) -> None:
+    ns = namespace
+    tmpl = template(resource_api, ns, "last", [gpu_request(fabric_device="gpu-2")])
+    make_pod(core, ns, "race-a", tmpl)
+    make_pod(core, ns, "race-b", tmpl)
+
+    def one_running() -> str | None:
+        env.check_alive()
+        phases = {p: phase(core, ns, p) for p in ("race-a", "race-b")}
+        assert list(phases.values()).count("Running") <= 1, phases
+        return next((p for p, ph in phases.items() if ph == "Running"), None)
+
+    winner = wait_for("one racer Running", one_running, timeout=120)
+    loser = "race-b" if winner == "race-a" else "race-a"
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the loser keeps waiting, never both
+        one_running()
+        time.sleep(0.5)
+    assert phase(core, ns, loser) == "Pending"
+    delete_pod(core, ns, winner)
+    running(env, core, ns, loser)
+    delete_pod(core, ns, loser)
+    wait_for("gpu-2 detached", lambda: "gpu-2" not in env.fabric.connections(), timeout=60)
+
+
+def test_gpu_and_vf_pair_through_the_adapter_on_the_vfs_root(
+    env: Env, resource_api: Any, core: Any, namespace: str
+) -> None:
+    ns, node = namespace, env.nodes[1].name
+    vf = {"name": "nic", "exactly": {"deviceClassName": "vf.patchbay.dev"}}
+    tmpl = template(
+        resource_api, ns, "pair", [gpu_request(), vf],
+        constraints=[{"requests": ["gpu", "nic"], "matchAttribute": ROOT}],
+    )  # fmt: skip
+    make_pod(core, ns, "pair", tmpl, node)
+    running(env, core, ns, "pair")
+    claim = claim_of(core, resource_api, ns, "pair")
+    got = {r.request: (r.pool, r.device) for r in claim.status.allocation.devices.results}
+    pool = fabric_pool(resource_api)
+    gpu = pool[got["gpu"][1]]
+    assert got["gpu"][0] == "fabric" and attr(gpu, "fabricAdapter") == "adapter0"
+    local = resource_api.list_resource_slice(field_selector=f"spec.nodeName={node}").items
+    vfs = {d.name: d for s in local for d in (s.spec.devices or [])}
+    assert attr(vfs[got["nic"][1]], ROOT) == attr(gpu, ROOT) == "pci0000:15"
+    assert env.fabric.connections()[attr(gpu, "fabricDevice")][:2] == (node, "adapter0")
+    delete_pod(core, ns, "pair")
+    wait_for("pair's GPU detached", lambda: not env.fabric.connections(), timeout=60)
+
+
+def test_controller_killed_mid_attach_and_fabric_restarted(
+    env: Env, resource_api: Any, core: Any, namespace: str
+) -> None:
+    ns, node = namespace, env.nodes[0].name
+    env.fabric.faults(attachLatencySeconds=4)
+    tmpl = template(resource_api, ns, "slow", [gpu_request(fabric_device="gpu-0")])
+    make_pod(core, ns, "slow", tmpl, node)
+    wait_for("gpu-0 attaching", lambda: "gpu-0" in env.fabric.connections(), timeout=60)
+    env.ctl.kill()
+    env.fabric.kill()
+    env.fabric.start()
+    env.ctl.start(identity="controller-1")
+    running(env, core, ns, "slow", timeout=150)
+    claim = claim_of(core, resource_api, ns, "slow")
+    (result,) = claim.status.allocation.devices.results
+    assert conditions(claim, result.device) == {"FabricDeviceReady": "True"}
+    env.fabric.faults(attachLatencySeconds=0.2)
+    delete_pod(core, ns, "slow")
+    wait_for("nothing attached", lambda: not env.fabric.connections(), timeout=60)
+
+
+def test_injected_attach_failure_reschedules_on_another_device(
+    env: Env, resource_api: Any, core: Any, namespace: str
+) -> None:
+    ns, node = namespace, env.nodes[0].name
+    ids = {attr(d, "fabricDevice") for d in fabric_pool(resource_api).values()}
+    assert ids == {"gpu-0", "gpu-1", "gpu-2"}
+    env.fabric.faults(failNextAttaches=1)
+    tmpl = template(resource_api, ns, "any", [gpu_request()])
+    make_pod(core, ns, "retry", tmpl, node)
+    running(env, core, ns, "retry", timeout=150)
+    left = {attr(d, "fabricDevice") for d in fabric_pool(resource_api).values()}
+    (failed,) = ids - left  # the failed device is out of the pool during its hold
+    claim = claim_of(core, resource_api, ns, "retry")
+    (result,) = claim.status.allocation.devices.results
+    got = attr(fabric_pool(resource_api)[result.device], "fabricDevice")
+    assert got != failed
+    assert conditions(claim, result.device) == {"FabricDeviceReady": "True"}
+    assert set(env.fabric.connections()) == {got}
+    delete_pod(core, ns, "retry")
+    wait_for("nothing attached", lambda: not env.fabric.connections(), timeout=60)
+    wait_for(
+        f"{failed} back after its hold",
+        lambda: len(fabric_pool(resource_api)) == 6,
+        timeout=HOLD_S + 30,
+    )

@@ -1,0 +1,289 @@
+"""The Helm chart against the real apiserver: lint, render, apply, and its policy.
+
+Why: a chart that renders is not a chart that installs. Server-side apply to
+the local control plane makes the apiserver validate every object (schemas,
+RBAC rules, the ValidatingAdmissionPolicy's CEL); then the policy itself is
+exercised by impersonating the plugin's ServiceAccount.
+
+Node identity: a pod-bound ServiceAccount token carries the node name in the
+user's extra `authentication.kubernetes.io/node-name` (k8s.io/apiserver
+serviceaccount.NodeNameKey, 1.37). The local cluster issues client
+certificates, not pod-bound tokens, so the admin identity impersonates the
+plugin's ServiceAccount and sets that extra with the header
+`Impersonate-Extra-authentication.kubernetes.io%2Fnode-name` (the key is
+percent-encoded; the apiserver unescapes it), which yields the same user info
+the policy sees in production.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+from kubernetes.dynamic import DynamicClient
+
+from tests.cluster_fixtures import missing_prerequisite
+from tests.e2e.helpers import delete_quietly, make_node, unique, wait_for
+
+pytestmark = pytest.mark.cluster
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "helm" / "patchbay"
+NODE_NAME_EXTRA = "Impersonate-Extra-authentication.kubernetes.io%2Fnode-name"
+# Shared cluster: no node may run the chart's pods (other tests' node agents
+# would see them), so every applied workload gets a selector nothing matches.
+NO_NODE = {"patchbay.dev/helm-e2e": "no-such-node"}
+NON_DEFAULT = {
+    "image": {"repository": "registry.example/patchbay", "tag": "1.2.3"},
+    "kubeletPlugin": {
+        "nodeSelector": NO_NODE,
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "hostNetwork": True,
+        "rollingUpdateSockets": False,
+        "metricsPort": 0,
+        "hotplugSource": "none",
+        "migGpus": "all",
+        "vfConfigData": {"pfs": [{"pciBusID": "0000:3b:00.0", "numVfs": 4}]},
+        "extraHostPathMounts": [{"name": "sim", "path": "/var/lib/patchbay-sim"}],
+    },
+    "controller": {"enabled": True, "replicas": 2, "nodeSelector": NO_NODE},
+    "fabric": {
+        "enabled": True,
+        "nodeSelector": NO_NODE,
+        "token": "s3cret",
+        "topology": {"fabrics": []},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    """The cached helm binary, built by `make helm-bin` if missing."""
+    proc = subprocess.run(["make", "-s", "-C", str(REPO), "helm-bin"], check=False)
+    if proc.returncode != 0:
+        missing_prerequisite("`make helm-bin` failed (is Go >= 1.26 installed?)")
+    out = subprocess.run(
+        ["make", "-s", "-C", str(REPO), "helm-path"], capture_output=True, text=True, check=True
+    )
+    return Path(out.stdout.strip())
+
+
+def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm), *args], capture_output=True, text=True, check=False)
+
+
+def render(helm: Path, release: str, namespace: str, values: Path | None = None) -> list[Any]:
+    extra = ["-f", str(values)] if values else []
+    proc = run_helm(helm, "template", release, str(CHART), "--namespace", namespace, *extra)
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def by_kind(docs: list[Any], kind: str) -> list[Any]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+class Applier:
+    """Server-side apply (PATCH application/apply-patch+yaml) of rendered objects."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.dyn = DynamicClient(api)
+        self.applied: list[tuple[Any, str, str | None]] = []
+
+    def apply(self, doc: dict[str, Any], namespace: str) -> Any:
+        res = self.dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+        ns = namespace if res.namespaced else None
+        out = res.server_side_apply(
+            body=doc, namespace=ns, field_manager="patchbay-helm-e2e", force_conflicts=True
+        )
+        # DeviceClasses stay: they are the ones every e2e test applies (same bytes).
+        if doc["kind"] != "DeviceClass":
+            self.applied.append((res, doc["metadata"]["name"], ns))
+        return out
+
+    def cleanup(self) -> None:
+        for res, name, ns in reversed(self.applied):
+            with contextlib.suppress(ApiException):
+                res.delete(name=name, namespace=ns)
+
+
+@pytest.fixture
+def applier(api_client: client.ApiClient) -> Iterator[Applier]:
+    a = Applier(api_client)
+    yield a
+    a.cleanup()
+
+
+def test_helm_lint_passes(helm: Path, tmp_path: Path) -> None:
+    proc = run_helm(helm, "lint", "--strict", str(CHART))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump(NON_DEFAULT))
+    proc = run_helm(helm, "lint", "--strict", str(CHART), "-f", str(values))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("setting", "named"),
+    [
+        ("kubeletPlugin.cdiRot=/var/run/cdi", "cdiRot"),  # misspelt key
+        ("kubeletPlugin.metricsPort=http", "metricsPort"),  # wrong type
+        ("kubeletPlugin.logLevel=verbose", "logLevel"),  # not an allowed value
+        ("controler.enabled=true", "controler"),  # misspelt section
+    ],
+)
+def test_schema_rejects_bad_value_naming_it(helm: Path, setting: str, named: str) -> None:
+    proc = run_helm(helm, "template", "x", str(CHART), "--set", setting)
+    assert proc.returncode != 0, f"--set {setting} rendered"
+    assert named in proc.stderr, proc.stderr
+
+
+def test_default_render_applies_server_side(
+    helm: Path, namespace: str, applier: Applier, resource_api: client.ResourceV1Api
+) -> None:
+    docs = render(helm, unique("pbh"), namespace)
+    assert sorted(d["metadata"]["name"] for d in by_kind(docs, "DeviceClass")) == [
+        "gpu.patchbay.dev", "local-gpu.patchbay.dev", "mig.patchbay.dev", "vf.patchbay.dev",
+    ]  # fmt: skip
+    assert not by_kind(docs, "Deployment"), "controller and fabric are off by default"
+    (ds,) = by_kind(docs, "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    (ctr,) = pod["containers"]
+    env = {e["name"]: e for e in ctr["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env["POD_UID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
+    assert env["CDI_ROOT"]["value"] == "/var/run/cdi"
+    assert ds["spec"]["updateStrategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    assert ctr["securityContext"]["privileged"] is True
+    assert ctr["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert pod["priorityClassName"] == "system-node-critical"
+    host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    assert host_paths == {
+        "/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins/patchbay.dev",
+        "/var/run/cdi", "/sys", "/dev",
+    }  # fmt: skip
+    pod["nodeSelector"] = NO_NODE  # see NO_NODE: the only change to the default render
+    for doc in docs:
+        applier.apply(doc, namespace)
+    stored = resource_api.read_device_class("gpu.patchbay.dev")
+    assert 'device.attributes["patchbay.dev"].type == "gpu"' in (
+        stored.spec.selectors[0].cel.expression
+    )
+
+
+def test_non_default_render_applies_server_side(
+    helm: Path, namespace: str, applier: Applier, tmp_path: Path
+) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump(NON_DEFAULT))
+    docs = render(helm, unique("pbh"), namespace, values)
+    (ds,) = by_kind(docs, "DaemonSet")
+    (ctr,) = ds["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    assert ctr["image"] == "registry.example/patchbay:1.2.3"
+    assert "POD_UID" not in env
+    assert ds["spec"]["updateStrategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    assert "livenessProbe" not in ctr, "metricsPort 0: nothing to probe"
+    assert env["VF_CONFIG"] == "/etc/patchbay/vf-config.yaml"
+    assert env["MIG_GPUS"] == "all"
+    deployments = {d["spec"]["template"]["spec"]["containers"][0]["command"][0]: d
+                   for d in by_kind(docs, "Deployment")}  # fmt: skip
+    assert set(deployments) == {"patchbay-controller", "patchbay-fabric"}
+    assert deployments["patchbay-controller"]["spec"]["replicas"] == 2
+    for doc in docs:
+        applier.apply(doc, namespace)
+
+
+def _slice(name: str, node: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": "patchbay.dev",
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [],
+        },
+    }
+
+
+def _as_plugin(local_cluster: Any, user: str, node: str | None) -> client.ApiClient:
+    api = config.new_client_from_config(config_file=str(local_cluster.kubeconfig))
+    api.default_headers["Impersonate-User"] = user
+    if node is not None:
+        api.default_headers[NODE_NAME_EXTRA] = node
+    return api
+
+
+def test_plugin_may_write_only_its_own_nodes_slices(
+    helm: Path,
+    namespace: str,
+    applier: Applier,
+    local_cluster: Any,
+    core: client.CoreV1Api,
+    resource_api: client.ResourceV1Api,
+) -> None:
+    release = unique("pbh")
+    docs = render(helm, release, namespace)
+    for doc in docs:
+        if doc["kind"] in {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"} or (
+            doc["kind"].startswith("ValidatingAdmissionPolicy")
+        ):
+            applier.apply(doc, namespace)
+    (sa,) = by_kind(docs, "ServiceAccount")
+    user = f"system:serviceaccount:{namespace}:{sa['metadata']['name']}"
+    own, other = unique("own"), unique("other")
+    for node in (own, other):
+        make_node(core, node)
+    admin_slice = unique("slice")
+    resource_api.create_resource_slice(_slice(admin_slice, other))
+    plugin_api = _as_plugin(local_cluster, user, own)
+    slices = client.ResourceV1Api(plugin_api)
+    try:
+
+        def other_node_denied() -> bool:
+            try:
+                slices.create_resource_slice(_slice(unique("x"), other))
+            except ApiException as err:
+                assert err.status == 403, err.body
+                return "may only write its own Node and ResourceSlices" in err.body
+            return False  # the policy is not active yet (informers); the slice leaks to cleanup
+
+        wait_for("the admission policy to deny another node's slice", other_node_denied, 30)
+        mine = unique("slice")
+        slices.create_resource_slice(_slice(mine, own))
+        # spec.nodeName is immutable, so "another node's slice" is one that exists there.
+        theirs = slices.read_resource_slice(admin_slice)
+        theirs.metadata.labels = {"touched-by": "plugin"}
+        with pytest.raises(ApiException) as updated:
+            slices.replace_resource_slice(admin_slice, theirs)
+        assert updated.value.status == 403
+        with pytest.raises(ApiException) as deleted:
+            slices.delete_resource_slice(admin_slice)
+        assert deleted.value.status == 403
+        slices.delete_resource_slice(mine)
+        annotate = {"metadata": {"annotations": {"patchbay.dev/fabric": "{}"}}}
+        client.CoreV1Api(plugin_api).patch_node(own, annotate)
+        with pytest.raises(ApiException) as node_denied:
+            client.CoreV1Api(plugin_api).patch_node(other, annotate)
+        assert node_denied.value.status == 403
+        no_node = client.ResourceV1Api(_as_plugin(local_cluster, user, None))
+        with pytest.raises(ApiException) as anonymous_node:
+            no_node.create_resource_slice(_slice(unique("x"), own))
+        assert anonymous_node.value.status == 403, anonymous_node.value.body
+        assert "credentials name no node" in anonymous_node.value.body
+    finally:
+        plugin_api.close()
+        for item in resource_api.list_resource_slice().items:
+            if item.spec.node_name in (own, other):
+                delete_quietly(resource_api.delete_resource_slice, item.metadata.name)
+        for node in (own, other):
+            delete_quietly(core.delete_node, node)
