@@ -136,3 +136,9 @@ def main(argv: list[str]) -> None:
         if proc is not None:
             proc.stop()
         cluster.down()
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])

@@ -287,3 +287,35 @@ def test_plugin_may_write_only_its_own_nodes_slices(
                 delete_quietly(resource_api.delete_resource_slice, item.metadata.name)
         for node in (own, other):
             delete_quietly(core.delete_node, node)
+
+
+def _rules(docs: list[Any], kinds: tuple[str, ...]) -> set[tuple[str, str, str, str]]:
+    """Every (apiGroup, resource, resourceName, verb) the roles of ``kinds`` grant."""
+    out = set()
+    for doc in docs:
+        if doc["kind"] not in kinds:
+            continue
+        for rule in doc.get("rules") or []:
+            for group in rule.get("apiGroups", [""]):
+                for res in rule["resources"]:
+                    for name in rule.get("resourceNames") or ["*"]:
+                        out.update((group, res, name, verb) for verb in rule["verbs"])
+    return out
+
+
+@pytest.mark.parametrize("component", ["plugin", "controller"])
+def test_chart_roles_equal_the_roles_the_e2e_tests_run_under(
+    helm: Path, tmp_path: Path, component: str
+) -> None:
+    """The e2e tests run the plugin and the controller under hack/rbac/*.yaml;
+    the chart's roles must grant exactly the same, so those tests prove the
+    chart's least-privilege roles suffice (and grant nothing more)."""
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump(NON_DEFAULT))
+    docs = [
+        d for d in render(helm, "pbr", "patchbay", values)
+        if d["kind"] in ("ClusterRole", "Role") and component in d["metadata"]["name"]
+    ]  # fmt: skip
+    assert docs, f"no roles rendered for {component}"
+    local = list(yaml.safe_load_all((REPO / "hack" / "rbac" / f"{component}.yaml").read_text()))
+    assert _rules(docs, ("ClusterRole", "Role")) == _rules(local, ("ClusterRole",))
