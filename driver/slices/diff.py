@@ -21,6 +21,8 @@ def _empty(value: Any) -> bool:
 
 def matches(desired: Any, stored: Any) -> bool:
     """True when ``stored`` says the same as ``desired`` (defaults aside)."""
+    if _empty(desired) and _empty(stored):
+        return True  # e.g. an empty device list the apiserver omits
     if isinstance(desired, Mapping):
         if not isinstance(stored, Mapping):
             return False
@@ -31,8 +33,6 @@ def matches(desired: Any, stored: Any) -> bool:
         if not isinstance(stored, list) or len(desired) != len(stored):
             return False
         return all(matches(d, s) for d, s in zip(desired, stored, strict=True))
-    if _empty(desired) and _empty(stored):
-        return True
     return bool(desired == stored)
 
 

@@ -98,6 +98,8 @@ def main(argv: list[str]) -> None:
         ):
             res.create_device_class(doc)
         core.create_namespace({"metadata": {"name": "bench"}})
+        while not core.list_namespaced_service_account("bench").items:
+            time.sleep(0.2)  # pods need the namespace's default ServiceAccount
         plugin_kc = cluster.kubeconfig_for(
             "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
         )

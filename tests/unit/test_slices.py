@@ -142,3 +142,10 @@ def test_matches_is_strict_about_values() -> None:
 def test_generation_never_goes_back_after_a_wipe() -> None:
     p = pool([gpu(0)])
     assert diff_pool(build_slices(p), {}, OWNER, last_written=5).generation == 6
+
+
+def test_empty_pool_is_in_sync_when_the_apiserver_omits_the_empty_list() -> None:
+    p = pool([])
+    stored = stored_from(p)
+    del stored["n1-patchbay-0"]["spec"]["devices"]  # what the apiserver returns
+    assert diff_pool(build_slices(p), stored, OWNER).in_sync
