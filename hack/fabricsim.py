@@ -19,32 +19,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import yaml
 from cluster_proc import stop_group, tail
 
 REPO = Path(__file__).resolve().parent.parent
 CONTROLLER_GROUP = "patchbay:controllers"
-
-
-def apply_rbac(kubeconfig: Path, manifest: str) -> None:
-    """Create the ClusterRole/Binding documents of ``hack/rbac/<manifest>`` (idempotent)."""
-    from kubernetes import client, config
-    from kubernetes.client.rest import ApiException
-
-    api = config.new_client_from_config(config_file=str(kubeconfig))
-    rbac = client.RbacAuthorizationV1Api(api)
-    for doc in yaml.safe_load_all((REPO / "hack" / "rbac" / manifest).read_text()):
-        create = (
-            rbac.create_cluster_role
-            if doc["kind"] == "ClusterRole"
-            else rbac.create_cluster_role_binding
-        )
-        try:
-            create(doc)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-    api.close()
 
 
 def switch(ident: str, upstream: list[tuple[str, str, Path]], gpus: list[str]) -> dict[str, Any]:

@@ -38,15 +38,14 @@ def build_nvml_mock() -> Path:
     return NVML_MOCK_LIB
 
 
-def apply_plugin_rbac(kubeconfig: Path) -> None:
-    """Install the plugin's ClusterRole and binding (idempotent)."""
+def apply_rbac(kubeconfig: Path, manifest: str) -> None:
+    """Create the ClusterRole/Binding documents of ``hack/rbac/<manifest>`` (idempotent)."""
     from kubernetes import client, config
     from kubernetes.client.rest import ApiException
 
     api = config.new_client_from_config(config_file=str(kubeconfig))
     rbac = client.RbacAuthorizationV1Api(api)
-    docs = list(yaml.safe_load_all((REPO / "hack" / "rbac" / "plugin.yaml").read_text()))
-    for doc in docs:
+    for doc in yaml.safe_load_all((REPO / "hack" / "rbac" / manifest).read_text()):
         create = (
             rbac.create_cluster_role
             if doc["kind"] == "ClusterRole"
@@ -58,6 +57,11 @@ def apply_plugin_rbac(kubeconfig: Path) -> None:
             if exc.status != 409:
                 raise
     api.close()
+
+
+def apply_plugin_rbac(kubeconfig: Path) -> None:
+    """Install the plugin's ClusterRole and binding (idempotent)."""
+    apply_rbac(kubeconfig, "plugin.yaml")
 
 
 class PluginProcess:
@@ -211,4 +215,11 @@ class SimNode:
             raise RuntimeError(f"plugin on {self.name} exited:\n{self.plugin.log_tail()}")
 
 
-__all__ = ["PluginProcess", "SimNode", "apply_plugin_rbac", "build_nvml_mock", "pid_alive"]
+__all__ = [
+    "PluginProcess",
+    "SimNode",
+    "apply_plugin_rbac",
+    "apply_rbac",
+    "build_nvml_mock",
+    "pid_alive",
+]

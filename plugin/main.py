@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 from collections.abc import Sequence
 
-from driver.errors import PatchbayError
-from driver.logconfig import configure
-from driver.settingsflags import parse_settings
+from driver.process import run_process
 from plugin.settings import PluginSettings
 
 log = logging.getLogger(__name__)
@@ -28,18 +25,7 @@ async def _run(settings: PluginSettings) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        settings = parse_settings(PluginSettings, argv, prog="patchbay-plugin")
-    except PatchbayError as exc:
-        print(f"patchbay-plugin: {exc}", file=sys.stderr)
-        return 2
-    configure(settings.log_level, settings.log_format)
-    try:
-        asyncio.run(_run(settings))
-    except PatchbayError as exc:
-        log.error("%s", exc)
-        return 1
-    return 0
+    return run_process(PluginSettings, _run, "patchbay-plugin", argv)
 
 
 if __name__ == "__main__":

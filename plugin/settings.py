@@ -7,12 +7,13 @@ Each field is one setting: flag ``--<field-with-dashes>``, env var
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from driver.process import ProcessSettings
 
 
-class PluginSettings(BaseModel):
+class PluginSettings(ProcessSettings):
     """patchbay node plugin: publishes this node's devices and prepares claims."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -64,7 +65,3 @@ class PluginSettings(BaseModel):
         "are fabric-attached (never offered as local) and reported in the Node annotation",
     )
     metrics_port: int = Field(default=0, description="port for /metrics and /healthz; 0 disables")
-    log_level: Literal["debug", "info", "warning", "error"] = Field(
-        default="info", description="log level name"
-    )
-    log_format: Literal["text", "json"] = Field(default="text", description="log output format")

@@ -18,8 +18,7 @@ from collections.abc import Sequence
 
 from driver.controller.settings import ControllerSettings
 from driver.errors import PatchbayError
-from driver.logconfig import configure
-from driver.settingsflags import parse_settings
+from driver.process import run_process
 
 log = logging.getLogger(__name__)
 
@@ -73,18 +72,7 @@ async def _run(settings: ControllerSettings) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        settings = parse_settings(ControllerSettings, argv, prog="patchbay-controller")
-    except PatchbayError as exc:
-        print(f"patchbay-controller: {exc}", file=sys.stderr)
-        return 2
-    configure(settings.log_level, settings.log_format)
-    try:
-        asyncio.run(_run(settings))
-    except PatchbayError as exc:
-        log.error("%s", exc)
-        return 1
-    return 0
+    return run_process(ControllerSettings, _run, "patchbay-controller", argv)
 
 
 if __name__ == "__main__":

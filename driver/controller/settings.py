@@ -8,23 +8,20 @@ from __future__ import annotations
 
 import os
 import socket
-from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field
+
+from driver.fabricclient.token import FabricTokenSettings
+from driver.process import ProcessSettings
 
 
-class ControllerSettings(BaseModel):
+class ControllerSettings(ProcessSettings, FabricTokenSettings):
     """patchbay controller: publishes the fabric pool and attaches allocated fabric devices."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kubeconfig: str | None = Field(default=None, description="kubeconfig file; in-cluster if unset")
     fabric_url: str = Field(description="base URL of the fabric manager (Redfish service)")
-    fabric_token: str = Field(default="", description="bearer token for the fabric manager")
-    fabric_token_file: Path | None = Field(
-        default=None, description="file holding the fabric bearer token (wins over --fabric-token)"
-    )
     fabric_pool: str = Field(default="fabric", description="name of the published fabric pool")
     fabric_refresh: float = Field(
         default=5.0, gt=0, description="seconds between fabric inventory reads (no fabric watch)"
@@ -44,18 +41,3 @@ class ControllerSettings(BaseModel):
         default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}",
         description="this replica's identity in the Lease (default host-pid)",
     )
-    log_level: Literal["debug", "info", "warning", "error"] = Field(
-        default="info", description="log level name"
-    )
-    log_format: Literal["text", "json"] = Field(default="text", description="log output format")
-
-    @model_validator(mode="after")
-    def _has_token(self) -> ControllerSettings:
-        if not self.fabric_token and self.fabric_token_file is None:
-            raise ValueError("set fabric_token or fabric_token_file")
-        return self
-
-    def token(self) -> str:
-        if self.fabric_token_file is not None:
-            return self.fabric_token_file.read_text().strip()
-        return self.fabric_token

@@ -18,9 +18,7 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from driver.errors import PatchbayError
-from driver.logconfig import configure
-from driver.settingsflags import parse_settings
+from driver.process import run_process
 from fabric.service import inventory
 from fabric.service.app import make_app
 from fabric.service.core import Fabric
@@ -62,18 +60,7 @@ async def serve(settings: FabricSettings) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        settings = parse_settings(FabricSettings, argv, prog="patchbay-fabric")
-    except PatchbayError as exc:
-        print(f"patchbay-fabric: {exc}", file=sys.stderr)
-        return 2
-    configure(settings.log_level, settings.log_format)
-    try:
-        asyncio.run(serve(settings))
-    except PatchbayError as exc:
-        log.error("%s", exc)
-        return 1
-    return 0
+    return run_process(FabricSettings, serve, "patchbay-fabric", argv)
 
 
 if __name__ == "__main__":

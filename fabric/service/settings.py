@@ -8,12 +8,14 @@ Each field is one setting: flag ``--<field-with-dashes>``, env var
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field
+
+from driver.fabricclient.token import FabricTokenSettings
+from driver.process import ProcessSettings
 
 
-class FabricSettings(BaseModel):
+class FabricSettings(ProcessSettings, FabricTokenSettings):
     """patchbay simulated PCIe/CXL fabric: a Redfish-shaped composition service."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -25,24 +27,5 @@ class FabricSettings(BaseModel):
     port_file: Path | None = Field(
         default=None, description="write the bound port here once serving (tests, scripts)"
     )
-    fabric_token: str = Field(default="", description="bearer token clients must present")
-    fabric_token_file: Path | None = Field(
-        default=None, description="file holding the bearer token (wins over --fabric-token)"
-    )
     attach_latency: float = Field(default=0.5, ge=0, description="seconds an attach takes")
     detach_latency: float = Field(default=0.2, ge=0, description="seconds a detach takes")
-    log_level: Literal["debug", "info", "warning", "error"] = Field(
-        default="info", description="log level name"
-    )
-    log_format: Literal["text", "json"] = Field(default="text", description="log output format")
-
-    @model_validator(mode="after")
-    def _has_token(self) -> FabricSettings:
-        if not self.fabric_token and self.fabric_token_file is None:
-            raise ValueError("set fabric_token or fabric_token_file")
-        return self
-
-    def token(self) -> str:
-        if self.fabric_token_file is not None:
-            return self.fabric_token_file.read_text().strip()
-        return self.fabric_token

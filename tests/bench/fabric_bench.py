@@ -23,9 +23,9 @@ from typing import Any
 
 import cluster as localk8s
 import yaml
-from fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService, apply_rbac, switch
+from fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService, switch
 from kubernetes import client, config
-from simnode import SimNode, build_nvml_mock
+from simnode import SimNode, apply_rbac, build_nvml_mock
 
 REPO = Path(__file__).resolve().parents[2]
 ADAPTERS = "--fabric-adapters=adapter0=0000:15:02.0,adapter1=0000:85:01.0"

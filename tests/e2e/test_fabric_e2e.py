@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 import yaml
-from fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService, apply_rbac, switch
+from fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService, switch
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from simnode import SimNode, build_nvml_mock
+from simnode import SimNode, apply_rbac, build_nvml_mock
 
 from tests.e2e.helpers import delete_quietly, unique, wait_for
 
