@@ -11,18 +11,16 @@ after the script ends so you can look around with the printed KUBECONFIG;
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 import time
 from pathlib import Path
 
 import cluster as localk8s
-import yaml
 from cluster_proc import load_pids, save_pids, stop_group
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
-from simnode import SimNode, apply_plugin_rbac, build_nvml_mock
+from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
 REPO = Path(__file__).resolve().parent.parent
 # Short on purpose: Unix socket paths below it must stay under 107 bytes.
@@ -30,14 +28,6 @@ RUN = Path(os.environ.get("PATCHBAY_DEMO_DIR", "/tmp/patchbay-demo"))
 NODES = {"node-a": "4x-h100", "node-b": "2-gpus"}
 # Seven GPUs asked for, six exist: one pod waits until another finishes.
 PODS = {"trainer-0": 1, "trainer-1": 1, "trainer-2": 2, "notebook": 1, "big": 2}
-
-
-def apply_manifests(resource_api: client.ResourceV1Api) -> None:
-    for path in sorted((REPO / "deviceclasses").glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc and doc.get("kind") == "DeviceClass":
-                with contextlib.suppress(ApiException):
-                    resource_api.create_device_class(doc)
 
 
 def workload(core: client.CoreV1Api, res: client.ResourceV1Api) -> None:
@@ -107,7 +97,7 @@ def up() -> int:
     api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
     core, res = client.CoreV1Api(api), client.ResourceV1Api(api)
     apply_plugin_rbac(cluster.kubeconfig)
-    apply_manifests(res)
+    apply_deviceclasses(res)
     kubeconfig = cluster.kubeconfig_for("patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",))
     sims = {}
     for name, topo in NODES.items():

@@ -59,6 +59,20 @@ def apply_rbac(kubeconfig: Path, manifest: str) -> None:
     api.close()
 
 
+def apply_deviceclasses(resource_api: Any) -> None:
+    """Create every DeviceClass of ``deviceclasses/`` (the single source; idempotent)."""
+    from kubernetes.client.rest import ApiException
+
+    for path in sorted((REPO / "deviceclasses").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc.get("kind") == "DeviceClass":
+                try:
+                    resource_api.create_device_class(doc)
+                except ApiException as exc:
+                    if exc.status != 409:
+                        raise
+
+
 def apply_plugin_rbac(kubeconfig: Path) -> None:
     """Install the plugin's ClusterRole and binding (idempotent)."""
     apply_rbac(kubeconfig, "plugin.yaml")
@@ -218,6 +232,7 @@ class SimNode:
 __all__ = [
     "PluginProcess",
     "SimNode",
+    "apply_deviceclasses",
     "apply_plugin_rbac",
     "apply_rbac",
     "build_nvml_mock",

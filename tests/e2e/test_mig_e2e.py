@@ -11,17 +11,15 @@ CI creation.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from simnode import SimNode, apply_plugin_rbac, build_nvml_mock
+from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
 from driver.mig.handler import CRASH_AFTER_GI
 from tests.bench.mig_bench import FirstFit, profile_is
@@ -37,11 +35,7 @@ PER_GPU = 1 + 7 + 7 + 4 + 3 + 2 + 1 + 1
 def sim(local_cluster, resource_api, core) -> Iterator[SimNode]:  # type: ignore[no-untyped-def]
     build_nvml_mock()
     apply_plugin_rbac(local_cluster.kubeconfig)
-    for path in sorted((REPO / "deviceclasses").glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc and doc["kind"] == "DeviceClass":
-                with contextlib.suppress(ApiException):
-                    resource_api.create_device_class(doc)
+    apply_deviceclasses(resource_api)
     kubeconfig = local_cluster.kubeconfig_for(
         "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
     )

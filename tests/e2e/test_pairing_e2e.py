@@ -10,7 +10,6 @@ plays the kubelet itself, with claims allocated by hand.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from simnode import SimNode, apply_plugin_rbac, build_nvml_mock
+from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
 from plugin.proto import dra_v1_pb2, dra_v1_pb2_grpc
 from tests.e2e.helpers import delete_quietly, unique, wait_for
@@ -37,11 +36,7 @@ ROOT_A, ROOT_B = "pci0000:15", "pci0000:85"
 def sim(local_cluster, resource_api, core, tmp_path_factory) -> Iterator[SimNode]:  # type: ignore[no-untyped-def]
     build_nvml_mock()
     apply_plugin_rbac(local_cluster.kubeconfig)
-    for path in sorted((REPO / "deviceclasses").glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc and doc["kind"] == "DeviceClass":
-                with contextlib.suppress(ApiException):
-                    resource_api.create_device_class(doc)
+    apply_deviceclasses(resource_api)
     vf_config = tmp_path_factory.mktemp("vf") / "vf.yaml"
     vf_config.write_text("pfs:\n  - vendorID: '15b3'\n    numVfs: 4\n")
     kubeconfig = local_cluster.kubeconfig_for(

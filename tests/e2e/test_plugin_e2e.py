@@ -8,7 +8,6 @@ resolves the CDI IDs with the upstream CDI library.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -16,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
-from simnode import SimNode, apply_plugin_rbac, build_nvml_mock
+from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
 from tests.e2e.helpers import delete_quietly, unique, wait_for
 
@@ -27,14 +25,6 @@ pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[2]
 SIZES = {"4x-h100": 4, "2-gpus": 2}
-
-
-def apply_deviceclasses(resource_api: client.ResourceV1Api) -> None:
-    for path in sorted((REPO / "deviceclasses").glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc and doc["kind"] == "DeviceClass":
-                with contextlib.suppress(ApiException):
-                    resource_api.create_device_class(doc)
 
 
 @pytest.fixture(scope="module")
