@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 ROOT = "resource.kubernetes.io/pcieRoot"
 ADAPTERS = "--fabric-adapters=adapter0=0000:15:02.0,adapter1=0000:85:01.0"
 HOLD_S = 45
+LEASE_S = 6  # short leader lease: a standby takes over within seconds
 
 
 class Env:
@@ -81,7 +82,11 @@ def env(local_cluster, resource_api, core, tmp_path_factory) -> Iterator[Env]:  
         "patchbay-controller", "patchbay-controller", (CONTROLLER_GROUP,)
     )
     ctl = ControllerProcess(
-        ctl_kc, fabric, run / "logs" / "controller.log", f"--failed-device-hold={HOLD_S}"
+        ctl_kc,
+        fabric,
+        run / "logs" / "controller.log",
+        f"--failed-device-hold={HOLD_S}",
+        f"--lease-duration={LEASE_S}",
     )
     e = Env(nodes, fabric, ctl)
     try:
@@ -183,6 +188,16 @@ def conditions(claim: Any, device: str) -> dict[str, str]:
     return {}
 
 
+def claim_gone_or_free(resource_api: Any, ns: str, name: str) -> bool:
+    try:
+        claim = resource_api.read_namespaced_resource_claim(name, ns)
+    except ApiException as exc:
+        if exc.status == 404:
+            return True
+        raise
+    return claim.status is None or claim.status.allocation is None
+
+
 def node_gpus(resource_api: Any, node: str) -> list[str]:
     slices = resource_api.list_resource_slice(field_selector=f"spec.nodeName={node}").items
     return [d.name for s in slices for d in (s.spec.devices or []) if attr(d, "type") == "gpu"]
@@ -267,6 +282,61 @@ def test_two_pods_race_for_the_last_fabric_gpu(
     wait_for("gpu-2 detached", lambda: "gpu-2" not in env.fabric.connections(), timeout=60)
 
 
+def test_pod_deleted_while_prebind_waits_is_detached_by_the_controller(
+    env: Env, resource_api: Any, core: Any, namespace: str
+) -> None:
+    # No kubelet ever prepares (so none unprepares) a pod that never got
+    # bound: the controller alone must notice the allocation is gone.
+    ns, node = namespace, env.nodes[0].name
+    tmpl = template(resource_api, ns, "doomed", [gpu_request(fabric_device="gpu-1")])
+    env.fabric.faults(attachLatencySeconds=10)
+    try:
+        make_pod(core, ns, "doomed", tmpl, node)
+
+        def allocated() -> Any:
+            env.check_alive()
+            statuses = core.read_namespaced_pod("doomed", ns).status.resource_claim_statuses
+            if not statuses or not statuses[0].resource_claim_name:
+                return None
+            claim = resource_api.read_namespaced_resource_claim(statuses[0].resource_claim_name, ns)
+            if claim.status is None or claim.status.allocation is None:
+                return None
+            return claim if "gpu-1" in env.fabric.connections() else None
+
+        claim = wait_for("gpu-1 allocated and attaching", allocated, timeout=60)
+        (result,) = claim.status.allocation.devices.results
+        assert result.pool == "fabric"
+        assert conditions(claim, result.device) == {}  # not ready: PreBind still waits
+        conn = env.fabric.connections()["gpu-1"]
+        assert conn[:2] == (node, "adapter0") and conn[2] != "Attached", conn
+        pod = core.read_namespaced_pod("doomed", ns)
+        assert pod.spec.node_name is None and pod.status.phase == "Pending"
+        delete_pod(core, ns, "doomed")
+        wait_for(
+            "the claim gone or deallocated",
+            lambda: claim_gone_or_free(resource_api, ns, claim.metadata.name),
+            timeout=60,
+        )
+    finally:
+        env.fabric.faults(attachLatencySeconds=0.2)
+    # The in-flight attach finishes (10 s) and must then be rolled back.
+    wait_for(
+        "gpu-1 detached", lambda: env.check_alive() and "gpu-1" not in env.fabric.connections(),
+        timeout=60,
+    )  # fmt: skip
+    pool = fabric_pool(resource_api)
+    assert len(pool) == 6
+    names = {n.name for n in env.nodes}
+    assert {d.node_name for d in pool.values() if attr(d, "fabricDevice") == "gpu-1"} == names
+    # The device is free again: a new pod (on the other node) gets it.
+    other = env.nodes[1].name
+    make_pod(core, ns, "after", tmpl, other)
+    running(env, core, ns, "after")
+    assert env.fabric.connections()["gpu-1"][:2] == (other, "adapter0")
+    delete_pod(core, ns, "after")
+    wait_for("gpu-1 detached", lambda: "gpu-1" not in env.fabric.connections(), timeout=60)
+
+
 def test_gpu_and_vf_pair_through_the_adapter_on_the_vfs_root(
     env: Env, resource_api: Any, core: Any, namespace: str
 ) -> None:
@@ -337,3 +407,61 @@ def test_injected_attach_failure_reschedules_on_another_device(
         lambda: len(fabric_pool(resource_api)) == 6,
         timeout=HOLD_S + 30,
     )
+
+
+def lease_holder(api_client: Any) -> tuple[str | None, Any]:
+    lease = client.CoordinationV1Api(api_client).read_namespaced_lease(
+        "patchbay-controller", "default"
+    )
+    return lease.spec.holder_identity, lease.spec.renew_time
+
+
+def test_two_replicas_one_leader_and_standby_takes_over(  # keep last: it replaces env.ctl
+    env: Env, resource_api: Any, core: Any, namespace: str, api_client: Any
+) -> None:
+    ns, leader = namespace, env.ctl
+    wait_for("a lease holder", lambda: lease_holder(api_client)[0], timeout=30)
+    first, renewed = lease_holder(api_client)
+    assert first != "controller-standby"
+    before = {s.metadata.name: s.metadata.resource_version for s in fabric_slices(resource_api)}
+    log = leader.log_path.with_name(f"{unique('controller-standby')}.log")
+    standby = ControllerProcess(leader.kubeconfig, env.fabric, log, *leader.extra)
+    standby.start(identity="controller-standby")
+    try:
+        wait_for(
+            "the standby waiting for the lease",
+            lambda: standby.alive and "waiting for leader lease" in standby.log_tail(200),
+            timeout=30,
+        )
+        time.sleep(LEASE_S * 1.5)  # several renewals of the leader, polls of the standby
+        assert standby.alive and leader.alive
+        holder, renewed_again = lease_holder(api_client)
+        assert holder == first and renewed_again != renewed  # the leader keeps renewing
+        assert "acquired" not in standby.log_tail(200)
+        after = {s.metadata.name: s.metadata.resource_version for s in fabric_slices(resource_api)}
+        assert after == before  # nobody rewrote the pool
+        assert len(fabric_pool(resource_api)) == 6
+
+        leader.kill()
+        killed = time.monotonic()
+        env.ctl = standby  # from now on the live controller (and the one teardown stops)
+        wait_for(
+            "the standby holding the lease",
+            lambda: lease_holder(api_client)[0] == "controller-standby",
+            timeout=LEASE_S * 3,
+            interval=0.2,
+        )
+        took = time.monotonic() - killed
+        print(f"standby took over {took:.1f}s after the leader died")
+        assert took <= LEASE_S + LEASE_S / 3 + 4  # expiry + one standby poll + slack
+        tmpl = template(resource_api, ns, "ha", [gpu_request(fabric_device="gpu-2")])
+        make_pod(core, ns, "ha", tmpl, env.nodes[0].name)
+        running(env, core, ns, "ha")
+        claim = claim_of(core, resource_api, ns, "ha")
+        (result,) = claim.status.allocation.devices.results
+        assert conditions(claim, result.device) == {"FabricDeviceReady": "True"}
+        delete_pod(core, ns, "ha")
+        wait_for("gpu-2 detached", lambda: "gpu-2" not in env.fabric.connections(), timeout=60)
+    finally:
+        if env.ctl is not standby:
+            standby.stop()
