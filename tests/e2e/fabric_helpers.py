@@ -1,0 +1,122 @@
+"""Helpers of the fabric e2e tests: reading the fabric pool, pods and claims.
+
+Split from tests/e2e/test_fabric_e2e.py to keep each module small.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fabricsim import ControllerProcess, FabricService
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from simnode import SimNode
+
+from tests.e2e.helpers import wait_for
+
+
+class Env:
+    def __init__(self, nodes: list[SimNode], fabric: FabricService, ctl: ControllerProcess):
+        self.nodes, self.fabric, self.ctl = nodes, fabric, ctl
+
+    def check_alive(self) -> bool:
+        for n in self.nodes:
+            n.check_alive()
+        if not self.ctl.alive:
+            raise RuntimeError(f"controller exited:\n{self.ctl.log_tail()}")
+        return True
+
+
+def fabric_slices(resource_api: client.ResourceV1Api) -> list[Any]:
+    items = resource_api.list_resource_slice(field_selector="spec.driver=patchbay.dev").items
+    return [s for s in items if s.spec.pool.name == "fabric"]
+
+
+def fabric_pool(resource_api: client.ResourceV1Api) -> dict[str, Any]:
+    return {d.name: d for s in fabric_slices(resource_api) for d in (s.spec.devices or [])}
+
+
+def attr(dev: Any, name: str) -> Any:
+    a = dev.attributes[name]
+    return a.string if a.string is not None else a.int
+
+
+def template(
+    resource_api: Any, ns: str, name: str, requests: list[dict[str, Any]], **extra: Any
+) -> str:
+    body = {
+        "metadata": {"name": name},
+        "spec": {"spec": {"devices": {"requests": requests, **extra}}},
+    }
+    resource_api.create_namespaced_resource_claim_template(ns, body)
+    return name
+
+
+def gpu_request(name: str = "gpu", fabric_device: str | None = None) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": "gpu.patchbay.dev"}
+    if fabric_device:
+        cel = f'device.attributes["patchbay.dev"].fabricDevice == "{fabric_device}"'
+        exactly["selectors"] = [{"cel": {"expression": cel}}]
+    return {"name": name, "exactly": exactly}
+
+
+def make_pod(core: Any, ns: str, name: str, tmpl: str, node: str | None = None) -> None:
+    spec: dict[str, Any] = {
+        "containers": [
+            {"name": "main", "image": "pause", "resources": {"claims": [{"name": "c"}]}}
+        ],
+        "resourceClaims": [{"name": "c", "resourceClaimTemplateName": tmpl}],
+    }
+    if node:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    core.create_namespaced_pod(ns, {"metadata": {"name": name}, "spec": spec})
+
+
+def phase(core: Any, ns: str, name: str) -> str:
+    try:
+        return str(core.read_namespaced_pod(name, ns).status.phase)
+    except ApiException as exc:
+        if exc.status == 404:
+            return "Gone"
+        raise
+
+
+def running(env: Env, core: Any, ns: str, name: str, timeout: float = 120) -> None:
+    wait_for(
+        f"pod {name} Running",
+        lambda: env.check_alive() and phase(core, ns, name) == "Running",
+        timeout=timeout,
+    )
+
+
+def delete_pod(core: Any, ns: str, name: str) -> None:
+    core.delete_namespaced_pod(name, ns)
+    wait_for(f"pod {name} gone", lambda: phase(core, ns, name) == "Gone", timeout=60)
+
+
+def claim_of(core: Any, resource_api: Any, ns: str, pod: str) -> Any:
+    status = core.read_namespaced_pod(pod, ns).status
+    name = status.resource_claim_statuses[0].resource_claim_name
+    return resource_api.read_namespaced_resource_claim(name, ns)
+
+
+def conditions(claim: Any, device: str) -> dict[str, str]:
+    for d in claim.status.devices or []:
+        if d.pool == "fabric" and d.device == device:
+            return {c.type: c.status for c in d.conditions or []}
+    return {}
+
+
+def claim_gone_or_free(resource_api: Any, ns: str, name: str) -> bool:
+    try:
+        claim = resource_api.read_namespaced_resource_claim(name, ns)
+    except ApiException as exc:
+        if exc.status == 404:
+            return True
+        raise
+    return claim.status is None or claim.status.allocation is None
+
+
+def node_gpus(resource_api: Any, node: str) -> list[str]:
+    slices = resource_api.list_resource_slice(field_selector=f"spec.nodeName={node}").items
+    return [d.name for s in slices for d in (s.spec.devices or []) if attr(d, "type") == "gpu"]
