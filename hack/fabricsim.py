@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +26,25 @@ REPO = Path(__file__).resolve().parent.parent
 CONTROLLER_GROUP = "patchbay:controllers"
 
 
-def switch(ident: str, upstream: list[tuple[str, str, Path]], gpus: list[str]) -> dict[str, Any]:
-    """One switch: upstream (node, adapter, host dir) ports and GPU slots."""
+def switch(
+    ident: str, upstream: list[tuple[str, str, Path]], gpus: list[str], nics: Sequence[str] = ()
+) -> dict[str, Any]:
+    """One switch: upstream (node, adapter, host dir) ports, GPU slots, then NIC slots
+    (ConnectX PFs with 4 VFs)."""
+    devices: list[dict[str, Any]] = [
+        {"kind": "gpu", "id": g, "model": "H100-SXM5-80GB"} for g in gpus
+    ]
+    devices += [
+        {"kind": "nic", "id": n, "netdev": f"fab{i}f0", "totalVfs": 4, "numVfs": 4}
+        for i, n in enumerate(nics)
+    ]
     return {
         "id": ident,
         "upstream": [
             {"port": f"up{i}", "node": n, "adapter": a, "hostDir": str(d)}
             for i, (n, a, d) in enumerate(upstream)
         ],
-        "slots": [
-            {"port": f"slot{i}", "device": {"kind": "gpu", "id": g, "model": "H100-SXM5-80GB"}}
-            for i, g in enumerate(gpus)
-        ],
+        "slots": [{"port": f"slot{i}", "device": dev} for i, dev in enumerate(devices)],
     }
 
 

@@ -6,6 +6,7 @@ The one place that lists the families; each family lives in ``driver/``.
 from __future__ import annotations
 
 from driver.devices.kind import DeviceType
+from driver.fabric_devices.node import FabricNodeView, parse_adapters
 from driver.gpu.kind import GpuType
 from driver.mig.discovery import mig_support
 from driver.nvml.pynvml_backend import PynvmlBackend
@@ -28,7 +29,21 @@ def device_types(settings: PluginSettings) -> list[DeviceType]:
         boot_id_file=settings.boot_id_file,
         shared_checkpoint=settings.pod_uid is not None,
     )
+    # VFs of a NIC the fabric attached are scanned whatever the PF selection says:
+    # the plugin offers its VF 0 to the fabric claim that asked for the NIC.
+    fabric = (
+        FabricNodeView(
+            settings.node_name, parse_adapters(settings.fabric_adapters), settings.sysfs_root
+        )
+        if settings.fabric_adapters
+        else None
+    )
     return [
         GpuType(nvml, settings.sysfs_root, settings.dev_root, mig=mig),
-        VfType(load_pool_config(settings.vf_config), settings.sysfs_root, settings.dev_root),
+        VfType(
+            load_pool_config(settings.vf_config),
+            settings.sysfs_root,
+            settings.dev_root,
+            always=fabric.behind_adapter if fabric is not None else None,
+        ),
     ]

@@ -1,17 +1,22 @@
 """Build the fabric pool from the fabric inventory and the nodes' reports.
 
-Why: every free fabric GPU appears once per (node, adapter) that can reach
-it, each variant with that node, that adapter's ``pcieRoot`` (reported by
-the node plugin in its Node annotation: the fabric does not know roots), the
-binding conditions that make the scheduler wait for the attach, and one
-counter unique to the physical GPU so no two variants of it can ever be
-allocated together. The pool depends only on the fabric inventory, the
-nodes' reports, failed devices and pinned (allocated) variants, never on
-attachments, so an attach or detach writes no slice. Pure functions.
+Why: every free fabric device appears once per (node, adapter) that can
+reach it, each variant with that node, that adapter's ``pcieRoot`` (reported
+by the node plugin in its Node annotation: the fabric does not know roots),
+the binding conditions that make the scheduler wait for the attach, and one
+counter unique to the physical device so no two variants of it can ever be
+allocated together. A GPU is offered as a ``gpu``; a NIC as one ``vf`` (its
+VF 0): the NIC is attached whole for that claim, because counters cannot keep
+two claims' VFs of one NIC on the same node. The pool depends only on the
+fabric inventory, the nodes' reports, failed devices and pinned (allocated)
+variants, never on attachments, so an attach or detach writes no slice.
+Slices are cut at device boundaries in stable buckets (all variants of a few
+devices per slice). Pure functions.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
@@ -36,6 +41,7 @@ from driver.slices import limits
 from driver.slices.build import PoolSpec, slice_name_prefix
 
 COUNTER = "1"
+PUBLISHED_KIND = {"gpu": "gpu", "nic": "vf"}
 
 
 @dataclass(frozen=True)
@@ -44,27 +50,44 @@ class Variant:
 
     name: str
     device_id: str
-    uuid: str
+    kind: str  # fabric kind: "gpu" or "nic"
+    identity: str  # what the node reports once attached: GPU UUID or NIC MAC
     node: str
     adapter: str
     root: str
+
+    @classmethod
+    def of(cls, device: Device) -> Variant | None:
+        """The variant a published fabric device stands for (None if not one)."""
+        a = device.attributes
+        kind = "gpu" if device.kind == "gpu" else "nic"
+        identity = a.get("uuid") if kind == "gpu" else a.get("macAddress")
+        fields = (a.get("fabricDevice"), identity, a.get("fabricAdapter"), a.get(PCIE_ROOT))
+        if not device.node_name or not all(isinstance(f, str) and f for f in fields):
+            return None
+        dev_id, ident, adapter, root = (str(f) for f in fields)
+        return cls(device.name, dev_id, kind, ident, device.node_name, adapter, root)
 
 
 def counter_set_name(pool: str, index: int) -> str:
     return f"{pool}-devices-{index}"
 
 
-def counter_sets(pool: str, gpus: list[FabricDevice]) -> tuple[dict[str, str], list[CounterSet]]:
-    """One counter per GPU (value 1), 32 per set; device id -> its set."""
+def counter_sets(pool: str, ids: list[str]) -> tuple[dict[str, str], list[CounterSet]]:
+    """One counter per device id (value 1), 32 per set; device id -> its set."""
     per = limits.MAX_COUNTERS_PER_SET
     where: dict[str, str] = {}
     sets: list[CounterSet] = []
-    for i in range(0, len(gpus), per):
+    for i in range(0, len(ids), per):
         name = counter_set_name(pool, i // per)
-        group = gpus[i : i + per]
-        sets.append(CounterSet(name, tuple((counter_name(d.id), COUNTER) for d in group)))
-        where.update({d.id: name for d in group})
+        group = ids[i : i + per]
+        sets.append(CounterSet(name, tuple((counter_name(d), COUNTER) for d in group)))
+        where.update({d: name for d in group})
     return where, sets
+
+
+def consumption(device_id: str, counter_set: str) -> tuple[CounterConsumption, ...]:
+    return (CounterConsumption(counter_set, ((counter_name(device_id), COUNTER),)),)
 
 
 def reachable(device: FabricDevice, nodes: Mapping[str, NodeFabric]) -> list[Variant]:
@@ -73,44 +96,61 @@ def reachable(device: FabricDevice, nodes: Mapping[str, NodeFabric]) -> list[Var
         report = nodes.get(a.node)
         root = report.adapters.get(a.adapter) if report is not None else None
         if root:
-            name = variant_name(device.uuid, a.node, a.adapter)
-            out.append(Variant(name, device.id, device.uuid, a.node, a.adapter, root))
+            name = variant_name(device.identity, a.node, a.adapter, device.kind)
+            out.append(
+                Variant(name, device.id, device.kind, device.identity, a.node, a.adapter, root)
+            )
     return out
 
 
 def offered(device: FabricDevice) -> bool:
-    return (
-        device.kind == "gpu"
-        and bool(device.uuid)
-        and device.available
-        and device.health != "Critical"
-    )
+    return bool(device.identity) and device.available and device.health != "Critical"
 
 
 def variant_device(device: FabricDevice, v: Variant, counter_set: str) -> Device:
     attrs: dict[str, AttributeValue] = {
-        "uuid": device.uuid,
         "productName": device.model,
         "serial": device.serial,
         ATTACHMENT: "fabric",
         "fabricDevice": device.id,
         "fabricSwitch": device.switch,
         "fabricAdapter": v.adapter,
-        "pciVendorID": f"{device.vendor_id:04x}",
-        "pciDeviceID": f"{device.device_id:04x}",
         PCIE_ROOT: v.root,
     }
+    if device.kind == "gpu":
+        attrs |= {
+            "uuid": device.uuid,
+            "pciVendorID": f"{device.vendor_id:04x}",
+            "pciDeviceID": f"{device.device_id:04x}",
+        }
+    else:  # the same names a local VF carries, so one selector fits both
+        attrs |= {
+            "macAddress": device.mac,
+            "vendorID": f"{device.vendor_id:04x}",
+            "pfDeviceID": f"{device.device_id:04x}",
+            "vfIndex": 0,
+        }
     return Device(
         name=v.name,
-        kind="gpu",
-        local_id=device.uuid,
+        kind=PUBLISHED_KIND[device.kind],
+        local_id=device.identity,
         attributes=attrs,
-        consumes_counters=(CounterConsumption(counter_set, ((counter_name(device.id), COUNTER),)),),
+        consumes_counters=consumption(device.id, counter_set),
         node_name=v.node,
         binds_to_node=True,
         binding_conditions=(READY_CONDITION,),
         binding_failure_conditions=(FAILED_CONDITION,),
     )
+
+
+def slice_buckets(ids: list[str], reach: int) -> dict[str, int]:
+    """Device id -> slice bucket: as many whole devices per slice as fit.
+
+    Buckets follow the sorted list of every fabric device (offered or not),
+    so a device's bucket moves only when devices are added or removed.
+    """
+    per = max(1, limits.MAX_DEVICES_WITH_COUNTERS_OR_TAINTS // max(1, reach))
+    return {d: i // per for i, d in enumerate(ids)}
 
 
 def build_pool(
@@ -119,29 +159,48 @@ def build_pool(
     nodes: Mapping[str, NodeFabric],
     excluded: Collection[str],
     pinned: Collection[str],
+    carried: Mapping[str, Device] | None = None,
 ) -> tuple[PoolSpec, dict[str, Variant]]:
     """The pool spec and every variant in it by name.
 
     ``excluded``: device ids kept out entirely (failed attach, until their
-    hold ends); ``pinned``: variant names allocated to a claim, which stay
-    published as they are until deallocated (e.g. after a node's adapter
-    or the device's health went away).
+    hold ends), the allocated variant too: with no variant left nothing can
+    double-count the device, and a scheduler that clears the failed
+    allocation cannot pick the same variant again; ``pinned``: variant names
+    allocated to a claim, which stay published until deallocated, also after
+    the device's health, its node's adapter or the device itself left the
+    inventory: such a variant is taken from ``carried`` (the devices
+    published before, by name).
     """
-    gpus = sorted((d for d in inventory.devices if d.kind == "gpu" and d.uuid), key=lambda d: d.id)
-    where, sets = counter_sets(pool, gpus)
+    devices_in = sorted((d for d in inventory.devices if d.identity), key=lambda d: d.id)
+    rebuilt: dict[str, tuple[FabricDevice, list[Variant]]] = {
+        d.id: (d, reachable(d, nodes)) for d in devices_in if d.id not in excluded
+    }
+    built = {v.name for _, vs in rebuilt.values() for v in vs}
+    kept: list[tuple[Device, Variant]] = []
+    for name in sorted(set(pinned) - built):
+        old = (carried or {}).get(name)
+        v = Variant.of(old) if old is not None else None
+        if old is not None and v is not None and v.device_id not in excluded:
+            kept.append((old, v))
+    ids = sorted({d.id for d in devices_in} | {v.device_id for _, v in kept})
+    where, sets = counter_sets(pool, ids)
+    reach = max((len(d.adapters) for d in devices_in), default=1)
+    bucket = slice_buckets(ids, reach)
     devices: list[Device] = []
     variants: dict[str, Variant] = {}
-    for gpu in gpus:  # GPU-major: a GPU's variants sit together
-        if gpu.id in excluded:
-            # All its variants go, the allocated one too: with no variant
-            # left nothing can double-count it, and a scheduler that clears
-            # the failed allocation cannot pick the same variant again.
-            continue
-        keep_all = offered(gpu)
-        for v in reachable(gpu, nodes):
+    for dev, vs in rebuilt.values():  # device-major: a device's variants sit together
+        keep_all = offered(dev)
+        for v in vs:
             if keep_all or v.name in pinned:
-                devices.append(variant_device(gpu, v, where[gpu.id]))
+                devices.append(variant_device(dev, v, where[dev.id]))
                 variants[v.name] = v
+    for old, v in kept:  # consumption re-pointed at the device's current counter set
+        devices.append(
+            dataclasses.replace(old, consumes_counters=consumption(v.device_id, where[v.device_id]))
+        )
+        variants[v.name] = v
+    devices.sort(key=lambda d: (bucket[variants[d.name].device_id], variants[d.name].device_id))
     spec = PoolSpec(
         driver=DRIVER_NAME,
         pool_name=pool,
@@ -149,5 +208,6 @@ def build_pool(
         node_selection={"perDeviceNodeSelection": True},
         devices=tuple(devices),
         counter_sets=tuple(sets),
+        slice_of={d.name: bucket[variants[d.name].device_id] for d in devices},
     )
     return spec, variants

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from driver.controller import claims as cl
@@ -30,6 +31,7 @@ from driver.controller.cache import ObjectCache
 from driver.controller.pool import Variant, build_pool
 from driver.controller.settings import ControllerSettings
 from driver.controller.workers import Workers
+from driver.devices.model import Device
 from driver.errors import ApiError
 from driver.fabric_devices.naming import NodeFabric
 from driver.fabricclient.client import FabricClient
@@ -55,6 +57,7 @@ class Reconciler:
         )
         self.inventory: FabricInventory | None = None
         self.variants: dict[str, Variant] = {}  # every variant ever published, by name
+        self.published: dict[str, Device] = {}  # the last published device of each name
         self.failed: dict[str, float] = {}  # device id -> monotonic end of its hold
         self.workers = Workers(self)
 
@@ -104,11 +107,17 @@ class Reconciler:
 
     def reconcile(self) -> None:
         """One level-triggered pass (no awaits: work goes to worker tasks)."""
-        if not (self.claims.synced.is_set() and self.nodes.synced.is_set()):
+        if not (
+            self.claims.synced.is_set()
+            and self.nodes.synced.is_set()
+            and self.publisher.synced.is_set()
+        ):
             return
         inv = self.inventory
         if inv is None:
             return
+        if not self.published:  # first pass: what a previous incarnation published
+            self.published = published_devices(self.publisher.stored().values())
         now = time.monotonic()
         for dev, until in list(self.failed.items()):
             if until <= now:
@@ -116,8 +125,12 @@ class Reconciler:
                 del self.failed[dev]
         allocs = cl.all_allocations(list(self.claims.objects.values()), self.pool)
         pinned = {a.device for a in allocs}
-        spec, variants = build_pool(self.pool, inv, self.reports(), set(self.failed), pinned)
+        carried = {n: self.published[n] for n in pinned if n in self.published}
+        spec, variants = build_pool(
+            self.pool, inv, self.reports(), set(self.failed), pinned, carried
+        )
         self.variants.update(variants)
+        self.published.update({d.name: d for d in spec.devices})
         self.publisher.set_pool(spec)
         needed: set[str] = set()
         for a in allocs:
@@ -139,7 +152,7 @@ class Reconciler:
 
     def node_sees(self, v: Variant) -> bool:
         report = self.reports().get(v.node)
-        return report is not None and report.gpus.get(v.uuid) == v.adapter
+        return report is not None and report.sees(v.kind, v.identity, v.adapter)
 
     def hold(self, device_id: str) -> None:
         self.failed[device_id] = time.monotonic() + self.settings.failed_device_hold
@@ -171,3 +184,14 @@ class Reconciler:
                     continue
                 raise
         return False
+
+
+def published_devices(slices: Iterable[Mapping[str, Any]]) -> dict[str, Device]:
+    """The devices of stored fabric pool slices, by name (malformed ones skipped)."""
+    out = {}
+    for obj in slices:
+        for raw in (obj.get("spec") or {}).get("devices") or ():
+            with contextlib.suppress(KeyError, TypeError, ValueError, AttributeError):
+                device = Device.from_json(raw)
+                out[device.name] = device
+    return out

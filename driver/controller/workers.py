@@ -90,10 +90,12 @@ class Workers:
             await self._connect(v, deadline)
             while not rec.node_sees(v):
                 if time.monotonic() > deadline:
-                    raise AttachFailed(f"node {v.node} did not report GPU {v.uuid} in time")
+                    what = f"{v.kind} {v.identity}"
+                    raise AttachFailed(f"node {v.node} did not report {what} in time")
                 await asyncio.sleep(0.05)
             message = f"{v.device_id} attached to {v.node} via {v.adapter}"
-            data = {"fabricDevice": v.device_id, "uuid": v.uuid, "adapter": v.adapter}
+            key = "uuid" if v.kind == "gpu" else "macAddress"
+            data = {"fabricDevice": v.device_id, key: v.identity, "adapter": v.adapter}
             cond = cl.condition(READY_CONDITION, "Attached", message, None)
             if await rec.set_condition(a, cond, data):
                 FABRIC_OPS.inc(op="attach", result="ok")

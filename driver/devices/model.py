@@ -52,6 +52,17 @@ def attribute_json(value: AttributeValue) -> dict[str, Any]:
     return {"string": value}
 
 
+def attribute_value(raw: Mapping[str, Any]) -> AttributeValue:
+    """The inverse of :func:`attribute_json` (an unknown shape reads as "")."""
+    if "bool" in raw:
+        return bool(raw["bool"])
+    if "int" in raw:
+        return int(raw["int"])
+    if "version" in raw:
+        return Version(str(raw["version"]))
+    return str(raw.get("string", ""))
+
+
 @dataclass(frozen=True)
 class CounterConsumption:
     """How much of which counters in a counter set a device uses."""
@@ -123,3 +134,28 @@ class Device:
         if self.binding_failure_conditions:
             out["bindingFailureConditions"] = list(self.binding_failure_conditions)
         return out
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any], local_id: str = "") -> Device:
+        """A device read back from ``ResourceSlice.spec.devices`` (the inverse of
+        :meth:`to_json`; ``kind`` comes from the ``type`` attribute)."""
+        attrs = {k: attribute_value(v) for k, v in (raw.get("attributes") or {}).items()}
+        kind = str(attrs.pop(TYPE, ""))
+        return cls(
+            name=str(raw["name"]),
+            kind=kind,
+            local_id=local_id,
+            attributes=attrs,
+            capacity={k: str(v.get("value")) for k, v in (raw.get("capacity") or {}).items()},
+            consumes_counters=tuple(
+                CounterConsumption(
+                    str(c["counterSet"]),
+                    tuple((n, str(v.get("value"))) for n, v in (c.get("counters") or {}).items()),
+                )
+                for c in raw.get("consumesCounters") or ()
+            ),
+            node_name=raw.get("nodeName"),
+            binds_to_node=bool(raw.get("bindsToNode")),
+            binding_conditions=tuple(raw.get("bindingConditions") or ()),
+            binding_failure_conditions=tuple(raw.get("bindingFailureConditions") or ()),
+        )

@@ -1,13 +1,14 @@
 """Names and node annotations shared by the controller and the node plugin.
 
-Why: the controller publishes one fabric pool variant per (GPU, node,
-adapter); the node plugin must map an allocated variant back to the GPU that
-appeared under that adapter. Deriving the variant name from facts both sides
-know (the GPU's NVML UUID, which the fabric reports and NVML shows once the
-GPU is attached, plus node and adapter) lets the plugin compute the same
-name without reading the fabric pool. The plugin tells the controller what
-it sees through one Node annotation (adapter roots and attached GPU UUIDs).
-Pure functions, no I/O.
+Why: the controller publishes one fabric pool variant per (device, node,
+adapter); the node plugin must map an allocated variant back to the device
+that appeared under that adapter. Deriving the variant name from facts both
+sides know (a GPU's NVML UUID or a NIC's permanent MAC address, which the
+fabric reports and the node sees once the device is attached, plus node and
+adapter) lets the plugin compute the same name without reading the fabric
+pool. The plugin tells the controller what it sees through one Node
+annotation (adapter roots, attached GPU UUIDs and NIC MACs). Pure functions,
+no I/O.
 """
 
 from __future__ import annotations
@@ -31,14 +32,19 @@ def _short(text: str, n: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:n]
 
 
-def variant_name(uuid: str, node: str, adapter: str) -> str:
-    """The fabric pool device name of GPU ``uuid`` reached via ``node``/``adapter``.
+PREFIX = {"gpu": "fgpu", "nic": "fnic"}
 
-    A DNS label of at most 63 characters, unique per (uuid, node, adapter):
-    ``fgpu-<8 hex of the UUID's hash>-<node>-<adapter>``, or with the
-    node/adapter part hashed when that would be too long or not a label.
+
+def variant_name(identity: str, node: str, adapter: str, kind: str = "gpu") -> str:
+    """The fabric pool device name of a device reached via ``node``/``adapter``.
+
+    ``identity`` is a GPU's NVML UUID or a NIC's MAC address. A DNS label of
+    at most 63 characters, unique per (identity, node, adapter):
+    ``fgpu-<8 hex of the identity's hash>-<node>-<adapter>`` (``fnic-`` for
+    NICs), or with the node/adapter part hashed when that would be too long
+    or not a label.
     """
-    head = f"fgpu-{_short(uuid, 8)}"
+    head = f"{PREFIX[kind]}-{_short(identity, 8)}"
     tail = f"{node}-{adapter}".lower()
     name = f"{head}-{tail}"
     if len(name) <= 63 and _LABEL.match(name):
@@ -60,15 +66,19 @@ class NodeFabric:
 
     adapters: Mapping[str, str] = field(default_factory=dict)  # adapter -> pcieRoot
     gpus: Mapping[str, str] = field(default_factory=dict)  # attached GPU UUID -> adapter
+    nics: Mapping[str, str] = field(default_factory=dict)  # attached NIC MAC -> adapter
+
+    def sees(self, kind: str, identity: str, adapter: str) -> bool:
+        """Whether the node has the ``kind`` device ``identity`` behind ``adapter``."""
+        seen = self.gpus if kind == "gpu" else self.nics
+        return seen.get(identity) == adapter
 
     def to_annotation(self) -> str:
-        return json.dumps(
-            {
-                "adapters": dict(sorted(self.adapters.items())),
-                "gpus": dict(sorted(self.gpus.items())),
-            },
-            separators=(",", ":"),
-        )
+        data = {"adapters": self.adapters, "gpus": self.gpus}
+        if self.nics:  # omitted when empty: older controllers read the same text
+            data["nics"] = self.nics
+        body = {k: dict(sorted(v.items())) for k, v in data.items()}
+        return json.dumps(body, separators=(",", ":"))
 
     @classmethod
     def from_node(cls, node: Mapping[str, Any]) -> NodeFabric | None:
@@ -80,6 +90,7 @@ class NodeFabric:
             data = json.loads(raw)
             adapters = {str(k): str(v) for k, v in (data.get("adapters") or {}).items()}
             gpus = {str(k): str(v) for k, v in (data.get("gpus") or {}).items()}
+            nics = {str(k): str(v) for k, v in (data.get("nics") or {}).items()}
         except (ValueError, AttributeError):
             return None
-        return cls(adapters, gpus)
+        return cls(adapters, gpus, nics)

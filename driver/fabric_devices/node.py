@@ -1,13 +1,16 @@
 """The node plugin's view of devices that came through fabric adapters.
 
-Why: a GPU the fabric attached to this node sits under one of the node's
-fabric adapter ports in sysfs. It belongs to the fabric claim that asked for
-it, so it must never be published as a free local device; instead the
-plugin keeps it in the (unpublished) fabric pool of its inventory under the
-variant name the controller published, and prepares it like a local GPU.
-The adapters come from the ``--fabric-adapters`` setting (``name=portBDF``);
-their root complexes are read from sysfs and reported to the controller in
-the Node annotation, together with the UUIDs of the attached GPUs.
+Why: a GPU or NIC the fabric attached to this node sits under one of the
+node's fabric adapter ports in sysfs. It belongs to the fabric claim that
+asked for it, so it must never be published as a free local device; instead
+the plugin keeps it in the (unpublished) fabric pool of its inventory under
+the variant name the controller published, and prepares it like a local
+device: a GPU as a GPU, a NIC as its VF 0 (the controller offers a fabric
+NIC as one VF; its other VFs stay unused until it is detached). The adapters
+come from the ``--fabric-adapters`` setting (``name=portBDF``); their root
+complexes are read from sysfs and reported to the controller in the Node
+annotation, together with the UUIDs of the attached GPUs and the permanent
+MAC addresses of the attached NICs' PFs.
 
 Concurrency: :meth:`FabricNodeView.split` reads sysfs and runs in the scan's
 worker thread or on the loop (a few ``realpath`` calls);
@@ -30,6 +33,8 @@ from driver.kube.api import KubeApi
 from driver.pci import sysfs
 
 log = logging.getLogger(__name__)
+
+IDENTITY = "fabricIdentity"  # GPU UUID or NIC MAC, on the plugin's unpublished fabric devices
 
 
 def parse_adapters(spec: str) -> dict[str, str]:
@@ -71,26 +76,59 @@ class FabricNodeView:
                 return name
         return None
 
+    def behind_adapter(self, bdf: str) -> bool:
+        return self.adapter_of(bdf) is not None
+
+    def pf_mac(self, pf_bdf: str) -> str | None:
+        """The permanent MAC address of a PF's first network interface."""
+        try:
+            net = sysfs.device_path(self.sysfs_root, pf_bdf) / "net"
+            names = sorted(p.name for p in net.iterdir())
+            mac = (net / names[0] / "address").read_text().strip().lower() if names else ""
+        except (OSError, ValueError):
+            return None
+        return mac or None
+
+    def _fabric_name(self, device: Device, adapter: str) -> tuple[str, str] | None:
+        """(variant name, identity) of a device behind ``adapter``, or None if not offered."""
+        if device.kind == "gpu":
+            return variant_name(device.local_id, self.node_name, adapter), device.local_id
+        pf = device.attributes.get("pfPciBusID")
+        if device.kind == "vf" and device.attributes.get("vfIndex") == 0 and isinstance(pf, str):
+            mac = self.pf_mac(pf)
+            if mac:
+                return variant_name(mac, self.node_name, adapter, "nic"), mac
+        return None
+
     def split(self, devices: Sequence[Device]) -> tuple[list[Device], list[Device]]:
-        """(local devices, fabric GPUs renamed to their fabric pool variant)."""
+        """(local devices, fabric devices renamed to their fabric pool variant)."""
         local: list[Device] = []
         fabric: list[Device] = []
         for device in devices:
             bdf = device.attributes.get(PCI_BUS_ID)
             adapter = self.adapter_of(bdf) if isinstance(bdf, str) else None
+            named = self._fabric_name(device, adapter) if adapter is not None else None
             if adapter is None:
                 local.append(device)
-            elif device.kind == "gpu":
-                name = variant_name(device.local_id, self.node_name, adapter)
-                attrs = {**device.attributes, ATTACHMENT: "fabric", "fabricAdapter": adapter}
-                fabric.append(dataclasses.replace(device, name=name, attributes=attrs))
+            elif named is not None:
+                attrs = {
+                    **device.attributes,
+                    ATTACHMENT: "fabric",
+                    "fabricAdapter": adapter,
+                    IDENTITY: named[1],
+                }
+                fabric.append(dataclasses.replace(device, name=named[0], attributes=attrs))
             else:
                 log.debug("%s is behind fabric adapter %s: not offered", device.name, adapter)
         return local, fabric
 
     def report(self, fabric: Sequence[Device]) -> NodeFabric:
-        gpus = {d.local_id: str(d.attributes.get("fabricAdapter", "")) for d in fabric}
-        return NodeFabric(self.adapter_roots(), gpus)
+        gpus: dict[str, str] = {}
+        nics: dict[str, str] = {}
+        for d in fabric:
+            seen = gpus if d.kind == "gpu" else nics
+            seen[str(d.attributes[IDENTITY])] = str(d.attributes.get("fabricAdapter", ""))
+        return NodeFabric(self.adapter_roots(), gpus, nics)
 
 
 class AnnotationPublisher:

@@ -222,7 +222,7 @@ def _device(
         e.id, fabric, sw, kind, oem.model, oem.serial, oem.uuid,
         int(pci.vendor_id, 16), int(pci.device_id, 16), e.status.health,
         e.status.state != "UnavailableOffline", oem.in_use,
-        tuple(a for a in adapters if a.switch == sw), conn,
+        tuple(a for a in adapters if a.switch == sw), conn, oem.mac.lower(),
     )  # fmt: skip
 
 

@@ -58,6 +58,12 @@ class FabricDevice:
     in_use: bool
     adapters: tuple[HostAdapter, ...]
     connection: FabricConnection | None
+    mac: str = ""  # NICs: the PF's permanent MAC address (lower case); "" for GPUs
+
+    @property
+    def identity(self) -> str:
+        """What a node sees of this device once attached: GPU UUID or NIC MAC."""
+        return self.uuid if self.kind == "gpu" else self.mac
 
     def adapter_on(self, node: str) -> tuple[HostAdapter, ...]:
         return tuple(a for a in self.adapters if a.node == node)

@@ -53,6 +53,7 @@ class EndpointOem(_Wire):
     model: str = Field(default="", alias="Model")
     serial: str = Field(default="", alias="SerialNumber")
     uuid: str = Field(default="", alias="UUID")
+    mac: str = Field(default="", alias="MACAddress")
     in_use: bool = Field(default=False, alias="InUse")
 
 

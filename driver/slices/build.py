@@ -26,6 +26,9 @@ class PoolSpec:
 
     ``node_selection`` is the slice-level node field, e.g.
     ``{"nodeName": "node-a"}`` or ``{"perDeviceNodeSelection": True}``.
+    ``slice_of`` (device name -> bucket), when given, keeps each bucket's
+    devices together: slices are cut between buckets (and within one only
+    when it breaks the per-slice limit), never across one for fullness.
     """
 
     driver: str
@@ -36,6 +39,7 @@ class PoolSpec:
     counter_sets: tuple[CounterSet, ...] = ()
     owner: Mapping[str, Any] | None = None
     labels: Mapping[str, str] | None = None
+    slice_of: Mapping[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,16 @@ def _chunks(devices: Sequence[Device]) -> list[list[Device]]:
     return chunks
 
 
+def _buckets(devices: list[Device], slice_of: Mapping[str, int] | None) -> list[list[Device]]:
+    """Devices grouped by bucket (buckets in order of first appearance)."""
+    if slice_of is None:
+        return [devices]
+    groups: dict[int, list[Device]] = {}
+    for device in devices:
+        groups.setdefault(slice_of.get(device.name, -1), []).append(device)
+    return list(groups.values())
+
+
 def build_slices(pool: PoolSpec) -> list[DesiredSlice]:
     """The slices for ``pool``; at least one, so an empty pool is still known."""
     bodies: list[dict[str, Any]] = []
@@ -99,8 +113,9 @@ def build_slices(pool: PoolSpec) -> list[DesiredSlice]:
         bodies.append(
             {"sharedCounters": [s.to_json() for s in sets[i : i + limits.MAX_COUNTER_SETS]]}
         )
-    for chunk in _chunks(publishable(pool.devices)):
-        bodies.append({"devices": [d.to_json() for d in chunk]})
+    for group in _buckets(publishable(pool.devices), pool.slice_of):
+        for chunk in _chunks(group):
+            bodies.append({"devices": [d.to_json() for d in chunk]})
     if not bodies:
         bodies.append({"devices": []})
     out = []

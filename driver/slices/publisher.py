@@ -47,6 +47,7 @@ class SlicePublisher:
         self._generation = 0
         self._dirty = asyncio.Event()
         self._synced = asyncio.Event()
+        self.synced = self._synced  # set once the first listing is in the cache
         self.in_sync = asyncio.Event()
         self.on_change: Callable[[], None] | None = None
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,11 +134,15 @@ def vf_device(sysfs_root: Path, pf: PhysFn, index: int, bdf: str) -> Device:
     return Device(name=device_name(bdf), kind="vf", local_id=bdf, attributes=attrs)
 
 
-def scan_vfs(sysfs_root: Path, config: PfPoolConfig) -> list[Device]:
-    """The VFs of every selected PF, PF by PF, VFs by index."""
+def scan_vfs(
+    sysfs_root: Path, config: PfPoolConfig, always: Callable[[str], bool] | None = None
+) -> list[Device]:
+    """The VFs of every selected PF (and of every PF ``always`` accepts by
+    address, e.g. one behind a fabric adapter), PF by PF, VFs by index."""
     devices = []
     for pf in physical_functions(sysfs_root):
-        if config.select(pf.netdev, pf.bdf, pf.vendor, pf.device) is None:
+        selected = config.select(pf.netdev, pf.bdf, pf.vendor, pf.device) is not None
+        if not selected and not (always is not None and always(pf.bdf)):
             continue
         for index, bdf in virtual_functions(pf):
             try:

@@ -12,7 +12,7 @@ with the VFs it has.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from driver.devices.handler import DeviceHandler
@@ -49,8 +49,18 @@ def ensure_num_vfs(pf: PhysFn, wanted: int, timeout: float = 10.0) -> bool:
 
 
 class VfType:
-    def __init__(self, config: PfPoolConfig, sysfs_root: Path, dev_root: Path) -> None:
+    """SR-IOV VFs of the PFs the pool config selects, plus (``always``) those of
+    PFs the caller names by address: NICs a fabric attached to this node."""
+
+    def __init__(
+        self,
+        config: PfPoolConfig,
+        sysfs_root: Path,
+        dev_root: Path,
+        always: Callable[[str], bool] | None = None,
+    ) -> None:
         self._config = config
+        self._always = always
         self._sysfs = sysfs_root
         self._handler = VfHandler(sysfs_root, dev_root)
 
@@ -68,10 +78,10 @@ class VfType:
         return changed
 
     def discover(self) -> Discovery:
-        if not self._config.pfs:
+        if not self._config.pfs and self._always is None:
             return Discovery()
         self.configure_pfs()
-        return Discovery(devices=tuple(scan_vfs(self._sysfs, self._config)))
+        return Discovery(devices=tuple(scan_vfs(self._sysfs, self._config, self._always)))
 
     def handlers(self) -> Mapping[str, DeviceHandler]:
         return {"vf": self._handler}

@@ -38,7 +38,9 @@ def plan(initiator: Initiator) -> str:
 def _endpoint(target: Target, bdf: str) -> Gpu | Nic:
     if target.kind == "gpu":
         return Gpu(bdf, target.model, uuid=target.uuid, serial=target.serial)
-    return Nic(bdf, target.netdev, total_vfs=target.total_vfs, num_vfs=target.num_vfs)
+    return Nic(
+        bdf, target.netdev, total_vfs=target.total_vfs, num_vfs=target.num_vfs, mac=target.mac
+    )
 
 
 def add(initiator: Initiator, target: Target, bdf: str) -> list[str]:

@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from driver.errors import ConfigError
-from fabric.simhost.sysfs_tree import NVIDIA, PCI_DEVICE_IDS
+from fabric.simhost.sysfs_tree import NVIDIA, PCI_DEVICE_IDS, derived_mac
 
 Ident = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")]
 _NS = uuidlib.UUID("0c3b2d54-7a55-4f0e-9c55-3f1f3e0b7a11")
@@ -54,6 +54,7 @@ class NicSlot(_Strict):
     serial: str = ""
     total_vfs: int = Field(default=8, ge=0, le=64, alias="totalVfs")
     num_vfs: int = Field(default=8, ge=0, le=64, alias="numVfs")
+    mac: Annotated[str, Field(pattern=r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$")] = ""
 
 
 class UpstreamSpec(_Strict):
@@ -114,6 +115,7 @@ class Target:
     netdev: str = ""
     total_vfs: int = 0
     num_vfs: int = 0
+    mac: str = ""  # NICs: the PF's permanent MAC, the identity nodes see in sysfs
 
 
 @dataclass(frozen=True)
@@ -137,7 +139,7 @@ def _target(fabric: str, switch: str, port: str, d: GpuSlot | NicSlot) -> Target
         return Target(d.id, fabric, switch, port, "gpu", d.model, serial, uid, NVIDIA, dev_id)
     return Target(
         d.id, fabric, switch, port, "nic", d.model, serial, "", MELLANOX, CX6DX,
-        d.netdev, d.total_vfs, d.num_vfs,
+        d.netdev, d.total_vfs, d.num_vfs, d.mac or derived_mac(f"{fabric}/{d.id}"),
     )  # fmt: skip
 
 

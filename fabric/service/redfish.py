@@ -148,6 +148,7 @@ def target(inv: Inventory, tgt: Target, dev: DeviceState, conn: Connection | Non
         oem["UUID"] = tgt.uuid
     if tgt.kind == "nic":
         oem["TotalVfs"] = tgt.total_vfs
+        oem["MACAddress"] = tgt.mac
     links: Json = {"ConnectedPorts": [link(port_uri(tgt.fabric, tgt.switch, tgt.port))]}
     if conn is not None:
         links["Connections"] = [link(connection_uri(tgt.fabric, conn.id))]

@@ -15,6 +15,7 @@ Files the driver writes (``driver_override``, ``bind``, ``unbind``,
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from dataclasses import dataclass
@@ -44,6 +45,12 @@ class PciFunction:
     numa_node: int
     driver: str | None
     subsystem: tuple[int, int] = (0, 0)
+
+
+def derived_mac(seed: str) -> str:
+    """A stable, locally administered unicast MAC address derived from ``seed``."""
+    digest = hashlib.sha256(seed.encode()).digest()
+    return ":".join(f"{b:02x}" for b in (0x02, *digest[:5]))
 
 
 def relink(link: Path, target: Path) -> None:
@@ -126,6 +133,7 @@ class SysfsTree:
             PciFunction(nic.bdf, nic.vendor_id, nic.device_id, CLASS_NET, numa_node, nic.driver),
         )
         (pf / "net" / nic.netdev).mkdir(parents=True)
+        (pf / "net" / nic.netdev / "address").write_text(f"{nic.mac or derived_mac(nic.bdf)}\n")
         (pf / "sriov_totalvfs").write_text(f"{nic.total_vfs}\n")
         (pf / "sriov_numvfs").write_text(f"{nic.num_vfs}\n")
         (pf / "sriov_offset").write_text(f"{nic.vf_offset}\n")

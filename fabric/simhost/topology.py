@@ -53,6 +53,7 @@ class Nic:
     driver: str = "mlx5_core"
     vf_offset: int = 2  # first VF's routing-id offset from the PF
     vf_stride: int = 1
+    mac: str = ""  # the PF's permanent MAC; derived from the address when empty
 
 
 Endpoint = Gpu | Nic

@@ -117,6 +117,14 @@ def claim_gone_or_free(resource_api: Any, ns: str, name: str) -> bool:
     return claim.status is None or claim.status.allocation is None
 
 
-def node_gpus(resource_api: Any, node: str) -> list[str]:
+def node_devices(resource_api: Any, node: str, kind: str) -> list[str]:
     slices = resource_api.list_resource_slice(field_selector=f"spec.nodeName={node}").items
-    return [d.name for s in slices for d in (s.spec.devices or []) if attr(d, "type") == "gpu"]
+    return sorted(d.name for s in slices for d in (s.spec.devices or []) if attr(d, "type") == kind)
+
+
+def node_gpus(resource_api: Any, node: str) -> list[str]:
+    return node_devices(resource_api, node, "gpu")
+
+
+def node_vfs(resource_api: Any, node: str) -> list[str]:
+    return node_devices(resource_api, node, "vf")

@@ -3,7 +3,7 @@
 Two GPU-less simulated nodes (``fabric-adapters``: a NIC PF with 4 VFs on
 root pci0000:15, adapter0 on pci0000:15, adapter1 on pci0000:85), a real
 ``patchbay-fabric`` (switch sw0: gpu-0, gpu-1 wired to adapter0 of both
-nodes; sw1: gpu-2 wired to adapter1 of both) and a real
+nodes; sw1: gpu-2 and the ConnectX NIC nic-0 wired to adapter1 of both) and a real
 ``patchbay-controller`` running with its own identity, bound to
 hack/rbac/controller.yaml. The real scheduler allocates fabric variants and
 waits in PreBind for FabricDeviceReady; the node agents prepare through our
@@ -37,6 +37,7 @@ from tests.e2e.fabric_helpers import (
     gpu_request,
     make_pod,
     node_gpus,
+    node_vfs,
     phase,
     running,
     template,
@@ -49,6 +50,7 @@ REPO = Path(__file__).resolve().parents[2]
 ROOT = "resource.kubernetes.io/pcieRoot"
 ADAPTERS = "--fabric-adapters=adapter0=0000:15:02.0,adapter1=0000:85:01.0"
 HOLD_S = 45
+POOL_SIZE = 8  # gpu-0, gpu-1, gpu-2 and nic-0, each reachable from both nodes
 LEASE_S = 6  # short leader lease: a standby takes over within seconds
 
 
@@ -77,7 +79,7 @@ def env(local_cluster, resource_api, core, tmp_path_factory) -> Iterator[Env]:  
     spec = {
         "switches": [
             switch("sw0", [(n.name, "adapter0", n.host.dir) for n in nodes], ["gpu-0", "gpu-1"]),
-            switch("sw1", [(n.name, "adapter1", n.host.dir) for n in nodes], ["gpu-2"]),
+            switch("sw1", [(n.name, "adapter1", n.host.dir) for n in nodes], ["gpu-2"], ["nic-0"]),
         ]
     }
     run = Path(local_cluster.run_dir)
@@ -99,8 +101,8 @@ def env(local_cluster, resource_api, core, tmp_path_factory) -> Iterator[Env]:  
         fabric.start()
         ctl.start()
         wait_for(
-            "6 fabric variants published",
-            lambda: e.check_alive() and len(fabric_pool(resource_api)) == 6,
+            f"{POOL_SIZE} fabric variants published",
+            lambda: e.check_alive() and len(fabric_pool(resource_api)) == POOL_SIZE,
             timeout=90,
         )
         yield e
@@ -117,7 +119,7 @@ def test_pool_has_one_variant_per_reachable_adapter(env: Env, resource_api: Any)
     seen = {(attr(d, "fabricDevice"), d.node_name, attr(d, "fabricAdapter")) for d in pool.values()}
     names = [n.name for n in env.nodes]
     want = {(g, n, "adapter0") for g in ("gpu-0", "gpu-1") for n in names}
-    assert seen == want | {("gpu-2", n, "adapter1") for n in names}
+    assert seen == want | {(d, n, "adapter1") for d in ("gpu-2", "nic-0") for n in names}
     for d in pool.values():
         assert attr(d, ROOT) == (
             "pci0000:15" if attr(d, "fabricAdapter") == "adapter0" else "pci0000:85"
@@ -130,7 +132,8 @@ def test_pool_has_one_variant_per_reachable_adapter(env: Env, resource_api: Any)
         assert s.spec.per_device_node_selection is True
         assert s.spec.node_name is None and not s.spec.all_nodes
     counters = [c for s in fabric_slices(resource_api) for c in (s.spec.shared_counters or [])]
-    assert sorted(k for c in counters for k in c.counters) == ["gpu-0", "gpu-1", "gpu-2"]
+    assert sorted(k for c in counters for k in c.counters) == ["gpu-0", "gpu-1", "gpu-2", "nic-0"]
+    assert {attr(d, "type") for d in pool.values() if attr(d, "fabricDevice") == "nic-0"} == {"vf"}
     for n in names:
         assert node_gpus(resource_api, n) == []
 
@@ -154,7 +157,7 @@ def test_fabric_gpu_attached_released_and_reused(
 
     delete_pod(core, ns, "first")
     wait_for("gpu-2 detached", lambda: "gpu-2" not in env.fabric.connections(), timeout=60)
-    assert len(fabric_pool(resource_api)) == 6
+    assert len(fabric_pool(resource_api)) == POOL_SIZE
     # The device is back: the next pod (on the other node) gets it.
     other = env.nodes[1].name
     make_pod(core, ns, "second", tmpl, other)
@@ -234,7 +237,7 @@ def test_pod_deleted_while_prebind_waits_is_detached_by_the_controller(
         timeout=60,
     )  # fmt: skip
     pool = fabric_pool(resource_api)
-    assert len(pool) == 6
+    assert len(pool) == POOL_SIZE
     names = {n.name for n in env.nodes}
     assert {d.node_name for d in pool.values() if attr(d, "fabricDevice") == "gpu-1"} == names
     # The device is free again: a new pod (on the other node) gets it.
@@ -250,7 +253,15 @@ def test_gpu_and_vf_pair_through_the_adapter_on_the_vfs_root(
     env: Env, resource_api: Any, core: Any, namespace: str
 ) -> None:
     ns, node = namespace, env.nodes[1].name
-    vf = {"name": "nic", "exactly": {"deviceClassName": "vf.patchbay.dev"}}
+    # The only free VFs this request accepts are the node's own (behind root 15).
+    local = 'device.attributes["patchbay.dev"].attachment == "local"'
+    vf = {
+        "name": "nic",
+        "exactly": {
+            "deviceClassName": "vf.patchbay.dev",
+            "selectors": [{"cel": {"expression": local}}],
+        },
+    }
     tmpl = template(
         resource_api, ns, "pair", [gpu_request(), vf],
         constraints=[{"requests": ["gpu", "nic"], "matchAttribute": ROOT}],
@@ -268,6 +279,37 @@ def test_gpu_and_vf_pair_through_the_adapter_on_the_vfs_root(
     assert env.fabric.connections()[attr(gpu, "fabricDevice")][:2] == (node, "adapter0")
     delete_pod(core, ns, "pair")
     wait_for("pair's GPU detached", lambda: not env.fabric.connections(), timeout=60)
+
+
+def test_gpu_and_vf_both_from_the_fabric_through_one_adapter(
+    env: Env, resource_api: Any, core: Any, namespace: str
+) -> None:
+    # gpu-2 sits behind adapter1 (root 85) only; the node's own VFs are on
+    # root 15: the pair can only hold with the fabric NIC attached beside it.
+    ns, node = namespace, env.nodes[0].name
+    vf = {"name": "nic", "exactly": {"deviceClassName": "vf.patchbay.dev"}}
+    tmpl = template(
+        resource_api, ns, "fabpair", [gpu_request(fabric_device="gpu-2"), vf],
+        constraints=[{"requests": ["gpu", "nic"], "matchAttribute": ROOT}],
+    )  # fmt: skip
+    local_before = node_vfs(resource_api, node)
+    make_pod(core, ns, "fabpair", tmpl, node)
+    running(env, core, ns, "fabpair")
+    claim = claim_of(core, resource_api, ns, "fabpair")
+    got = {r.request: (r.pool, r.device) for r in claim.status.allocation.devices.results}
+    pool = fabric_pool(resource_api)
+    assert got["gpu"][0] == got["nic"][0] == "fabric"
+    nic = pool[got["nic"][1]]
+    assert attr(nic, "fabricDevice") == "nic-0" and attr(nic, ROOT) == "pci0000:85"
+    conns = env.fabric.connections()
+    assert conns["gpu-2"][:2] == conns["nic-0"][:2] == (node, "adapter1")
+    for _, device in got.values():
+        assert conditions(claim, device) == {"FabricDeviceReady": "True"}
+    # The attached NIC's VFs are never offered as free local VFs.
+    assert node_vfs(resource_api, node) == local_before
+    delete_pod(core, ns, "fabpair")
+    wait_for("both detached", lambda: not env.fabric.connections(), timeout=60)
+    assert len(fabric_pool(resource_api)) == POOL_SIZE
 
 
 def test_controller_killed_mid_attach_and_fabric_restarted(
@@ -295,13 +337,18 @@ def test_injected_attach_failure_reschedules_on_another_device(
     env: Env, resource_api: Any, core: Any, namespace: str
 ) -> None:
     ns, node = namespace, env.nodes[0].name
-    ids = {attr(d, "fabricDevice") for d in fabric_pool(resource_api).values()}
+
+    def gpu_ids() -> set[str]:
+        pool = fabric_pool(resource_api).values()
+        return {attr(d, "fabricDevice") for d in pool if attr(d, "type") == "gpu"}
+
+    ids = gpu_ids()
     assert ids == {"gpu-0", "gpu-1", "gpu-2"}
     env.fabric.faults(failNextAttaches=1)
     tmpl = template(resource_api, ns, "any", [gpu_request()])
     make_pod(core, ns, "retry", tmpl, node)
     running(env, core, ns, "retry", timeout=150)
-    left = {attr(d, "fabricDevice") for d in fabric_pool(resource_api).values()}
+    left = gpu_ids()
     (failed,) = ids - left  # the failed device is out of the pool during its hold
     claim = claim_of(core, resource_api, ns, "retry")
     (result,) = claim.status.allocation.devices.results
@@ -313,7 +360,7 @@ def test_injected_attach_failure_reschedules_on_another_device(
     wait_for("nothing attached", lambda: not env.fabric.connections(), timeout=60)
     wait_for(
         f"{failed} back after its hold",
-        lambda: len(fabric_pool(resource_api)) == 6,
+        lambda: len(fabric_pool(resource_api)) == POOL_SIZE,
         timeout=HOLD_S + 30,
     )
 
@@ -349,7 +396,7 @@ def test_two_replicas_one_leader_and_standby_takes_over(  # keep last: it replac
         assert "acquired" not in standby.log_tail(200)
         after = {s.metadata.name: s.metadata.resource_version for s in fabric_slices(resource_api)}
         assert after == before  # nobody rewrote the pool
-        assert len(fabric_pool(resource_api)) == 6
+        assert len(fabric_pool(resource_api)) == POOL_SIZE
 
         leader.kill()
         killed = time.monotonic()

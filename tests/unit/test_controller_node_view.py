@@ -10,9 +10,11 @@ from driver.devices.model import PCI_BUS_ID, Device
 from driver.errors import ConfigError
 from driver.fabric_devices.naming import variant_name
 from driver.fabric_devices.node import FabricNodeView, parse_adapters
+from driver.vf.config import PfPoolConfig
+from driver.vf.discovery import scan_vfs
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
-from fabric.simhost.topology import Gpu
+from fabric.simhost.topology import Gpu, Nic
 
 
 def test_gpu_behind_an_adapter_is_fabric_never_local(tmp_path: Path) -> None:
@@ -33,6 +35,27 @@ def test_gpu_behind_an_adapter_is_fabric_never_local(tmp_path: Path) -> None:
     report = view.report(attached)
     assert report.adapters == {"adapter0": "pci0000:15", "adapter1": "pci0000:85"}
     assert report.gpus == {"GPU-6f1f0c64-5a43-4c63-9d8e-8f3b3c1d2e11": "adapter1"}
+
+
+def test_nic_behind_an_adapter_offers_its_vf0_as_the_fabric_variant(tmp_path: Path) -> None:
+    host = SimHost.build(TOPOLOGIES["fabric-adapters"](), tmp_path, "node-a")
+    bdf = host.free_bdf("adapter1")
+    mac = "02:aa:bb:cc:dd:ee"
+    host.hot_add("adapter1", Nic(bdf, "ens9f0", total_vfs=4, num_vfs=3, mac=mac))
+    view = FabricNodeView(
+        "node-a", parse_adapters("adapter0=0000:15:02.0, adapter1=0000:85:01.0"), host.sysfs_root
+    )
+    # The local PF is not selected by the (empty) PF config; the fabric one always is.
+    vfs = scan_vfs(host.sysfs_root, PfPoolConfig(), view.behind_adapter)
+    assert len(vfs) == 3 and all(v.attributes["pfPciBusID"] == bdf for v in vfs)
+    local, attached = view.split(vfs)
+    assert local == []
+    (vf0,) = attached
+    assert vf0.name == variant_name(mac, "node-a", "adapter1", "nic")
+    assert vf0.kind == "vf" and vf0.attributes["vfIndex"] == 0
+    assert vf0.attributes["resource.kubernetes.io/pcieRoot"] == "pci0000:85"
+    report = view.report(attached)
+    assert report.nics == {mac: "adapter1"} and report.gpus == {}
 
 
 def test_adapter_setting_must_name_ports() -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Literal
 
 from driver.controller.pool import build_pool
+from driver.controller.reconciler import published_devices
+from driver.devices.model import Device
 from driver.fabric_devices.naming import NodeFabric, counter_name, variant_name
 from driver.fabricclient.model import FabricDevice, FabricInventory, HostAdapter
-from driver.slices.build import build_slices
+from driver.slices.build import build_slices, slice_object
 
 Health = Literal["OK", "Warning", "Critical"]
 
@@ -18,6 +20,23 @@ def gpu(ident: str, nodes: tuple[str, ...], health: Health = "OK") -> FabricDevi
         ident, "pcie0", "sw0", "gpu", "H100-SXM5-80GB", "S1", f"GPU-{ident}", 0x10DE, 0x2330,
         health, True, False, adapters, None,
     )  # fmt: skip
+
+
+def nic(ident: str, nodes: tuple[str, ...], mac: str = "02:00:00:00:00:01") -> FabricDevice:
+    adapters = tuple(HostAdapter(f"{n}-a0", "pcie0", "sw0", n, "adapter0") for n in nodes)
+    return FabricDevice(
+        ident, "pcie0", "sw0", "nic", "ConnectX-6 Dx", "S2", "", 0x15B3, 0x101D,
+        "OK", True, False, adapters, None, mac,
+    )  # fmt: skip
+
+
+def many(n: int, nodes: int) -> FabricInventory:
+    names = tuple(f"node-{i:02d}" for i in range(nodes))
+    return FabricInventory(tuple(gpu(f"gpu-{i:02d}", names) for i in range(n)), ())
+
+
+def reports_for(nodes: int) -> dict[str, NodeFabric]:
+    return {f"node-{i:02d}": NodeFabric({"adapter0": "pci0000:15"}) for i in range(nodes)}
 
 
 REPORTS = {"node-a": NodeFabric({"adapter0": "pci0000:15"}), "node-b": NodeFabric({})}
@@ -79,5 +98,86 @@ def test_node_report_round_trips_and_tolerates_garbage() -> None:
     report = NodeFabric({"adapter0": "pci0000:15"}, {"GPU-1": "adapter0"})
     node = {"metadata": {"annotations": {"patchbay.dev/fabric": report.to_annotation()}}}
     assert NodeFabric.from_node(node) == report
+    assert "nics" not in report.to_annotation()
+    with_nic = NodeFabric({"adapter0": "r"}, {}, {"02:00:00:00:00:01": "adapter0"})
+    node = {"metadata": {"annotations": {"patchbay.dev/fabric": with_nic.to_annotation()}}}
+    back = NodeFabric.from_node(node)
+    assert back == with_nic and back.sees("nic", "02:00:00:00:00:01", "adapter0")
+    assert not back.sees("gpu", "02:00:00:00:00:01", "adapter0")
     assert NodeFabric.from_node({"metadata": {"annotations": {"patchbay.dev/fabric": "{"}}}) is None
     assert NodeFabric.from_node({"metadata": {}}) is None
+
+
+def test_a_fabric_nic_is_offered_as_one_vf_per_adapter_with_its_own_counter() -> None:
+    inv = FabricInventory((gpu("gpu-0", ("node-a",)), nic("nic-0", ("node-a", "node-b"))), ())
+    spec, variants = build_pool("fabric", inv, REPORTS, (), ())
+    (v,) = (v for v in variants.values() if v.kind == "nic")
+    assert v.name == variant_name("02:00:00:00:00:01", "node-a", "adapter0", "nic")
+    assert v.name.startswith("fnic-") and v.identity == "02:00:00:00:00:01"
+    d = next(d for d in spec.devices if d.name == v.name).to_json()
+    assert d["attributes"]["type"] == {"string": "vf"}
+    assert d["attributes"]["macAddress"] == {"string": "02:00:00:00:00:01"}
+    assert d["attributes"]["vendorID"] == {"string": "15b3"}
+    assert d["attributes"]["vfIndex"] == {"int": 0}
+    assert d["bindingConditions"] == ["FabricDeviceReady"]
+    assert d["consumesCounters"][0]["counters"] == {"nic-0": {"value": "1"}}
+    # A NIC without a MAC cannot be recognised on the node: not offered.
+    spec, variants = build_pool("fabric", FabricInventory((nic("nic-1", ("node-a",), ""),), ()),
+                                REPORTS, (), ())  # fmt: skip
+    assert variants == {}
+
+
+def test_slices_hold_whole_devices_and_one_device_change_moves_no_other() -> None:
+    inv = many(10, 20)  # 20 variants a GPU: 3 GPUs (60 variants) a slice
+    spec, variants = build_pool("fabric", inv, reports_for(20), (), ())
+    slices = [s for s in build_slices(spec) if "devices" in s.spec]
+    assert [len(s.spec["devices"]) for s in slices] == [60, 60, 60, 20]
+
+    def gpus(sl: object) -> list[set[str]]:
+        out = []
+        for s in sl:  # type: ignore[attr-defined]
+            out.append({variants[d["name"]].device_id for d in s.spec["devices"]})
+        return out
+
+    before = gpus(slices)
+    assert all(len(g) <= 3 for g in before)
+    assert sum(len(g) for g in before) == 10  # no GPU straddles two slices
+    # gpu-04 turns critical: its slice loses it, every other slice holds the same GPUs.
+    sick = FabricInventory(
+        tuple(gpu(d.id, tuple(a.node for a in d.adapters), "Critical" if d.id == "gpu-04" else "OK")
+              for d in inv.devices), ())  # fmt: skip
+    spec2, _ = build_pool("fabric", sick, reports_for(20), (), ())
+    after = gpus([s for s in build_slices(spec2) if "devices" in s.spec])
+    assert after == [before[0], before[1] - {"gpu-04"}, before[2], before[3]]
+
+
+def test_an_allocated_variant_outlives_its_adapter_and_a_restart() -> None:
+    inv = FabricInventory((gpu("gpu-0", ("node-a",)), gpu("gpu-1", ("node-a",))), ())
+    spec, _ = build_pool("fabric", inv, REPORTS, (), ())
+    name = variant_name("GPU-gpu-1", "node-a", "adapter0")
+    stored = [slice_object(spec, s, 1, 2) for s in build_slices(spec)]
+    # A restarted controller reads the pool back from the stored slices ...
+    published = published_devices(stored)
+    assert published[name] == Device.from_json(
+        next(d for d in spec.devices if d.name == name).to_json()
+    )
+    # ... then node-a stops reporting the adapter and gpu-1 leaves the fabric.
+    gone = FabricInventory((gpu("gpu-0", ("node-a",)),), ())
+    spec2, variants = build_pool("fabric", gone, {"node-a": NodeFabric({})}, (), {name}, published)
+    assert [d.name for d in spec2.devices] == [name]
+    assert variants[name].device_id == "gpu-1" and variants[name].node == "node-a"
+    counters = {c for s in spec2.counter_sets for c, _ in s.counters}
+    assert counters == {"gpu-0", "gpu-1"}  # its counter still exists
+    (use,) = spec2.devices[0].consumes_counters
+    assert use.counter_set == spec2.counter_sets[0].name
+    # Deallocated (no longer pinned): it is gone.
+    spec3, _ = build_pool("fabric", gone, {"node-a": NodeFabric({})}, (), (), published)
+    assert spec3.devices == ()
+
+
+def test_device_json_round_trips() -> None:
+    inv = FabricInventory((gpu("gpu-0", ("node-a",)), nic("nic-0", ("node-a",))), ())
+    spec, _ = build_pool("fabric", inv, REPORTS, (), ())
+    for d in spec.devices:
+        back = Device.from_json(d.to_json(), d.local_id)
+        assert back == d

@@ -73,7 +73,22 @@ async def test_inventory_lists_devices_with_switch_and_reachable_adapters(env: E
     ]
     assert len(inv.device("gpu-0").adapters) == 3
     assert gpu2.uuid.startswith("GPU-") and gpu2.vendor_id == 0x10DE and gpu2.health == "OK"
-    assert inv.device("nic-0").kind == "nic" and inv.device("nic-0").uuid == ""
+    nic = inv.device("nic-0")
+    assert nic.kind == "nic" and nic.uuid == "" and nic.identity == nic.mac
+    assert len(nic.mac.split(":")) == 6 and nic.mac.startswith("02:")
+
+
+async def test_attached_nic_shows_the_fabric_mac_on_the_node(env: Env) -> None:
+    nic = (await env.client.inventory()).device("nic-0")
+    first = await env.client.attach("nic-0", "node-a", "adapter0")
+    assert first.task is not None
+    done = await env.client.wait(first.task.uri, timeout_s=5, interval_s=0.02)
+    assert done.state == "Completed"
+    conn = (await env.client.device("nic-0")).connection
+    assert conn is not None and conn.pci_bus_id
+    net = SimHost.open(env.root / "node-a").sysfs_root / "bus/pci/devices" / conn.pci_bus_id / "net"
+    (netdev,) = net.iterdir()
+    assert (netdev / "address").read_text().strip() == nic.mac
 
 
 async def test_attach_completes_and_is_idempotent_for_same_initiator(env: Env) -> None:
