@@ -328,9 +328,44 @@ def test_controller_killed_mid_attach_and_fabric_restarted(
     claim = claim_of(core, resource_api, ns, "slow")
     (result,) = claim.status.allocation.devices.results
     assert conditions(claim, result.device) == {"FabricDeviceReady": "True"}
+    assert set(env.fabric.connections()) == {"gpu-0"}  # nothing a claim does not need
     env.fabric.faults(attachLatencySeconds=0.2)
     delete_pod(core, ns, "slow")
     wait_for("nothing attached", lambda: not env.fabric.connections(), timeout=60)
+
+
+def test_pod_deleted_while_the_controller_is_down_mid_attach_is_rolled_back(
+    env: Env, resource_api: Any, core: Any, namespace: str
+) -> None:
+    # The other half of "finishes or rolls back": the allocation disappears
+    # while no controller runs and the fabric restarts with the attach in
+    # flight; the next incarnation must detach what nobody needs.
+    ns, node = namespace, env.nodes[1].name
+    env.fabric.faults(attachLatencySeconds=15)
+    tmpl = template(resource_api, ns, "orphan", [gpu_request(fabric_device="gpu-1")])
+    make_pod(core, ns, "orphan", tmpl, node)
+    wait_for("gpu-1 attaching", lambda: "gpu-1" in env.fabric.connections(), timeout=60)
+    claim = claim_of(core, resource_api, ns, "orphan").metadata.name
+    env.ctl.kill()
+    delete_pod(core, ns, "orphan")
+    wait_for(
+        "the claim gone or deallocated",
+        lambda: claim_gone_or_free(resource_api, ns, claim),
+        timeout=60,
+    )
+    env.fabric.kill()
+    env.fabric.start()
+    env.fabric.faults(attachLatencySeconds=0.2)
+    env.ctl.start(identity="controller-2")
+    wait_for(
+        "gpu-1 rolled back", lambda: env.check_alive() and not env.fabric.connections(),
+        timeout=90,
+    )  # fmt: skip
+    wait_for(
+        "gpu-1 offered again on both nodes",
+        lambda: len(fabric_pool(resource_api)) == POOL_SIZE,
+        timeout=30,
+    )
 
 
 def test_injected_attach_failure_reschedules_on_another_device(
