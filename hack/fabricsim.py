@@ -159,7 +159,7 @@ class ControllerProcess(_Proc):
                 sys.executable, "-m", "driver.controller.main",
                 f"--kubeconfig={self.kubeconfig}", f"--fabric-url={self.fabric.url}",
                 f"--fabric-token={self.fabric.token}", "--lease-namespace=default",
-                f"--identity={identity}", "--fabric-refresh=1", "--log-level=debug",
+                f"--identity={identity}", "--fabric-refresh=300", "--log-level=debug",
                 *self.extra,
             ]
         )  # fmt: skip

@@ -8,7 +8,8 @@ time). A fabric connection that no allocation needs any more (claim
 deallocated or deleted, pod deleted while PreBind waited, a previous
 incarnation's leftovers) is detached. Everything is level-triggered: each
 pass compares claims (watched), Nodes (watched) and the fabric inventory
-(read every ``fabric_refresh`` seconds and after every operation), so a
+(re-read on each fabric event, after every operation and every
+``fabric_refresh`` seconds as a safety net), so a
 restart rebuilds its view and finishes or rolls back what was in flight.
 
 Concurrency: one asyncio loop. :meth:`Reconciler.run` runs the two watches,
@@ -78,6 +79,7 @@ class Reconciler:
             group.create_task(self.nodes.run(), name="nodes-watch")
             group.create_task(self.publisher.run(), name="fabric-pool")
             group.create_task(self._fabric_loop(), name="fabric-refresh")
+            group.create_task(self._event_loop(), name="fabric-events")
             group.create_task(self._loop(), name="reconcile")
 
     async def _fabric_loop(self) -> None:
@@ -90,6 +92,23 @@ class Reconciler:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._refresh.wait(), self.settings.fabric_refresh)
             self._refresh.clear()
+
+    async def _event_loop(self) -> None:
+        """Re-read the fabric on each of its events (polling stays as a safety net)."""
+        delay = 0.5
+        while True:
+            try:
+                async for origins in self.fabric.events():
+                    log.debug("fabric event: %s", origins or "subscribed")
+                    self.refresh_fabric()
+                    delay = 0.5
+            except FabricUnavailable as exc:
+                log.info("fabric event stream lost (%s): reconnecting in %.1fs", exc, delay)
+            except FabricApiError as exc:
+                log.warning("fabric has no event stream (%s): polling only", exc)
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
 
     def refresh_fabric(self) -> None:
         self._refresh.set()
@@ -156,6 +175,8 @@ class Reconciler:
 
     def hold(self, device_id: str) -> None:
         self.failed[device_id] = time.monotonic() + self.settings.failed_device_hold
+        # A pass when the hold ends brings the device back (nothing else may mark us).
+        asyncio.get_running_loop().call_later(self.settings.failed_device_hold + 0.1, self.mark)
 
     async def set_condition(
         self, a: cl.FabricAllocation, cond: dict[str, Any], data: dict[str, Any] | None

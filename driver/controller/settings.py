@@ -24,7 +24,9 @@ class ControllerSettings(ProcessSettings, FabricTokenSettings):
     fabric_url: str = Field(description="base URL of the fabric manager (Redfish service)")
     fabric_pool: str = Field(default="fabric", description="name of the published fabric pool")
     fabric_refresh: float = Field(
-        default=5.0, gt=0, description="seconds between fabric inventory reads (no fabric watch)"
+        default=30.0,
+        gt=0,
+        description="seconds between fabric inventory reads besides those its events trigger",
     )
     attach_timeout: float = Field(
         default=120.0, gt=0, description="seconds for an attach task and the node to see the device"

@@ -14,8 +14,10 @@ initiator endpoint on its switch.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
+from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any, Literal
 
@@ -118,6 +120,42 @@ class FabricClient:
     async def connections(self) -> list[FabricConnection]:
         inv = await self.inventory()
         return [d.connection for d in inv.devices if d.connection is not None]
+
+    async def events(self, idle_timeout_s: float = 60.0) -> AsyncIterator[list[str]]:
+        """Follow the Redfish event stream (``EventService/SSE``).
+
+        Yields ``[]`` once subscribed (re-read the state now: nothing after
+        this point is missed), then the origin URIs of each event. Raises
+        :class:`FabricApiError` when the service has no event stream and
+        :class:`FabricUnavailable` when the stream breaks or stays silent
+        past ``idle_timeout_s`` (the service sends keep-alives).
+        """
+        if self._session is None:
+            self._session = aiohttp.ClientSession(headers=self._headers, timeout=self._timeout)
+        uri = f"{ROOT}/EventService/SSE"
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=self._timeout.total, sock_read=idle_timeout_s
+        )
+        headers = {"Accept": "text/event-stream"}
+        try:
+            async with self._session.get(
+                self.base_url + uri, timeout=timeout, headers=headers
+            ) as r:
+                if r.status >= 400:
+                    raise _api_error(r.status, await r.json(content_type=None))
+                yield []
+                data: list[str] = []
+                async for raw in r.content:
+                    line = raw.decode().rstrip("\r\n")
+                    if line.startswith("data:"):
+                        data.append(line[5:].strip())
+                    elif not line and data:
+                        event = _parse(wire.Event, json.loads("\n".join(data)), uri)
+                        data = []
+                        yield [e.origin.odata_id for e in event.events if e.origin is not None]
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            raise FabricUnavailable(f"fabric event stream: {exc}") from exc
+        raise FabricUnavailable("fabric event stream ended")
 
     async def task(self, task_uri: str) -> FabricTask:
         return _task(_parse(wire.Task, await self._get(task_uri), task_uri))

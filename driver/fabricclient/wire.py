@@ -22,6 +22,17 @@ class Link(_Wire):
     odata_id: str = Field(alias="@odata.id")
 
 
+class EventRecord(_Wire):
+    message_id: str = Field(default="", alias="MessageId")
+    origin: Link | None = Field(default=None, alias="OriginOfCondition")
+
+
+class Event(_Wire):
+    """A Redfish ``Event`` from the EventService's SSE stream."""
+
+    events: list[EventRecord] = Field(default_factory=list, alias="Events")
+
+
 class Collection(_Wire):
     members: list[dict[str, Any]] = Field(alias="Members", default_factory=list)
 

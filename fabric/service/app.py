@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from fabric.service import bodies, faults, redfish
+from fabric.service import bodies, events, faults, redfish
 from fabric.service.auth import auth_middleware, error_middleware
 from fabric.service.core import Fabric
 from fabric.service.errors import RedfishError, not_found
@@ -224,7 +224,16 @@ async def post_faults(request: web.Request) -> web.Response:
     fab = request.app[FABRIC]
     upd = bodies.parse(bodies.FaultsUpdate, await request.read())
     await fab.call(faults.apply, fab.store, fab.inv, upd)
+    fab.devices_changed(sorted(upd.devices))
     return await get_faults(request)
+
+
+async def event_service(request: web.Request) -> web.Response:
+    return _json(events.event_service())
+
+
+async def event_stream(request: web.Request) -> web.StreamResponse:
+    return await events.stream(request, request.app[FABRIC].events)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -252,6 +261,8 @@ def make_app(fab: Fabric, token: str) -> web.Application:
     r.add_get("/redfish/v1/TaskService", task_service)
     r.add_get(redfish.TASKS, tasks)
     r.add_get(f"{redfish.TASKS}/{{task}}", task)
+    r.add_get("/redfish/v1/EventService", event_service)
+    r.add_get(events.SSE_URI, event_stream)
     r.add_get("/patchbay/v1/faults", get_faults)
     r.add_post("/patchbay/v1/faults", post_faults)
     r.add_get("/healthz", healthz)

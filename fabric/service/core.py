@@ -32,7 +32,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from fabric.service import hosts
+from fabric.service import redfish as uris
 from fabric.service.errors import RedfishError, in_use, not_found
+from fabric.service.events import CHANGED, CREATED, REMOVED, TASK_DONE, TASK_FAILED, EventBus
 from fabric.service.inventory import Inventory
 from fabric.service.store import Connection, DeviceState, Store, Task
 
@@ -54,6 +56,22 @@ class Fabric:
         self.default_latency = {"attach_latency": latency[0], "detach_latency": latency[1]}
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fabric-worker")
         self._running: dict[int, asyncio.Task[None]] = {}
+        self.events = EventBus()
+
+    def _notify(self, message_id: str, conn: Connection, *extra: str) -> None:
+        fabric = self.inv.targets[conn.device].fabric
+        self.events.publish(
+            message_id,
+            uris.connection_uri(fabric, conn.id),
+            uris.endpoint_uri(fabric, conn.device),
+            *extra,
+        )
+
+    def devices_changed(self, devices: list[str]) -> None:
+        """Announce that these devices' state changed (faults, health)."""
+        self.events.publish(
+            CHANGED, *(uris.endpoint_uri(self.inv.targets[d].fabric, d) for d in devices)
+        )
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
@@ -91,6 +109,7 @@ class Fabric:
             )
         out = await self.call(self._attach_sync, initiator, target)
         if out.created and out.task is not None:
+            self._notify(CREATED, out.connection)
             self._spawn(out.task.id)
         return out
 
@@ -112,6 +131,9 @@ class Fabric:
     async def detach(self, connection: int, uri: str) -> Task:
         task, created = await self.call(self._detach_sync, connection, uri)
         if created:
+            conn = await self.call(self.store.connection, connection)
+            if conn is not None:
+                self._notify(CHANGED, conn)
             self._spawn(task.id)
         return task
 
@@ -142,7 +164,12 @@ class Fabric:
         try:
             task = await self.call(self._begin_sync, task_id)
             await asyncio.sleep(await self.call(self.latency, f"{task.kind}_latency"))
-            await self.call(self._finish_sync, task_id)
+            conn = await self.call(self.store.connection, task.connection)
+            problem = await self.call(self._finish_sync, task_id)
+            if conn is not None and problem is not None:
+                gone = await self.call(self.store.connection, conn.id) is None
+                self._notify(REMOVED if gone else CHANGED, conn, uris.task_uri(task_id))
+                self.events.publish(TASK_FAILED if problem else TASK_DONE, uris.task_uri(task_id))
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -158,14 +185,15 @@ class Fabric:
     def latency(self, key: str) -> float:
         return self.store.knob(key, self.default_latency[key])
 
-    def _finish_sync(self, task_id: int) -> None:
+    def _finish_sync(self, task_id: int) -> str | None:
+        """Finish a task; its problem ("" when none), None when it had nothing to act on."""
         task = self.store.task(task_id)
         conn = self.store.connection(task.connection) if task else None
         if task is None or conn is None:
             log.error("task %d lost its connection", task_id)
             if task is not None:
                 self.store.set_task(task_id, "Exception", "connection vanished")
-            return
+            return None
         ini, tgt = self.inv.initiators[conn.initiator], self.inv.targets[conn.device]
         if task.kind == "attach":
             problem = self._attach_problem(task, self.store.device(conn.device))
@@ -191,6 +219,7 @@ class Fabric:
             problem = ""
         self.store.set_task(task_id, "Exception" if problem else "Completed", problem)
         log.info("task %d (%s %s): %s", task_id, task.kind, conn.device, problem or "completed")
+        return problem
 
     def _attach_problem(self, task: Task, dev: DeviceState) -> str:
         ini = self.inv.initiators[task.initiator]

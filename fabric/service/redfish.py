@@ -73,6 +73,7 @@ def service_root() -> Json:
         "RedfishVersion": "1.18.0",
         "Fabrics": link(f"{ROOT}/Fabrics"),
         "TaskService": link(f"{ROOT}/TaskService"),
+        "EventService": link(f"{ROOT}/EventService"),
     }
 
 

@@ -400,6 +400,25 @@ def test_injected_attach_failure_reschedules_on_another_device(
     )
 
 
+def test_a_device_turning_critical_leaves_the_pool_on_the_fabric_event(
+    env: Env, resource_api: Any
+) -> None:
+    # The controller polls the fabric every 300 s here: only the fabric's
+    # event stream can make it see the fault within the wait below.
+    def ids() -> set[str]:
+        return {attr(d, "fabricDevice") for d in fabric_pool(resource_api).values()}
+
+    env.fabric.faults(devices={"gpu-1": {"health": "Critical"}})
+    try:
+        wait_for("gpu-1 out of the pool", lambda: "gpu-1" not in ids(), timeout=20)
+        assert ids() == {"gpu-0", "gpu-2", "nic-0"}
+    finally:
+        env.fabric.faults(devices={"gpu-1": {"health": "OK"}})
+    wait_for(
+        "gpu-1 back in the pool", lambda: len(fabric_pool(resource_api)) == POOL_SIZE, timeout=20
+    )
+
+
 def lease_holder(api_client: Any) -> tuple[str | None, Any]:
     lease = client.CoordinationV1Api(api_client).read_namespaced_lease(
         "patchbay-controller", "default"

@@ -105,6 +105,28 @@ async def test_attach_completes_and_is_idempotent_for_same_initiator(env: Env) -
     assert conn.pci_bus_id in SimHost.open(env.root / "node-a").gpu_uuids()
 
 
+async def test_event_stream_announces_attach_completion_and_faults(env: Env) -> None:
+    stream = env.client.events()
+    assert await anext(stream) == []  # subscribed
+    seen: list[str] = []
+
+    async def until(what: str) -> None:
+        while not any(o.endswith(what) for o in seen):
+            seen.extend(await asyncio.wait_for(anext(stream), 5))
+
+    try:
+        first = await env.client.attach("gpu-0", "node-a", "adapter0")
+        assert first.task is not None
+        await until(first.task.uri)  # the task ended
+        assert any(o.endswith("/Endpoints/gpu-0") for o in seen)
+        assert any(first.connection_uri and o.endswith(first.connection_uri) for o in seen)
+        seen.clear()
+        await env.faults({"devices": {"nic-0": {"health": "Critical"}}})
+        await until("/Endpoints/nic-0")
+    finally:
+        await stream.aclose()
+
+
 async def test_attach_to_another_initiator_conflicts(env: Env) -> None:
     await env.client.attach("gpu-0", "node-a", "adapter0")
     with pytest.raises(FabricConflict) as exc:
