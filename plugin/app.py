@@ -59,6 +59,7 @@ class NodePlugin:
             pool_name=self.pool_name,
         )
         self.owner: dict[str, Any] | None = None
+        self.preparer: ClaimPreparer | None = None
         self._serving = False
         self.fabric: FabricNodeView | None = None
         self.fabric_report: AnnotationPublisher | None = None
@@ -76,7 +77,7 @@ class NodePlugin:
             # Fabric-attached GPUs are prepared from the fabric pool, never offered locally.
             devices, attached = await asyncio.to_thread(self.fabric.split, devices)
             self.inventory.replace_pool(FABRIC_POOL, attached)
-            self.fabric_report.set(await asyncio.to_thread(self.fabric.report, attached))
+            self.report_fabric()
         changed = self.inventory.replace_pool(self.pool_name, devices)
         if changed or self.owner is not None:
             self.publisher.set_pool(
@@ -92,6 +93,18 @@ class NodePlugin:
             )
         if changed:
             log.info("node pool now has %d devices", len(devices))
+
+    def report_fabric(self) -> None:
+        """Refresh the Node's fabric report (attached devices, which are held).
+
+        Not before the preparer exists: a report without the held devices
+        would let the controller detach a device a container still uses.
+        """
+        if self.fabric is None or self.fabric_report is None or self.preparer is None:
+            return
+        attached = self.inventory.devices(FABRIC_POOL)
+        held = self.preparer.prepared_devices()
+        self.fabric_report.set(self.fabric.report(attached, held))
 
     def healthy(self) -> bool:
         """Ready once the pool has been published and the servers are up."""
@@ -115,6 +128,9 @@ class NodePlugin:
             shared_checkpoint=s.pod_uid is not None,
         )
         await preparer.collect_garbage()
+        self.preparer = preparer
+        preparer.on_change = self.report_fabric
+        self.report_fabric()
         lock = ClaimLock(paths.lock_file if s.pod_uid else None)
         servers = PluginServers(paths, preparer, None, lock=lock)
 

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from driver.cdi import CdiDevice, CdiRegistry, ContainerEdits, canonical_claim_uid
@@ -62,6 +62,13 @@ class ClaimPreparer:
         self._shared = shared_checkpoint
         self.checkpoint: Checkpoint = store.load()
         PREPARED_CLAIMS.set(len(self.checkpoint.claims))
+        # Called on the loop after every prepare/unprepare batch (the node's
+        # fabric report says which fabric devices are held).
+        self.on_change: Callable[[], None] | None = None
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     # -- public API -------------------------------------------------------
 
@@ -86,6 +93,7 @@ class ClaimPreparer:
                     )
                     results[ref.uid] = PrepareResult(error=f"internal error: {exc!r}")
                     PREPARE_CALLS.inc(result="error")
+        self._changed()
         return results
 
     async def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:
@@ -103,6 +111,7 @@ class ClaimPreparer:
                     )
                     results[ref.uid] = str(exc)
                     UNPREPARE_CALLS.inc(result="error")
+        self._changed()
         return results
 
     def prepared_devices(self) -> set[tuple[str, str]]:

@@ -2,14 +2,15 @@
 
 Why: the scheduler allocates a fabric variant and waits in PreBind; this
 module attaches the device to that node through that adapter, waits until
-the node plugin reports the GPU, and sets ``FabricDeviceReady=True`` (or
+the node plugin reports the device, and sets ``FabricDeviceReady=True`` (or
 ``FabricAttachFailed=True``, keeping the device out of the pool for a hold
 time). A fabric connection that no allocation needs any more (claim
 deallocated or deleted, pod deleted while PreBind waited, a previous
-incarnation's leftovers) is detached. Everything is level-triggered: each
-pass compares claims (watched), Nodes (watched) and the fabric inventory
-(re-read on each fabric event, after every operation and every
-``fabric_refresh`` seconds as a safety net), so a
+incarnation's leftovers) is detached once its node no longer reports it held
+by a prepared claim (a node whose Node object is gone holds nothing).
+Everything is level-triggered: each pass compares claims (watched), Nodes
+(watched) and the fabric inventory (re-read on each fabric event, after
+every operation and every ``fabric_refresh`` seconds as a safety net), so a
 restart rebuilds its view and finishes or rolls back what was in flight.
 
 Concurrency: one asyncio loop. :meth:`Reconciler.run` runs the two watches,
@@ -163,9 +164,18 @@ class Reconciler:
             if not a.ready:
                 self.workers.attach(a, v)
         self.workers.cancel_unneeded({(a.claim_uid, a.device) for a in allocs if not a.ready})
+        reports = self.reports()
         for device in inv.devices:
-            if device.connection is not None and device.id not in needed:
-                self.workers.detach(device.id)
+            conn = device.connection
+            if conn is None or device.id in needed:
+                continue
+            report = reports.get(conn.node)
+            if report is not None and device.identity in report.busy:
+                # Released, but the kubelet has not unprepared it yet (e.g. a
+                # force-deleted pod): its node's next report brings us back.
+                log.debug("%s still prepared on %s: detach waits", device.id, conn.node)
+                continue
+            self.workers.detach(device.id)
 
     # -- helpers used by the workers -----------------------------------------------
 

@@ -7,8 +7,9 @@ sides know (a GPU's NVML UUID or a NIC's permanent MAC address, which the
 fabric reports and the node sees once the device is attached, plus node and
 adapter) lets the plugin compute the same name without reading the fabric
 pool. The plugin tells the controller what it sees through one Node
-annotation (adapter roots, attached GPU UUIDs and NIC MACs). Pure functions,
-no I/O.
+annotation (adapter roots, attached GPU UUIDs and NIC MACs, and which of
+them a claim holds prepared, so the controller detaches only what the node
+has unprepared). Pure functions, no I/O.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ class NodeFabric:
     adapters: Mapping[str, str] = field(default_factory=dict)  # adapter -> pcieRoot
     gpus: Mapping[str, str] = field(default_factory=dict)  # attached GPU UUID -> adapter
     nics: Mapping[str, str] = field(default_factory=dict)  # attached NIC MAC -> adapter
+    # Identities of attached devices a claim holds prepared: not to be detached yet.
+    busy: frozenset[str] = frozenset()
 
     def sees(self, kind: str, identity: str, adapter: str) -> bool:
         """Whether the node has the ``kind`` device ``identity`` behind ``adapter``."""
@@ -77,7 +80,9 @@ class NodeFabric:
         data = {"adapters": self.adapters, "gpus": self.gpus}
         if self.nics:  # omitted when empty: older controllers read the same text
             data["nics"] = self.nics
-        body = {k: dict(sorted(v.items())) for k, v in data.items()}
+        body: dict[str, Any] = {k: dict(sorted(v.items())) for k, v in data.items()}
+        if self.busy:
+            body["busy"] = sorted(self.busy)
         return json.dumps(body, separators=(",", ":"))
 
     @classmethod
@@ -91,6 +96,7 @@ class NodeFabric:
             adapters = {str(k): str(v) for k, v in (data.get("adapters") or {}).items()}
             gpus = {str(k): str(v) for k, v in (data.get("gpus") or {}).items()}
             nics = {str(k): str(v) for k, v in (data.get("nics") or {}).items()}
-        except (ValueError, AttributeError):
+            busy = frozenset(str(i) for i in data.get("busy") or ())
+        except (ValueError, AttributeError, TypeError):
             return None
-        return cls(adapters, gpus, nics)
+        return cls(adapters, gpus, nics, busy)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from driver.devices.model import ATTACHMENT, PCI_BUS_ID, Device
@@ -122,13 +122,20 @@ class FabricNodeView:
                 log.debug("%s is behind fabric adapter %s: not offered", device.name, adapter)
         return local, fabric
 
-    def report(self, fabric: Sequence[Device]) -> NodeFabric:
+    def report(
+        self, fabric: Sequence[Device], held: Collection[tuple[str, str]] = ()
+    ) -> NodeFabric:
+        """The node's report; ``held``: (kind, local id) of the devices claims hold."""
         gpus: dict[str, str] = {}
         nics: dict[str, str] = {}
+        busy: set[str] = set()
         for d in fabric:
             seen = gpus if d.kind == "gpu" else nics
-            seen[str(d.attributes[IDENTITY])] = str(d.attributes.get("fabricAdapter", ""))
-        return NodeFabric(self.adapter_roots(), gpus, nics)
+            identity = str(d.attributes[IDENTITY])
+            seen[identity] = str(d.attributes.get("fabricAdapter", ""))
+            if (d.kind, d.local_id) in held:
+                busy.add(identity)
+        return NodeFabric(self.adapter_roots(), gpus, nics, frozenset(busy))
 
 
 class AnnotationPublisher:

@@ -14,6 +14,12 @@ from simnode import SimNode
 
 from tests.e2e.helpers import wait_for
 
+ROOT = "resource.kubernetes.io/pcieRoot"
+ADAPTERS = "--fabric-adapters=adapter0=0000:15:02.0,adapter1=0000:85:01.0"
+HOLD_S = 45  # the controller's --failed-device-hold
+POOL_SIZE = 8  # gpu-0, gpu-1, gpu-2 and nic-0, each reachable from both nodes
+LEASE_S = 6  # short leader lease: a standby takes over within seconds
+
 
 class Env:
     def __init__(self, nodes: list[SimNode], fabric: FabricService, ctl: ControllerProcess):

@@ -35,6 +35,9 @@ def test_gpu_behind_an_adapter_is_fabric_never_local(tmp_path: Path) -> None:
     report = view.report(attached)
     assert report.adapters == {"adapter0": "pci0000:15", "adapter1": "pci0000:85"}
     assert report.gpus == {"GPU-6f1f0c64-5a43-4c63-9d8e-8f3b3c1d2e11": "adapter1"}
+    assert report.busy == frozenset()
+    held = view.report(attached, {("gpu", "GPU-6f1f0c64-5a43-4c63-9d8e-8f3b3c1d2e11")})
+    assert held.busy == {"GPU-6f1f0c64-5a43-4c63-9d8e-8f3b3c1d2e11"}
 
 
 def test_nic_behind_an_adapter_offers_its_vf0_as_the_fabric_variant(tmp_path: Path) -> None:
@@ -54,8 +57,9 @@ def test_nic_behind_an_adapter_offers_its_vf0_as_the_fabric_variant(tmp_path: Pa
     assert vf0.name == variant_name(mac, "node-a", "adapter1", "nic")
     assert vf0.kind == "vf" and vf0.attributes["vfIndex"] == 0
     assert vf0.attributes["resource.kubernetes.io/pcieRoot"] == "pci0000:85"
-    report = view.report(attached)
+    report = view.report(attached, {("vf", vf0.local_id)})
     assert report.nics == {mac: "adapter1"} and report.gpus == {}
+    assert report.busy == {mac}  # a held VF marks its NIC busy by the NIC's identity
 
 
 def test_adapter_setting_must_name_ports() -> None:

@@ -104,6 +104,9 @@ def test_node_report_round_trips_and_tolerates_garbage() -> None:
     back = NodeFabric.from_node(node)
     assert back == with_nic and back.sees("nic", "02:00:00:00:00:01", "adapter0")
     assert not back.sees("gpu", "02:00:00:00:00:01", "adapter0")
+    held = NodeFabric({"adapter0": "r"}, {"GPU-1": "adapter0"}, {}, frozenset({"GPU-1"}))
+    node = {"metadata": {"annotations": {"patchbay.dev/fabric": held.to_annotation()}}}
+    assert NodeFabric.from_node(node) == held
     assert NodeFabric.from_node({"metadata": {"annotations": {"patchbay.dev/fabric": "{"}}}) is None
     assert NodeFabric.from_node({"metadata": {}}) is None
 

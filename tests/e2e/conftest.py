@@ -1,0 +1,94 @@
+"""The fabric e2e environment, shared by the fabric test modules (one per module).
+
+Two GPU-less simulated nodes (``fabric-adapters``: a NIC PF with 4 VFs on
+root pci0000:15, adapter0 on pci0000:15, adapter1 on pci0000:85), a real
+``patchbay-fabric`` (switch sw0: gpu-0, gpu-1 wired to adapter0 of both
+nodes; sw1: gpu-2 and the ConnectX NIC nic-0 wired to adapter1 of both) and
+a real ``patchbay-controller`` running with its own identity, bound to
+hack/rbac/controller.yaml, polling the fabric only every 300 s (it follows
+the fabric's event stream).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService, switch
+from kubernetes.client.rest import ApiException
+from simnode import SimNode, apply_rbac, build_nvml_mock
+
+from tests.e2e.fabric_helpers import (
+    ADAPTERS,
+    HOLD_S,
+    LEASE_S,
+    POOL_SIZE,
+    Env,
+    fabric_pool,
+)
+from tests.e2e.helpers import delete_quietly, unique, wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def env(local_cluster, resource_api, core, tmp_path_factory) -> Iterator[Env]:  # type: ignore[no-untyped-def]
+    build_nvml_mock()
+    apply_rbac(local_cluster.kubeconfig, "plugin.yaml")
+    apply_rbac(local_cluster.kubeconfig, "controller.yaml")
+    for path in sorted((REPO / "deviceclasses").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc["kind"] == "DeviceClass":
+                with contextlib.suppress(ApiException):
+                    resource_api.create_device_class(doc)
+    vf_config = tmp_path_factory.mktemp("vf") / "vf.yaml"
+    vf_config.write_text("pfs:\n  - vendorID: '15b3'\n    numVfs: 4\n")
+    plugin_kc = local_cluster.kubeconfig_for(
+        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
+    )
+    names = [unique("fab"), unique("fab")]
+    nodes = [
+        SimNode(
+            local_cluster, n, "fabric-adapters", plugin_kc, (ADAPTERS, f"--vf-config={vf_config}")
+        )
+        for n in names
+    ]
+    spec = {
+        "switches": [
+            switch("sw0", [(n.name, "adapter0", n.host.dir) for n in nodes], ["gpu-0", "gpu-1"]),
+            switch("sw1", [(n.name, "adapter1", n.host.dir) for n in nodes], ["gpu-2"], ["nic-0"]),
+        ]
+    }
+    run = Path(local_cluster.run_dir)
+    fabric = FabricService(run / "fabric", spec)
+    ctl_kc = local_cluster.kubeconfig_for(
+        "patchbay-controller", "patchbay-controller", (CONTROLLER_GROUP,)
+    )
+    ctl = ControllerProcess(
+        ctl_kc,
+        fabric,
+        run / "logs" / "controller.log",
+        f"--failed-device-hold={HOLD_S}",
+        f"--lease-duration={LEASE_S}",
+    )
+    e = Env(nodes, fabric, ctl)
+    try:
+        for n in nodes:
+            n.start()
+        fabric.start()
+        ctl.start()
+        wait_for(
+            f"{POOL_SIZE} fabric variants published",
+            lambda: e.check_alive() and len(fabric_pool(resource_api)) == POOL_SIZE,
+            timeout=90,
+        )
+        yield e
+    finally:
+        ctl.stop()
+        fabric.stop()
+        for n in nodes:
+            n.stop()
+            delete_quietly(core.delete_node, n.name)

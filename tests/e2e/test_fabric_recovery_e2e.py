@@ -1,0 +1,212 @@
+"""Fabric recovery on the real control plane: controller and fabric crashes,
+injected attach failures, devices held by unprepared claims, leader handover
+(tests/e2e/conftest.py builds the environment; scenarios follow issue 7).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from fabricsim import ControllerProcess
+from kubernetes import client
+
+from tests.e2e.fabric_helpers import (
+    HOLD_S,
+    LEASE_S,
+    POOL_SIZE,
+    Env,
+    attr,
+    claim_gone_or_free,
+    claim_of,
+    conditions,
+    delete_pod,
+    fabric_pool,
+    fabric_slices,
+    gpu_request,
+    make_pod,
+    running,
+    template,
+)
+from tests.e2e.helpers import unique, wait_for
+
+pytestmark = pytest.mark.cluster
+
+
+def test_controller_killed_mid_attach_and_fabric_restarted(
+    env: Env, resource_api: Any, core: Any, namespace: str
+) -> None:
+    ns, node = namespace, env.nodes[0].name
+    env.fabric.faults(attachLatencySeconds=4)
+    tmpl = template(resource_api, ns, "slow", [gpu_request(fabric_device="gpu-0")])
+    make_pod(core, ns, "slow", tmpl, node)
+    wait_for("gpu-0 attaching", lambda: "gpu-0" in env.fabric.connections(), timeout=60)
+    env.ctl.kill()
+    env.fabric.kill()
+    env.fabric.start()
+    env.ctl.start(identity="controller-1")
+    running(env, core, ns, "slow", timeout=150)
+    claim = claim_of(core, resource_api, ns, "slow")
+    (result,) = claim.status.allocation.devices.results
+    assert conditions(claim, result.device) == {"FabricDeviceReady": "True"}
+    assert set(env.fabric.connections()) == {"gpu-0"}  # nothing a claim does not need
+    env.fabric.faults(attachLatencySeconds=0.2)
+    delete_pod(core, ns, "slow")
+    wait_for("nothing attached", lambda: not env.fabric.connections(), timeout=60)
+
+
+def test_pod_deleted_while_the_controller_is_down_mid_attach_is_rolled_back(
+    env: Env, resource_api: Any, core: Any, namespace: str
+) -> None:
+    # The other half of "finishes or rolls back": the allocation disappears
+    # while no controller runs and the fabric restarts with the attach in
+    # flight; the next incarnation must detach what nobody needs.
+    ns, node = namespace, env.nodes[1].name
+    env.fabric.faults(attachLatencySeconds=15)
+    tmpl = template(resource_api, ns, "orphan", [gpu_request(fabric_device="gpu-1")])
+    make_pod(core, ns, "orphan", tmpl, node)
+    wait_for("gpu-1 attaching", lambda: "gpu-1" in env.fabric.connections(), timeout=60)
+    claim = claim_of(core, resource_api, ns, "orphan").metadata.name
+    env.ctl.kill()
+    delete_pod(core, ns, "orphan")
+    wait_for(
+        "the claim gone or deallocated",
+        lambda: claim_gone_or_free(resource_api, ns, claim),
+        timeout=60,
+    )
+    env.fabric.kill()
+    env.fabric.start()
+    env.fabric.faults(attachLatencySeconds=0.2)
+    env.ctl.start(identity="controller-2")
+    wait_for(
+        "gpu-1 rolled back", lambda: env.check_alive() and not env.fabric.connections(),
+        timeout=90,
+    )  # fmt: skip
+    wait_for(
+        "gpu-1 offered again on both nodes",
+        lambda: len(fabric_pool(resource_api)) == POOL_SIZE,
+        timeout=30,
+    )
+
+
+def test_injected_attach_failure_reschedules_on_another_device(
+    env: Env, resource_api: Any, core: Any, namespace: str
+) -> None:
+    ns, node = namespace, env.nodes[0].name
+
+    def gpu_ids() -> set[str]:
+        pool = fabric_pool(resource_api).values()
+        return {attr(d, "fabricDevice") for d in pool if attr(d, "type") == "gpu"}
+
+    ids = gpu_ids()
+    assert ids == {"gpu-0", "gpu-1", "gpu-2"}
+    env.fabric.faults(failNextAttaches=1)
+    tmpl = template(resource_api, ns, "any", [gpu_request()])
+    make_pod(core, ns, "retry", tmpl, node)
+    running(env, core, ns, "retry", timeout=150)
+    left = gpu_ids()
+    (failed,) = ids - left  # the failed device is out of the pool during its hold
+    claim = claim_of(core, resource_api, ns, "retry")
+    (result,) = claim.status.allocation.devices.results
+    got = attr(fabric_pool(resource_api)[result.device], "fabricDevice")
+    assert got != failed
+    assert conditions(claim, result.device) == {"FabricDeviceReady": "True"}
+    assert set(env.fabric.connections()) == {got}
+    delete_pod(core, ns, "retry")
+    wait_for("nothing attached", lambda: not env.fabric.connections(), timeout=60)
+    wait_for(
+        f"{failed} back after its hold",
+        lambda: len(fabric_pool(resource_api)) == POOL_SIZE,
+        timeout=HOLD_S + 30,
+    )
+
+
+def test_a_released_device_stays_attached_until_its_node_unprepared_it(
+    env: Env, resource_api: Any, core: Any, namespace: str
+) -> None:
+    # A force-deleted pod releases its claim at once, before the kubelet has
+    # unprepared it: the controller must not pull the GPU from under the
+    # container. With the plugin down nothing can unprepare it.
+    ns, node = namespace, env.nodes[0]
+    tmpl = template(resource_api, ns, "held", [gpu_request(fabric_device="gpu-0")])
+    make_pod(core, ns, "held", tmpl, node.name)
+    running(env, core, ns, "held")
+    claim = claim_of(core, resource_api, ns, "held").metadata.name
+    node.plugin.kill()
+    try:
+        core.delete_namespaced_pod("held", ns, grace_period_seconds=0)
+        wait_for(
+            "the claim released",
+            lambda: claim_gone_or_free(resource_api, ns, claim),
+            timeout=60,
+        )
+        deadline = time.monotonic() + 8
+        while time.monotonic() < deadline:  # several controller passes
+            assert "gpu-0" in env.fabric.connections(), "detached while still prepared"
+            time.sleep(0.5)
+    finally:
+        node.plugin.start()
+    wait_for(
+        "gpu-0 detached once unprepared",
+        lambda: env.check_alive() and "gpu-0" not in env.fabric.connections(),
+        timeout=90,
+    )
+
+
+def lease_holder(api_client: Any) -> tuple[str | None, Any]:
+    lease = client.CoordinationV1Api(api_client).read_namespaced_lease(
+        "patchbay-controller", "default"
+    )
+    return lease.spec.holder_identity, lease.spec.renew_time
+
+
+def test_two_replicas_one_leader_and_standby_takes_over(  # keep last: it replaces env.ctl
+    env: Env, resource_api: Any, core: Any, namespace: str, api_client: Any
+) -> None:
+    ns, leader = namespace, env.ctl
+    wait_for("a lease holder", lambda: lease_holder(api_client)[0], timeout=30)
+    first, renewed = lease_holder(api_client)
+    assert first != "controller-standby"
+    before = {s.metadata.name: s.metadata.resource_version for s in fabric_slices(resource_api)}
+    log = leader.log_path.with_name(f"{unique('controller-standby')}.log")
+    standby = ControllerProcess(leader.kubeconfig, env.fabric, log, *leader.extra)
+    standby.start(identity="controller-standby")
+    try:
+        wait_for(
+            "the standby waiting for the lease",
+            lambda: standby.alive and "waiting for leader lease" in standby.log_tail(200),
+            timeout=30,
+        )
+        time.sleep(LEASE_S * 1.5)  # several renewals of the leader, polls of the standby
+        assert standby.alive and leader.alive
+        holder, renewed_again = lease_holder(api_client)
+        assert holder == first and renewed_again != renewed  # the leader keeps renewing
+        assert "acquired" not in standby.log_tail(200)
+        after = {s.metadata.name: s.metadata.resource_version for s in fabric_slices(resource_api)}
+        assert after == before  # nobody rewrote the pool
+        assert len(fabric_pool(resource_api)) == POOL_SIZE
+
+        leader.kill()
+        killed = time.monotonic()
+        env.ctl = standby  # from now on the live controller (and the one teardown stops)
+        wait_for(
+            "the standby holding the lease",
+            lambda: lease_holder(api_client)[0] == "controller-standby",
+            timeout=LEASE_S * 3,
+            interval=0.2,
+        )
+        took = time.monotonic() - killed
+        print(f"standby took over {took:.1f}s after the leader died")
+        assert took <= LEASE_S + LEASE_S / 3 + 4  # expiry + one standby poll + slack
+        tmpl = template(resource_api, ns, "ha", [gpu_request(fabric_device="gpu-2")])
+        make_pod(core, ns, "ha", tmpl, env.nodes[0].name)
+        running(env, core, ns, "ha")
+        claim = claim_of(core, resource_api, ns, "ha")
+        (result,) = claim.status.allocation.devices.results
+        assert conditions(claim, result.device) == {"FabricDeviceReady": "True"}
+        delete_pod(core, ns, "ha")
+        wait_for("gpu-2 detached", lambda: "gpu-2" not in env.fabric.connections(), timeout=60)
+    finally:
+        if env.ctl is not standby:
+            standby.stop()
