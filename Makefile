@@ -67,7 +67,7 @@ clean: ## remove build outputs in the tree (not the binary cache)
 
 .PHONY: help venv lint fmt proto proto-check test-unit test-contract test-integration test-e2e test bench clean
 
-demo: venv nvml-mock k8s-bins ## local cluster + two simulated GPU nodes; shows which pod got which GPU
+demo: venv nvml-mock k8s-bins ## local cluster, simulated GPU/NIC nodes and fabric; shows which pod got which device
 	$(PY) hack/demo.py up
 
 demo-down: venv ## stop everything `make demo` started

@@ -243,6 +243,11 @@ async def healthz(request: web.Request) -> web.Response:
 def make_app(fab: Fabric, token: str) -> web.Application:
     app = web.Application(middlewares=[error_middleware, auth_middleware(token)])
     app[FABRIC] = fab
+
+    async def end_streams(_: web.Application) -> None:
+        fab.events.close()
+
+    app.on_shutdown.append(end_streams)
     r, F = app.router, "/redfish/v1/Fabrics/{fabric}"
     r.add_get("/redfish/v1", root)
     r.add_get("/redfish/v1/", root)

@@ -50,6 +50,14 @@ class EventBus:
     def unsubscribe(self, queue: asyncio.Queue[dict[str, Any] | None]) -> None:
         self._subscribers.discard(queue)
 
+    def close(self) -> None:
+        """End every stream (service shutdown: open streams must not hold it up)."""
+        for queue in list(self._subscribers):
+            self._subscribers.discard(queue)
+            while not queue.empty():
+                queue.get_nowait()
+            queue.put_nowait(None)
+
     def publish(self, message_id: str, *origins: str) -> None:
         """One Redfish Event with a record per origin URI, to every subscriber."""
         if not origins:
