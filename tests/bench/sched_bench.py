@@ -1,0 +1,432 @@
+"""Scheduler figures: how fast the real kube-scheduler allocates claims and
+binds pods while a large fabric pool, published as our controller publishes
+it, is present.
+
+Why: the scheduler evaluates a class's CEL selectors on every device of a
+slice before it checks the device's node, and a fabric pool holds every
+fabric GPU once per node that can reach it (GPU-major slices of at most 64
+devices, a counter per GPU, binding conditions), so it costs every claim in
+the cluster, also claims for node-local GPUs only. Kubernetes 1.36 fell to
+about 3 pods/s with partitionable pools; we measure before claiming the
+design scales.
+
+Setting: the local control plane (real apiserver, scheduler and
+controller-manager); hand-made Ready nodes without kubelets (a thread renews
+their Leases and Ready heartbeats), each with a local pool of GPUs as the
+plugin publishes it and a fabric adapter; the fabric pool built by the
+controller's own pool and slice builders, for each pool size. Per size, a
+burst of pods, each with a claim from a template for `local-gpu.patchbay.dev`,
+timed from creation to bound (spec.nodeName set); and, with a non-empty
+fabric pool, a burst for `gpu.patchbay.dev` (local or fabric) timed from
+creation to claim allocated, because fabric claims wait in PreBind for an
+attach no controller does here. Figures only: nothing here asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import os
+import re
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import cluster as localk8s
+import yaml
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+from driver import DRIVER_NAME
+from driver.controller.pool import build_pool
+from driver.devices.model import ATTACHMENT, PCI_BUS_ID, PCIE_ROOT, Device
+from driver.fabric_devices.naming import NodeFabric
+from driver.fabricclient.model import FabricDevice, FabricInventory, HostAdapter
+from driver.slices.build import PoolSpec, build_slices, slice_object
+from tests.e2e.helpers import make_node
+
+REPO = Path(__file__).resolve().parents[2]
+NS = "bench"
+FABRIC_POOL = "fabric"
+FABRIC_ROOT = "pci0000:15"
+LEASE_NS = "kube-node-lease"
+ROUND_TIMEOUT = 180.0
+
+Obj = dict[str, Any]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def stamp(micro: bool = False) -> str:
+    now = time.time()
+    base = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
+    return f"{base}.{int(now % 1 * 1e6):06d}Z" if micro else f"{base}Z"
+
+
+# -- nodes -------------------------------------------------------------------
+
+
+class Heartbeat(threading.Thread):
+    """Renews each node's Lease and Ready heartbeat, as kubelets would."""
+
+    def __init__(self, api: client.ApiClient, nodes: list[str], every: float = 10.0) -> None:
+        super().__init__(name="heartbeat", daemon=True)
+        self.core, self.coord = client.CoreV1Api(api), client.CoordinationV1Api(api)
+        self.nodes, self.every = nodes, every
+        self.errors = 0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.wait(self.every):
+            self.beat()
+
+    def beat(self) -> None:
+        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
+        for node in self.nodes:
+            try:
+                self.coord.patch_namespaced_lease(
+                    node, LEASE_NS, {"spec": {"renewTime": stamp(micro=True)}}
+                )
+                self.core.patch_node_status(
+                    node, {"status": {"conditions": [{**ready, "lastHeartbeatTime": stamp()}]}}
+                )
+            except ApiException:
+                self.errors += 1
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=30)
+
+
+def make_nodes(api: client.ApiClient, names: list[str]) -> None:
+    core, coord = client.CoreV1Api(api), client.CoordinationV1Api(api)
+    for name in names:
+        make_node(core, name, {"kubernetes.io/hostname": name})
+        coord.create_namespaced_lease(LEASE_NS, {
+            "metadata": {"name": name},
+            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40,
+                     "renewTime": stamp(micro=True)},
+        })  # fmt: skip
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:  # the node lifecycle controller lifts not-ready
+        if not any(n.spec.taints for n in core.list_node().items):
+            return
+        time.sleep(0.5)
+    print("warning: some nodes still carry taints after 90 s", flush=True)
+
+
+# -- slices ------------------------------------------------------------------
+
+
+def local_slices(node: str, gpus: int) -> list[Obj]:
+    """A node's own GPUs as the plugin publishes them (pool = node name)."""
+    devices = []
+    for i in range(gpus):
+        attrs = {
+            "uuid": f"GPU-{node}-{i}", "index": i, "productName": "NVIDIA H100 80GB HBM3",
+            ATTACHMENT: "local", PCI_BUS_ID: f"0000:{0x18 + i:02x}:00.0",
+            PCIE_ROOT: f"pci0000:{0x17 + i:02x}",
+        }  # fmt: skip
+        devices.append(
+            Device(f"gpu-{i}", "gpu", f"GPU-{node}-{i}", attrs, capacity={"memory": "81559Mi"})
+        )
+    spec = PoolSpec(DRIVER_NAME, node, f"{node}-patchbay", {"nodeName": node}, tuple(devices))
+    desired = build_slices(spec)
+    return [slice_object(spec, d, 1, len(desired)) for d in desired]
+
+
+def fabric_gpu(i: int, adapters: tuple[HostAdapter, ...]) -> FabricDevice:
+    return FabricDevice(
+        f"gpu-{i:04d}", "pcie0", "sw0", "gpu", "H100-SXM5-80GB", f"S{i:04d}", f"GPU-fab-{i:04d}",
+        0x10DE, 0x2330, "OK", True, False, adapters, None,
+    )  # fmt: skip
+
+
+def fabric_spec(gpus: int, nodes: list[str], layout: str) -> PoolSpec:
+    """The controller's fabric pool: `gpus` GPUs, each reachable from every node.
+
+    ``gpu-major`` is what the controller publishes; ``node-major`` (one node's
+    variants per slice) is a what-if for comparison.
+    """
+    adapters = tuple(HostAdapter(f"{n}-a0", "pcie0", "sw0", n, "adapter0") for n in nodes)
+    devices = tuple(fabric_gpu(i, adapters) for i in range(gpus))
+    reports = {n: NodeFabric({"adapter0": FABRIC_ROOT}) for n in nodes}
+    spec, _ = build_pool(FABRIC_POOL, FabricInventory(devices, adapters), reports, (), ())
+    if layout == "node-major":
+        where = {n: i for i, n in enumerate(nodes)}
+        by_node = {d.name: where[d.node_name or ""] for d in spec.devices}
+        spec = dataclasses.replace(spec, slice_of=by_node)
+    return spec
+
+
+def publish_fabric(
+    res: client.ResourceV1Api, spec: PoolSpec, generation: int, previous: list[str]
+) -> tuple[list[str], float]:
+    """Replace the fabric pool's slices; the new names and the API seconds."""
+    desired = build_slices(spec)
+    start = time.monotonic()
+    for name in previous:
+        res.delete_resource_slice(name, _preload_content=False)
+    for d in desired:
+        body = slice_object(spec, d, generation, len(desired))
+        res.create_resource_slice(body, _preload_content=False)
+    return [d.name for d in desired], time.monotonic() - start
+
+
+# -- bursts of pods ------------------------------------------------------------
+
+
+class Stamps(threading.Thread):
+    """When each object (by key) first met `ready`, from a watch on the namespace."""
+
+    def __init__(
+        self, list_fn: Callable[..., Any], key: Callable[[Obj], str | None],
+        ready: Callable[[Obj], bool],
+    ) -> None:  # fmt: skip
+        super().__init__(name="stamps", daemon=True)
+        self.list_fn, self.key, self.ready = list_fn, key, ready
+        self.seen: dict[str, float] = {}
+        self.error: str | None = None
+        self.rv = list_fn(NS).metadata.resource_version
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        # A raw watch: the client's Watch cannot name resource.k8s.io/v1 models.
+        while not self._halt.is_set():
+            try:
+                resp = self.list_fn(
+                    NS, watch=True, resource_version=self.rv, timeout_seconds=2,
+                    _preload_content=False,
+                )  # fmt: skip
+                try:
+                    for line in iter_resp_lines(resp):
+                        self.take(json.loads(line))
+                finally:
+                    resp.release_conn()
+            except Exception as err:  # expired resource version, dropped stream: from now
+                self.error = repr(err)
+                time.sleep(0.2)
+                self.rv = self.list_fn(NS).metadata.resource_version
+
+    def take(self, event: Obj) -> None:
+        obj = event["object"]
+        if event["type"] == "ERROR":
+            raise RuntimeError(f"watch: {obj.get('message')}")
+        self.rv = obj["metadata"]["resourceVersion"]
+        k = self.key(obj)
+        if k and k not in self.seen and self.ready(obj):
+            self.seen[k] = time.monotonic()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=10)
+
+
+def owner_pod(claim: Obj) -> str | None:
+    owners = claim["metadata"].get("ownerReferences") or []
+    return next((o["name"] for o in owners if o.get("kind") == "Pod"), None)
+
+
+@dataclasses.dataclass
+class Burst:
+    latencies: list[float]
+    span: float  # first creation -> last pod done
+    fabric: int  # claims allocated a fabric device
+    cpu: float  # scheduler CPU seconds from the template's creation to the last pod done
+
+
+def burst(
+    core: client.CoreV1Api, res: client.ResourceV1Api, tag: str, klass: str, pods: int,
+    until: str, cpu: Callable[[], float],
+) -> Burst:  # fmt: skip
+    """Create `pods` pods at once; time each one to bound or to claim allocated."""
+    cpu_before = cpu()
+    res.create_namespaced_resource_claim_template(NS, {
+        "metadata": {"name": tag},
+        "spec": {"spec": {"devices": {"requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": klass}}]}}},
+    })  # fmt: skip
+    if until == "bound":
+        stamps = Stamps(
+            core.list_namespaced_pod,
+            lambda p: str(p["metadata"]["name"]),
+            lambda p: bool(p["spec"].get("nodeName")),
+        )
+    else:
+        stamps = Stamps(
+            res.list_namespaced_resource_claim,
+            owner_pod,
+            lambda c: bool((c.get("status") or {}).get("allocation")),
+        )
+    stamps.start()
+    time.sleep(0.5)  # let the watch connect before the first pod
+    created: dict[str, float] = {}
+    for i in range(pods):
+        name = f"{tag}-{i}"
+        created[name] = time.monotonic()
+        core.create_namespaced_pod(NS, {
+            "metadata": {"name": name},
+            "spec": {"containers": [{"name": "m", "image": "pause",
+                                      "resources": {"claims": [{"name": "c"}]}}],
+                     "resourceClaims": [{"name": "c", "resourceClaimTemplateName": tag}],
+                     "terminationGracePeriodSeconds": 0},
+        }, _preload_content=False)  # fmt: skip
+    deadline = time.monotonic() + ROUND_TIMEOUT
+    while len(stamps.seen) < pods and time.monotonic() < deadline:
+        time.sleep(0.1)
+    cpu_used = cpu() - cpu_before
+    stamps.stop()
+    if len(stamps.seen) < pods and stamps.error:
+        print(f"warning: watch failed: {stamps.error}", flush=True)
+    done = {n: stamps.seen[n] for n in created if n in stamps.seen}
+    fabric = sum(
+        1
+        for c in res.list_namespaced_resource_claim(NS).items
+        if c.status and c.status.allocation
+        for r in c.status.allocation.devices.results or []
+        if r.pool == FABRIC_POOL
+    )
+    clean(core, res, tag)
+    latencies = [done[n] - created[n] for n in done]
+    span = max(done.values()) - min(created.values()) if done else float("nan")
+    return Burst(latencies, span, fabric, cpu_used)
+
+
+def clean(core: client.CoreV1Api, res: client.ResourceV1Api, template: str) -> None:
+    """Delete the round's pods, claims and template and wait until they are gone."""
+    core.delete_collection_namespaced_pod(NS, grace_period_seconds=0)
+    res.delete_collection_namespaced_resource_claim(NS)
+    res.delete_namespaced_resource_claim_template(template, NS)
+    start = time.monotonic()
+    while time.monotonic() - start < 90:
+        claims = res.list_namespaced_resource_claim(NS).items
+        if not claims and not core.list_namespaced_pod(NS).items:
+            return
+        if time.monotonic() - start > 30:  # a finalizer nobody lifts: drop it
+            for c in claims:
+                if c.metadata.finalizers:
+                    res.patch_namespaced_resource_claim(
+                        c.metadata.name, NS, {"metadata": {"finalizers": None}}
+                    )
+        time.sleep(0.5)
+    print(f"warning: round {template} left objects behind after 90 s", flush=True)
+
+
+def figures(b: Burst, pods: int, what: str, done: str) -> str:
+    if not b.latencies:
+        return f"none {done} within {ROUND_TIMEOUT:.0f}s"
+    n = len(b.latencies)
+    missing = f" ({pods - n} not {done} within {ROUND_TIMEOUT:.0f}s)" if n < pods else ""
+    return (
+        f"{n / b.span:.1f} pods/s, {what} latency median "
+        f"{statistics.median(b.latencies):.2f}s p99 {percentile(b.latencies, 0.99):.2f}s, "
+        f"scheduler CPU {b.cpu / pods * 1000:.0f} ms/pod{missing}"
+    )
+
+
+def scheduler_log_summary(log: Path) -> str:
+    """Warnings/errors and slow-cycle traces in the scheduler's log."""
+    if not log.exists():
+        return "scheduler log: missing"
+    lines = log.read_text(errors="replace").splitlines()
+    bad = [ln for ln in lines if re.match(r"^[EW]\d{4} ", ln)]
+    traces = [ln for ln in lines if "Trace[" in ln and "total time" in ln]
+    notable = [ln for ln in lines if re.search(r"incomplete|cel|cost", ln, re.IGNORECASE)]
+    out = f"scheduler log: {len(bad)} warning/error lines, {len(traces)} slow-trace lines"
+    out += f", {len(notable)} mentioning incomplete/CEL/cost"
+    seen: set[str] = set()
+    for ln in bad + notable:
+        msg = ln.split("] ", 1)[-1][:160]
+        if msg not in seen and len(seen) < 4:
+            seen.add(msg)
+            out += f"\n  {msg}"
+    return out
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="sched_bench")
+    parser.add_argument("--nodes", type=int, default=16)
+    parser.add_argument("--local-gpus", type=int, default=2)
+    parser.add_argument("--fabric-gpus", default="0,64,256")
+    parser.add_argument("--pods", type=int, default=30)
+    parser.add_argument("--layout", choices=("gpu-major", "node-major"), default="gpu-major")
+    args = parser.parse_args(argv)
+    run = Path(tempfile.mkdtemp(prefix="pbs-", dir="/tmp"))
+    cluster = localk8s.LocalCluster(run / "k8s", localk8s.bin_dir(build=True)).up()
+    beat = None
+    try:
+        api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+        core, res = client.CoreV1Api(api), client.ResourceV1Api(api)
+        for name in ("gpu.patchbay.dev.yaml", "local-gpu.patchbay.dev.yaml"):
+            for doc in yaml.safe_load_all((REPO / "deviceclasses" / name).read_text()):
+                res.create_device_class(doc)
+        core.create_namespace({"metadata": {"name": NS}})
+        nodes = [f"node-{i:03d}" for i in range(args.nodes)]
+        make_nodes(api, nodes)
+        beat = Heartbeat(api, nodes)
+        beat.start()
+        for node in nodes:
+            for body in local_slices(node, args.local_gpus):
+                res.create_resource_slice(body, _preload_content=False)
+        while not core.list_namespaced_service_account(NS).items:
+            time.sleep(0.2)  # pods need the namespace's default ServiceAccount
+        print(
+            f"{args.nodes} nodes x {args.local_gpus} local GPUs, {args.pods} pods per round",
+            flush=True,
+        )
+        cpu = functools.partial(cpu_seconds, cluster.pids()["kube-scheduler"])
+        previous: list[str] = []
+        for generation, gpus in enumerate((int(x) for x in args.fabric_gpus.split(",")), 1):
+            start = time.monotonic()
+            spec = fabric_spec(gpus, nodes, args.layout)
+            built = time.monotonic() - start
+            previous, api_s = publish_fabric(res, spec, generation, previous)
+            n_dev = len(spec.devices)
+            pool = f"fabric pool {n_dev} devices ({len(previous)} {args.layout} slices)"
+            print(
+                f"{pool}: {gpus} GPUs x {args.nodes} nodes published in {api_s:.2f}s "
+                f"(built in {built:.2f}s)",
+                flush=True,
+            )
+            time.sleep(2)  # the scheduler's informer takes the new slices in
+            b = burst(core, res, f"local-{gpus}", "local-gpu.patchbay.dev", args.pods, "bound", cpu)
+            figs = figures(b, args.pods, "bind", "bound")
+            print(f"{pool}: {args.pods} pods local-gpu: {figs}", flush=True)
+            if n_dev:
+                b = burst(core, res, f"any-{gpus}", "gpu.patchbay.dev", args.pods, "allocated", cpu)
+                figs = figures(b, args.pods, "allocation", "allocated")
+                print(
+                    f"{pool}: {args.pods} pods gpu (local or fabric): {figs}; "
+                    f"{b.fabric} got a fabric device",
+                    flush=True,
+                )
+        untainted = sum(not n.spec.taints for n in core.list_node().items)
+        print(f"heartbeat: {beat.errors} failed renewals, {untainted} nodes untainted at the end")
+        print(scheduler_log_summary(cluster.run_dir / "logs" / "kube-scheduler.log"))
+        print(f"logs: {cluster.run_dir / 'logs'}")
+    finally:
+        if beat is not None:
+            beat.stop()
+        cluster.down()
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])
