@@ -130,28 +130,22 @@ def test_a_fabric_nic_is_offered_as_one_vf_per_adapter_with_its_own_counter() ->
     assert variants == {}
 
 
-def test_slices_hold_whole_devices_and_one_device_change_moves_no_other() -> None:
-    inv = many(10, 20)  # 20 variants a GPU: 3 GPUs (60 variants) a slice
-    spec, variants = build_pool("fabric", inv, reports_for(20), (), ())
+def test_each_slice_holds_one_nodes_variants() -> None:
+    inv = many(10, 20)
+    spec, _ = build_pool("fabric", inv, reports_for(20), (), ())
     slices = [s for s in build_slices(spec) if "devices" in s.spec]
-    assert [len(s.spec["devices"]) for s in slices] == [60, 60, 60, 20]
-
-    def gpus(sl: object) -> list[set[str]]:
-        out = []
-        for s in sl:  # type: ignore[attr-defined]
-            out.append({variants[d["name"]].device_id for d in s.spec["devices"]})
-        return out
-
-    before = gpus(slices)
-    assert all(len(g) <= 3 for g in before)
-    assert sum(len(g) for g in before) == 10  # no GPU straddles two slices
-    # gpu-04 turns critical: its slice loses it, every other slice holds the same GPUs.
-    sick = FabricInventory(
-        tuple(gpu(d.id, tuple(a.node for a in d.adapters), "Critical" if d.id == "gpu-04" else "OK")
-              for d in inv.devices), ())  # fmt: skip
-    spec2, _ = build_pool("fabric", sick, reports_for(20), (), ())
-    after = gpus([s for s in build_slices(spec2) if "devices" in s.spec])
-    assert after == [before[0], before[1] - {"gpu-04"}, before[2], before[3]]
+    assert [len(s.spec["devices"]) for s in slices] == [10] * 20
+    assert [len({d["nodeName"] for d in s.spec["devices"]}) for s in slices] == [1] * 20
+    # A node reaching more than 64 variants is cut, within that node only.
+    spec, _ = build_pool("fabric", many(70, 2), reports_for(2), (), ())
+    slices = [s for s in build_slices(spec) if "devices" in s.spec]
+    assert [len(s.spec["devices"]) for s in slices] == [64, 6, 64, 6]
+    assert [{d["nodeName"] for d in s.spec["devices"]} for s in slices] == [
+        {"node-00"},
+        {"node-00"},
+        {"node-01"},
+        {"node-01"},
+    ]
 
 
 def test_an_allocated_variant_outlives_its_adapter_and_a_restart() -> None:
