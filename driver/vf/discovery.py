@@ -102,7 +102,11 @@ def virtual_functions(pf: PhysFn) -> list[tuple[int, str]]:
     for link in pf.path.glob("virtfn*"):
         suffix = link.name.removeprefix("virtfn")
         if suffix.isdigit():
-            vfs.append((int(suffix), Path(os.path.realpath(link)).name))
+            try:
+                target = os.readlink(link)
+            except OSError:
+                continue  # removed while we listed (sriov_numvfs shrinking)
+            vfs.append((int(suffix), Path(target).name))
     return sorted(vfs)
 
 
