@@ -103,7 +103,7 @@ def virtual_functions(pf: PhysFn) -> list[tuple[int, str]]:
         suffix = link.name.removeprefix("virtfn")
         if suffix.isdigit():
             try:
-                target = os.readlink(link)
+                target = link.readlink()
             except OSError:
                 continue  # removed while we listed (sriov_numvfs shrinking)
             vfs.append((int(suffix), Path(target).name))
