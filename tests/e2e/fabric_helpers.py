@@ -78,6 +78,20 @@ def make_pod(core: Any, ns: str, name: str, tmpl: str, node: str | None = None) 
     core.create_namespaced_pod(ns, {"metadata": {"name": name}, "spec": spec})
 
 
+def pod_attaching(
+    env: Env, resource_api: Any, core: Any, ns: str, name: str, device: str, node: str,
+    latency: float,
+) -> str:  # fmt: skip
+    """A pod asking for fabric ``device`` on ``node``, waited for until its attach
+    is under way (the fabric's attach latency set to ``latency`` first); its
+    template name."""
+    env.fabric.faults(attachLatencySeconds=latency)
+    tmpl = template(resource_api, ns, name, [gpu_request(fabric_device=device)])
+    make_pod(core, ns, name, tmpl, node)
+    wait_for(f"{device} attaching", lambda: device in env.fabric.connections(), timeout=60)
+    return tmpl
+
+
 def phase(core: Any, ns: str, name: str) -> str:
     try:
         return str(core.read_namespaced_pod(name, ns).status.phase)

@@ -26,6 +26,7 @@ from tests.e2e.fabric_helpers import (
     fabric_slices,
     gpu_request,
     make_pod,
+    pod_attaching,
     running,
     template,
 )
@@ -38,10 +39,7 @@ def test_controller_killed_mid_attach_and_fabric_restarted(
     env: Env, resource_api: Any, core: Any, namespace: str
 ) -> None:
     ns, node = namespace, env.nodes[0].name
-    env.fabric.faults(attachLatencySeconds=4)
-    tmpl = template(resource_api, ns, "slow", [gpu_request(fabric_device="gpu-0")])
-    make_pod(core, ns, "slow", tmpl, node)
-    wait_for("gpu-0 attaching", lambda: "gpu-0" in env.fabric.connections(), timeout=60)
+    pod_attaching(env, resource_api, core, ns, "slow", "gpu-0", node, latency=4)
     env.ctl.kill()
     env.fabric.kill()
     env.fabric.start()
@@ -63,10 +61,7 @@ def test_pod_deleted_while_the_controller_is_down_mid_attach_is_rolled_back(
     # while no controller runs and the fabric restarts with the attach in
     # flight; the next incarnation must detach what nobody needs.
     ns, node = namespace, env.nodes[1].name
-    env.fabric.faults(attachLatencySeconds=15)
-    tmpl = template(resource_api, ns, "orphan", [gpu_request(fabric_device="gpu-1")])
-    make_pod(core, ns, "orphan", tmpl, node)
-    wait_for("gpu-1 attaching", lambda: "gpu-1" in env.fabric.connections(), timeout=60)
+    pod_attaching(env, resource_api, core, ns, "orphan", "gpu-1", node, latency=15)
     claim = claim_of(core, resource_api, ns, "orphan").metadata.name
     env.ctl.kill()
     delete_pod(core, ns, "orphan")
