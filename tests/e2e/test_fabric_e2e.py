@@ -73,6 +73,10 @@ def test_fabric_gpu_attached_released_and_reused(
     (result,) = claim.status.allocation.devices.results
     assert result.pool == "fabric"
     assert conditions(claim, result.device) == {"FabricDeviceReady": "True"}
+    # One scheduling cycle: the pod waited in PreBind, it was never rescheduled.
+    events = core.list_namespaced_event(ns, field_selector="involvedObject.name=first").items
+    assert [e.reason for e in events if e.reason == "FailedScheduling"] == []
+    assert sum(e.reason == "Scheduled" for e in events) == 1
     assert env.fabric.connections()["gpu-2"][:2] == (node, "adapter1")
     # The attached GPU is never offered as a free local device.
     assert node_gpus(resource_api, node) == []
