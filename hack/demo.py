@@ -56,11 +56,16 @@ def pair_template(res: client.ResourceV1Api) -> None:
 def workload(core: client.CoreV1Api, res: client.ResourceV1Api) -> None:
     core.create_namespace({"metadata": {"name": "demo"}})
     for count in sorted(set(PODS.values())):
+        # Local GPUs first; the scheduler prefers nodes where the first choice fits,
+        # so the fabric is used only once no node has `count` local GPUs free.
         res.create_namespaced_resource_claim_template("demo", {
             "metadata": {"name": f"gpus-{count}"},
-            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
-                "deviceClassName": "gpu.patchbay.dev", "allocationMode": "ExactCount",
-                "count": count}}]}}},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "firstAvailable": [
+                {"name": "local", "deviceClassName": "local-gpu.patchbay.dev",
+                 "allocationMode": "ExactCount", "count": count},
+                {"name": "any", "deviceClassName": "gpu.patchbay.dev",
+                 "allocationMode": "ExactCount", "count": count},
+            ]}]}}},
         })  # fmt: skip
     pair_template(res)
     templates = {name: f"gpus-{count}" for name, count in PODS.items()}

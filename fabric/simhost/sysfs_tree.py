@@ -135,11 +135,16 @@ class SysfsTree:
         (pf / "net" / nic.netdev).mkdir(parents=True)
         (pf / "net" / nic.netdev / "address").write_text(f"{nic.mac or derived_mac(nic.bdf)}\n")
         (pf / "sriov_totalvfs").write_text(f"{nic.total_vfs}\n")
-        (pf / "sriov_numvfs").write_text(f"{nic.num_vfs}\n")
         (pf / "sriov_offset").write_text(f"{nic.vf_offset}\n")
         (pf / "sriov_stride").write_text(f"{nic.vf_stride}\n")
         (pf / "sriov_vf_device").write_text(f"{nic.vf_device_id:x}\n")
-        return [nic.bdf, *(self.add_vf(nic.bdf, i) for i in range(nic.num_vfs))]
+        vfs = [self.add_vf(nic.bdf, i) for i in range(nic.num_vfs)]
+        # Last and atomically: a sysfs-effects watcher (another process, for a
+        # hot-add) acts on sriov_numvfs and must never see it ahead of the VFs.
+        tmp = pf / ".sriov_numvfs.tmp"
+        tmp.write_text(f"{nic.num_vfs}\n")
+        tmp.replace(pf / "sriov_numvfs")
+        return [nic.bdf, *vfs]
 
     def add_vf(self, pf_bdf: str, index: int) -> str:
         """Create VF ``index`` of a PF from the PF's own SR-IOV files (as the
