@@ -57,6 +57,7 @@ class Reconciler:
         self.publisher = SlicePublisher(
             api, {"fieldSelector": "spec.driver=patchbay.dev"}, self.pool, "patchbay-controller"
         )
+        self.publisher.on_listed = self.mark  # the first pass waits for the stored slices
         self.inventory: FabricInventory | None = None
         self.variants: dict[str, Variant] = {}  # every variant ever published, by name
         self.published: dict[str, Device] = {}  # the last published device of each name
@@ -127,15 +128,21 @@ class Reconciler:
 
     def reconcile(self) -> None:
         """One level-triggered pass (no awaits: work goes to worker tasks)."""
-        if not (
-            self.claims.synced.is_set()
-            and self.nodes.synced.is_set()
-            and self.publisher.synced.is_set()
-        ):
+        waiting = [
+            what
+            for what, ready in (
+                ("claims", self.claims.synced.is_set()),
+                ("nodes", self.nodes.synced.is_set()),
+                ("slices", self.publisher.synced.is_set()),
+                ("fabric inventory", self.inventory is not None),
+            )
+            if not ready
+        ]
+        if waiting:
+            log.debug("reconcile waits for: %s", ", ".join(waiting))
             return
         inv = self.inventory
-        if inv is None:
-            return
+        assert inv is not None
         if not self.published:  # first pass: what a previous incarnation published
             self.published = published_devices(self.publisher.stored().values())
         now = time.monotonic()

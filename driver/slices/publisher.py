@@ -49,7 +49,9 @@ class SlicePublisher:
         self._synced = asyncio.Event()
         self.synced = self._synced  # set once the first listing is in the cache
         self.in_sync = asyncio.Event()
-        self.on_change: Callable[[], None] | None = None
+        # Called on the loop after every (re)listing, the first one included:
+        # an owner that waits for ``synced`` learns of it without polling.
+        self.on_listed: Callable[[], None] | None = None
 
     def set_pool(self, pool: PoolSpec) -> None:
         """Declare what the pool should hold; the reconcile task does the rest."""
@@ -79,6 +81,8 @@ class SlicePublisher:
                 }
                 self._synced.set()
                 self._dirty.set()
+                if self.on_listed is not None:
+                    self.on_listed()
                 rv = listing["metadata"]["resourceVersion"]
                 delay = BACKOFF_START
                 while True:
