@@ -23,11 +23,13 @@ from driver.devices.inventory import NodeInventory
 from driver.devices.kind import DeviceType, all_handlers, scan_all
 from driver.fabric_devices.naming import FABRIC_POOL
 from driver.fabric_devices.node import AnnotationPublisher, FabricNodeView, parse_adapters
+from driver.health.monitor import HealthMonitor
 from driver.kube.api import KubeApi
 from driver.kube.objects import ApiClaimReader, owner_reference, wait_for_node
 from driver.node import hotplug
 from driver.slices.build import PoolSpec, slice_name_prefix
 from driver.slices.publisher import SlicePublisher
+from plugin.device_types import xid_watcher
 from plugin.flock import ClaimLock
 from plugin.grpc_server import PluginServers
 from plugin.http_server import serve_http
@@ -60,6 +62,8 @@ class NodePlugin:
         )
         self.owner: dict[str, Any] | None = None
         self.preparer: ClaimPreparer | None = None
+        self.health = HealthMonitor()
+        self.xid = xid_watcher(self.device_types, self.health.report_xid)
         self._serving = False
         self.fabric: FabricNodeView | None = None
         self.fabric_report: AnnotationPublisher | None = None
@@ -79,6 +83,11 @@ class NodePlugin:
             self.inventory.replace_pool(FABRIC_POOL, attached)
             self.report_fabric()
         changed = self.inventory.replace_pool(self.pool_name, devices)
+        self.health.set_devices(
+            {p: self.inventory.devices(p) for p in (self.pool_name, FABRIC_POOL)}
+        )
+        if self.xid is not None:
+            self.xid.set_gpus(self.health.gpus())
         if changed or self.owner is not None:
             self.publisher.set_pool(
                 PoolSpec(
@@ -112,6 +121,9 @@ class NodePlugin:
 
     async def run(self) -> None:
         s = self.settings
+        self.health.bind_loop()
+        if self.xid is not None:
+            self.xid.start()
         node = await wait_for_node(self.api, s.node_name)
         self.owner = owner_reference(node)
         await self.rescan()
@@ -132,7 +144,9 @@ class NodePlugin:
         preparer.on_change = self.report_fabric
         self.report_fabric()
         lock = ClaimLock(paths.lock_file if s.pod_uid else None)
-        servers = PluginServers(paths, preparer, None, lock=lock)
+        # Device health (KEP-4680) is served where NVML can deliver GPU XIDs.
+        health = self.health if self.xid is not None else None
+        servers = PluginServers(paths, preparer, health, lock=lock)
 
         async def serve() -> None:
             self._serving = True
@@ -153,3 +167,6 @@ class NodePlugin:
                     group.create_task(hotplug.watch(events, self.rescan), name="hotplug")
         except* _Stopped:
             log.info("plugin stopped")
+        finally:
+            if self.xid is not None:
+                await asyncio.to_thread(self.xid.stop)

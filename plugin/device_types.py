@@ -5,9 +5,12 @@ The one place that lists the families; each family lives in ``driver/``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from driver.devices.kind import DeviceType
 from driver.fabric_devices.node import FabricNodeView, parse_adapters
 from driver.gpu.kind import GpuType
+from driver.health.xid import XidWatcher
 from driver.mig.discovery import mig_support
 from driver.nvml.pynvml_backend import PynvmlBackend
 from driver.vf.config import load_pool_config
@@ -39,7 +42,7 @@ def device_types(settings: PluginSettings) -> list[DeviceType]:
         else None
     )
     return [
-        GpuType(nvml, settings.sysfs_root, settings.dev_root, mig=mig),
+        GpuType(nvml, settings.sysfs_root, settings.dev_root, mig=mig, events=nvml),
         VfType(
             load_pool_config(settings.vf_config),
             settings.sysfs_root,
@@ -47,3 +50,13 @@ def device_types(settings: PluginSettings) -> list[DeviceType]:
             always=fabric.behind_adapter if fabric is not None else None,
         ),
     ]
+
+
+def xid_watcher(
+    types: Sequence[DeviceType], on_xid: Callable[[str, int], None]
+) -> XidWatcher | None:
+    """The XID watcher of the GPU family, if this plugin serves GPUs with NVML events."""
+    for t in types:
+        if isinstance(t, GpuType):
+            return t.xid_watcher(on_xid)
+    return None

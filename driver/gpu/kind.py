@@ -8,24 +8,32 @@ sees a MIG change halfway (``driver.mig.session``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from driver.devices.handler import DeviceHandler
 from driver.devices.kind import Discovery
 from driver.gpu.prepare import GpuHandler
+from driver.health.xid import XidWatcher
 from driver.node.scanner import GpuSource, SysfsTopology, scan_gpus
 
 if TYPE_CHECKING:
     from driver.mig.discovery import MigSupport
+    from driver.nvml.backend import NvmlBackend
 
 
 class GpuType:
     def __init__(
-        self, source: GpuSource, sysfs_root: Path, dev_root: Path, mig: MigSupport | None = None
+        self,
+        source: GpuSource,
+        sysfs_root: Path,
+        dev_root: Path,
+        mig: MigSupport | None = None,
+        events: NvmlBackend | None = None,
     ) -> None:
         self._source = source
+        self._events = events
         self._topology = SysfsTopology(sysfs_root)
         self._mig = mig
         self._handler = GpuHandler(dev_root, guard=mig.guard if mig else None)
@@ -35,6 +43,13 @@ class GpuType:
             return Discovery(devices=tuple(scan_gpus(self._source, self._topology)))
         with self._mig.session.lock:
             return self._mig.extend(scan_gpus(self._source, self._topology))
+
+    def xid_watcher(self, on_xid: Callable[[str, int], None]) -> XidWatcher | None:
+        """A watcher of these GPUs' XIDs (None without an event source); not started."""
+        if self._events is None:
+            return None
+        lock = self._mig.session.lock if self._mig is not None else None
+        return XidWatcher(self._events, on_xid, lock)
 
     def handlers(self) -> Mapping[str, DeviceHandler]:
         if self._mig is None:

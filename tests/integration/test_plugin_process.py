@@ -23,7 +23,14 @@ from simnode import PluginProcess, apply_plugin_rbac, build_nvml_mock
 from driver.faults import PREPARE_POINTS
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
-from plugin.proto import dra_v1_pb2, dra_v1_pb2_grpc, registration_pb2, registration_pb2_grpc
+from plugin.proto import (
+    dra_v1_pb2,
+    dra_v1_pb2_grpc,
+    health_v1alpha1_pb2,
+    health_v1alpha1_pb2_grpc,
+    registration_pb2,
+    registration_pb2_grpc,
+)
 from tests.e2e.helpers import unique, wait_for
 from tests.kube.claims import allocated_claim
 
@@ -196,3 +203,39 @@ def test_crash_at_each_prepare_step_converges(
     assert checkpoint["claims"] == {}
     leftovers = [p.name for p in plugin.plugin_dir.iterdir() if ".tmp-" in p.name]
     assert leftovers == []
+
+
+def test_health_stream_reports_a_critical_xid(  # type: ignore[no-untyped-def]
+    plugin: PluginProcess, resource_api, node: str
+) -> None:
+    kubelet = wait_registered(plugin)
+    info = kubelet.get_info()
+    assert "v1alpha1.DRAResourceHealth" in info.supported_versions
+    wait_for("slices published", lambda: our_slices(resource_api, node), timeout=30)
+    uuid = {
+        d.name: d.attributes["uuid"].string
+        for s in our_slices(resource_api, node)
+        for d in s.spec.devices or []
+    }
+    with grpc.insecure_channel(f"unix://{info.endpoint}") as ch:
+        stub = health_v1alpha1_pb2_grpc.DRAResourceHealthStub(ch)
+        stream = stub.NodeWatchResources(
+            health_v1alpha1_pb2.NodeWatchResourcesRequest(), timeout=60
+        )
+        first = next(stream)
+        healthy = health_v1alpha1_pb2.HEALTHY
+        assert {d.device.device_name: d.health for d in first.devices} == {
+            "gpu-0": healthy,
+            "gpu-1": healthy,
+        }
+        plugin.host.nvml.queue_xid(uuid["gpu-1"], 48)  # double-bit ECC error
+        for update in stream:
+            bad = {
+                d.device.device_name: d.message
+                for d in update.devices
+                if d.health == health_v1alpha1_pb2.UNHEALTHY
+            }
+            if bad:
+                assert bad == {"gpu-1": "GPU reported critical XID 48"}
+                break
+        stream.cancel()

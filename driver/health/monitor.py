@@ -1,0 +1,114 @@
+"""The health of the plugin's devices, from GPU XID events (KEP-4680).
+
+Why: a GPU that reports a critical XID (fell off the bus, double-bit ECC,
+row-remap failure, ...) keeps running pods that can no longer trust it. The
+kubelet's ``DRAResourceHealth`` stream puts each device's health into the
+status of the pods using it. This module keeps the complete list: every
+device of the plugin's pools, ``HEALTHY`` until its GPU (a MIG device's
+parent GPU) reports a critical XID, then ``UNHEALTHY`` with the XID in the
+message. VFs have no health source yet and stay ``HEALTHY``. A GPU that
+leaves the node (hot-unplug) leaves the list; one that comes back starts
+healthy again (the XID is the hardware's verdict until a reset or re-plug).
+
+Concurrency: lives on the plugin's asyncio loop. :meth:`report_xid` may be
+called from any thread (it hops onto the loop); several kubelet streams can
+iterate :meth:`updates` at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+
+from driver.devices.model import Device
+from driver.health.model import DeviceHealth, HealthStatus
+
+log = logging.getLogger(__name__)
+
+# Application-level XIDs (bad memory access by a program, graphics engine
+# exceptions, ...): the GPU itself is fine. Everything else is critical, as in
+# NVIDIA's own device plugin.
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+
+
+def gpu_of(device: Device) -> str | None:
+    """The UUID of the GPU whose health decides this device's, if any."""
+    if device.kind == "gpu":
+        return device.local_id
+    parent = device.attributes.get("parentUUID")
+    return parent if device.kind == "mig" and isinstance(parent, str) else None
+
+
+class HealthMonitor:
+    """The latest health list of every device, and a change signal."""
+
+    def __init__(self) -> None:
+        self._pools: dict[str, tuple[Device, ...]] = {}
+        self._bad: dict[str, tuple[int, int]] = {}  # GPU UUID -> (XID, unix time)
+        self._since = int(time.time())
+        self._changed = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def bind_loop(self) -> None:
+        """Remember the running loop (for reports from other threads)."""
+        self._loop = asyncio.get_running_loop()
+
+    def set_devices(self, pools: Mapping[str, Iterable[Device]]) -> None:
+        """The devices of each pool now (after a scan); on the loop."""
+        new = {p: tuple(ds) for p, ds in pools.items()}
+        if new == self._pools:
+            return
+        self._pools = new
+        present = {u for ds in new.values() for d in ds if (u := gpu_of(d))}
+        for uuid in set(self._bad) - present:
+            del self._bad[uuid]  # unplugged: a device that comes back starts afresh
+        self._notify()
+
+    def gpus(self) -> list[str]:
+        """UUIDs of the GPUs to watch."""
+        return sorted({d.local_id for ds in self._pools.values() for d in ds if d.kind == "gpu"})
+
+    def report_xid(self, uuid: str, xid: int) -> None:
+        """An XID from NVML; thread-safe."""
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if self._loop is not None and running is not self._loop:
+            self._loop.call_soon_threadsafe(self._take, uuid, xid)
+        else:
+            self._take(uuid, xid)
+
+    def _take(self, uuid: str, xid: int) -> None:
+        if xid in APPLICATION_XIDS:
+            log.info("GPU %s: XID %d (application error, device stays healthy)", uuid, xid)
+            return
+        if uuid in self._bad:
+            return
+        log.error("GPU %s: critical XID %d: marked unhealthy", uuid, xid)
+        self._bad[uuid] = (xid, int(time.time()))
+        self._notify()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def snapshot(self) -> list[DeviceHealth]:
+        out = []
+        for pool, devices in sorted(self._pools.items()):
+            for d in devices:
+                bad = self._bad.get(gpu_of(d) or "")
+                if bad is None:
+                    out.append(DeviceHealth(pool, d.name, HealthStatus.HEALTHY, self._since))
+                else:
+                    why = f"GPU reported critical XID {bad[0]}"
+                    out.append(DeviceHealth(pool, d.name, HealthStatus.UNHEALTHY, bad[1], 0, why))
+        return out
+
+    async def updates(self) -> AsyncIterator[Sequence[DeviceHealth]]:
+        while True:
+            changed = self._changed
+            yield self.snapshot()
+            await changed.wait()

@@ -1,0 +1,92 @@
+"""A thread that waits for GPU XID events through NVML.
+
+Why: NVML delivers XIDs through an event set that must stay registered
+while the plugin runs; a wait blocks, so it gets a thread of its own. The
+thread holds one NVML initialisation for the life of its event set (NVML
+counts initialisations, so the scans' own init/shutdown pairs never pull the
+library from under it) and takes the plugin's NVML session lock only to
+build or drop the set, never while it waits. When the set of GPUs changes
+(hot-plug) the set is rebuilt; an NVML error backs off and retries, it never
+ends the thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+from driver.errors import PatchbayError
+from driver.nvml.backend import EventWatcher, NvmlBackend
+
+log = logging.getLogger(__name__)
+
+WAIT_MS = 500
+BACKOFF_S = (1.0, 30.0)
+
+
+class XidWatcher:
+    def __init__(
+        self,
+        backend: NvmlBackend,
+        on_xid: Callable[[str, int], None],
+        lock: threading.RLock | None = None,
+    ) -> None:
+        self._backend = backend
+        self._on_xid = on_xid
+        self._lock = lock if lock is not None else threading.RLock()
+        self._wanted: tuple[str, ...] = ()
+        self._changed = threading.Condition()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="xid-watcher", daemon=True)
+
+    def start(self) -> XidWatcher:
+        self._thread.start()
+        return self
+
+    def set_gpus(self, uuids: Sequence[str]) -> None:
+        with self._changed:
+            self._wanted = tuple(sorted(uuids))
+            self._changed.notify_all()
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._changed:
+            self._changed.notify_all()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        delay = BACKOFF_S[0]
+        while not self._stop.is_set():
+            with self._changed:
+                uuids = self._wanted
+                if not uuids:
+                    self._changed.wait(1.0)
+                    continue
+            try:
+                self._watch(uuids)
+                delay = BACKOFF_S[0]
+            except (PatchbayError, OSError) as exc:
+                log.warning("XID watch failed (retry in %.0fs): %s", delay, exc)
+                self._stop.wait(delay)
+                delay = min(delay * 2, BACKOFF_S[1])
+
+    def _watch(self, uuids: tuple[str, ...]) -> None:
+        with self._lock:
+            self._backend.init()
+            try:
+                watcher: EventWatcher = self._backend.watch_events(uuids)
+            except BaseException:
+                self._backend.shutdown()
+                raise
+        log.info("watching XIDs of %d GPU(s)", len(uuids))
+        try:
+            while not self._stop.is_set() and self._wanted == uuids:
+                for event in watcher.wait(WAIT_MS):
+                    self._on_xid(event.uuid, event.xid)
+        finally:
+            with self._lock, contextlib.suppress(PatchbayError, OSError):
+                watcher.close()
+            with self._lock, contextlib.suppress(PatchbayError, OSError):
+                self._backend.shutdown()

@@ -1,0 +1,69 @@
+"""Device health from GPU XIDs: the monitor's lists and the NVML watcher thread."""
+
+from __future__ import annotations
+
+import asyncio
+
+from driver.devices.model import Device
+from driver.health.model import HealthStatus
+from driver.health.monitor import HealthMonitor
+from driver.health.xid import XidWatcher
+from driver.nvml.fake import FakeNvml
+from driver.nvml.fake_state import FakeMachine
+
+GPU0 = Device("gpu-0", "gpu", "GPU-aaaa")
+GPU1 = Device("gpu-1", "gpu", "GPU-bbbb")
+MIG = Device("gpu-0-mig-1g", "mig", "MIG-1", {"parentUUID": "GPU-aaaa"})
+VF = Device("vf-0000-17-00-2", "vf", "0000:17:00.2")
+
+
+def states(monitor: HealthMonitor) -> dict[str, HealthStatus]:
+    return {d.device_name: d.status for d in monitor.snapshot()}
+
+
+async def test_critical_xid_marks_the_gpu_and_its_mig_devices_unhealthy() -> None:
+    monitor = HealthMonitor()
+    monitor.bind_loop()
+    monitor.set_devices({"node-a": [GPU0, GPU1, MIG, VF]})
+    assert set(states(monitor).values()) == {HealthStatus.HEALTHY}
+    assert monitor.gpus() == ["GPU-aaaa", "GPU-bbbb"]
+    stream = aiter(monitor.updates())
+    assert len(await anext(stream)) == 4
+    monitor.report_xid("GPU-aaaa", 13)  # an application error: still healthy
+    monitor.report_xid("GPU-aaaa", 79)  # fell off the bus
+    after = await asyncio.wait_for(anext(stream), 2)
+    bad = {d.device_name: d.message for d in after if d.status is HealthStatus.UNHEALTHY}
+    assert bad == {
+        "gpu-0": "GPU reported critical XID 79",
+        "gpu-0-mig-1g": "GPU reported critical XID 79",
+    }
+    # Unplugged and plugged back: healthy again.
+    monitor.set_devices({"node-a": [GPU1, VF]})
+    monitor.set_devices({"node-a": [GPU0, GPU1, VF]})
+    assert set(states(monitor).values()) == {HealthStatus.HEALTHY}
+
+
+async def test_watcher_delivers_nvml_xids_and_follows_the_gpu_set() -> None:
+    machine = FakeMachine()
+    machine.add_gpu("GPU-aaaa", "H100-SXM5-80GB", "0000:3b:00.0")
+    machine.add_gpu("GPU-bbbb", "H100-SXM5-80GB", "0000:86:00.0")
+    monitor = HealthMonitor()
+    monitor.bind_loop()
+    monitor.set_devices({"node-a": [GPU0, GPU1]})
+    watcher = XidWatcher(FakeNvml(machine), monitor.report_xid).start()
+    try:
+        watcher.set_gpus(["GPU-aaaa"])  # gpu-1 not watched yet
+        await asyncio.sleep(0.3)
+        machine.queue_xid("GPU-bbbb", 48)
+        machine.queue_xid("GPU-aaaa", 31)  # application error
+        await asyncio.sleep(0.3)
+        assert set(states(monitor).values()) == {HealthStatus.HEALTHY}
+        watcher.set_gpus(monitor.gpus())  # the set is rebuilt with both GPUs
+        machine.queue_xid("GPU-bbbb", 48)
+        for _ in range(100):
+            if states(monitor)["gpu-1"] is HealthStatus.UNHEALTHY:
+                break
+            await asyncio.sleep(0.05)
+        assert states(monitor) == {"gpu-0": HealthStatus.HEALTHY, "gpu-1": HealthStatus.UNHEALTHY}
+    finally:
+        await asyncio.to_thread(watcher.stop)
