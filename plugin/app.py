@@ -21,6 +21,7 @@ from driver.checkpoint import CheckpointStore, read_boot_id
 from driver.claims.preparer import ClaimPreparer
 from driver.devices.inventory import NodeInventory
 from driver.devices.kind import DeviceType, all_handlers, scan_all
+from driver.devices.model import CounterSet
 from driver.fabric_devices.naming import FABRIC_POOL
 from driver.fabric_devices.node import AnnotationPublisher, FabricNodeView, parse_adapters
 from driver.health.monitor import HealthMonitor
@@ -63,6 +64,8 @@ class NodePlugin:
         self.owner: dict[str, Any] | None = None
         self.preparer: ClaimPreparer | None = None
         self.health = HealthMonitor()
+        self.health.on_change = self.publish
+        self._counter_sets: tuple[CounterSet, ...] = ()
         self.xid = xid_watcher(self.device_types, self.health.report_xid)
         self._serving = False
         self.fabric: FabricNodeView | None = None
@@ -77,6 +80,7 @@ class NodePlugin:
         async with self._scan_lock:
             found = await asyncio.to_thread(scan_all, self.device_types)
         devices = list(found.devices)
+        self._counter_sets = found.counter_sets
         if self.fabric is not None and self.fabric_report is not None:
             # Fabric-attached GPUs are prepared from the fabric pool, never offered locally.
             devices, attached = await asyncio.to_thread(self.fabric.split, devices)
@@ -89,19 +93,23 @@ class NodePlugin:
         if self.xid is not None:
             self.xid.set_gpus(self.health.gpus())
         if changed or self.owner is not None:
-            self.publisher.set_pool(
-                PoolSpec(
-                    driver=DRIVER_NAME,
-                    pool_name=self.pool_name,
-                    name_prefix=slice_name_prefix(self.pool_name, DRIVER_NAME),
-                    node_selection={"nodeName": self.settings.node_name},
-                    devices=tuple(self.inventory.devices(self.pool_name)),
-                    counter_sets=found.counter_sets,
-                    owner=self.owner,
-                )
-            )
+            self.publish()
         if changed:
             log.info("node pool now has %d devices", len(devices))
+
+    def publish(self) -> None:
+        """Declare the node pool as the inventory and device health say."""
+        self.publisher.set_pool(
+            PoolSpec(
+                driver=DRIVER_NAME,
+                pool_name=self.pool_name,
+                name_prefix=slice_name_prefix(self.pool_name, DRIVER_NAME),
+                node_selection={"nodeName": self.settings.node_name},
+                devices=tuple(self.health.tainted(self.inventory.devices(self.pool_name))),
+                counter_sets=self._counter_sets,
+                owner=self.owner,
+            )
+        )
 
     def report_fabric(self) -> None:
         """Refresh the Node's fabric report (attached devices, which are held).

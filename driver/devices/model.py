@@ -92,6 +92,25 @@ class CounterSet:
 
 
 @dataclass(frozen=True)
+class DeviceTaint:
+    """A taint on a device (``DRADeviceTaints``): claims that do not tolerate
+    it are not allocated the device (``NoSchedule``) or are evicted
+    (``NoExecute``). ``time_added`` is RFC 3339; we set it so the apiserver
+    has nothing to default (a defaulted field would read as a difference)."""
+
+    key: str
+    value: str
+    effect: str
+    time_added: str
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"key": self.key, "effect": self.effect, "timeAdded": self.time_added}
+        if self.value:
+            out["value"] = self.value
+        return out
+
+
+@dataclass(frozen=True)
 class Device:
     """One allocatable device of a pool.
 
@@ -111,6 +130,7 @@ class Device:
     binds_to_node: bool = False
     binding_conditions: tuple[str, ...] = ()
     binding_failure_conditions: tuple[str, ...] = ()
+    taints: tuple[DeviceTaint, ...] = ()
 
     def has_counters(self) -> bool:
         return bool(self.consumes_counters)
@@ -133,6 +153,8 @@ class Device:
             out["bindingConditions"] = list(self.binding_conditions)
         if self.binding_failure_conditions:
             out["bindingFailureConditions"] = list(self.binding_failure_conditions)
+        if self.taints:
+            out["taints"] = [t.to_json() for t in self.taints]
         return out
 
     @classmethod
@@ -158,4 +180,13 @@ class Device:
             binds_to_node=bool(raw.get("bindsToNode")),
             binding_conditions=tuple(raw.get("bindingConditions") or ()),
             binding_failure_conditions=tuple(raw.get("bindingFailureConditions") or ()),
+            taints=tuple(
+                DeviceTaint(
+                    str(t["key"]),
+                    str(t.get("value", "")),
+                    str(t["effect"]),
+                    str(t.get("timeAdded", "")),
+                )
+                for t in raw.get("taints") or ()
+            ),
         )

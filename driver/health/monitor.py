@@ -9,6 +9,9 @@ parent GPU) reports a critical XID, then ``UNHEALTHY`` with the XID in the
 message. VFs have no health source yet and stay ``HEALTHY``. A GPU that
 leaves the node (hot-unplug) leaves the list; one that comes back starts
 healthy again (the XID is the hardware's verdict until a reset or re-plug).
+The plugin also publishes an unhealthy GPU and its MIG devices with a
+``NoSchedule`` taint (``DRADeviceTaints``), so the scheduler stops handing
+them out while the pods already using them keep running.
 
 Concurrency: lives on the plugin's asyncio loop. :meth:`report_xid` may be
 called from any thread (it hops onto the loop); several kubelet streams can
@@ -18,11 +21,12 @@ iterate :meth:`updates` at once.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 
-from driver.devices.model import Device
+from driver.devices.model import Device, DeviceTaint
 from driver.health.model import DeviceHealth, HealthStatus
 
 log = logging.getLogger(__name__)
@@ -31,6 +35,7 @@ log = logging.getLogger(__name__)
 # exceptions, ...): the GPU itself is fine. Everything else is critical, as in
 # NVIDIA's own device plugin.
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+TAINT_KEY = "patchbay.dev/unhealthy"
 
 
 def gpu_of(device: Device) -> str | None:
@@ -50,6 +55,7 @@ class HealthMonitor:
         self._since = int(time.time())
         self._changed = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.on_change: Callable[[], None] | None = None  # on the loop, after any change
 
     def bind_loop(self) -> None:
         """Remember the running loop (for reports from other threads)."""
@@ -94,6 +100,20 @@ class HealthMonitor:
     def _notify(self) -> None:
         self._changed.set()
         self._changed = asyncio.Event()
+        if self.on_change is not None:
+            self.on_change()
+
+    def tainted(self, devices: Iterable[Device]) -> list[Device]:
+        """``devices`` with a ``NoSchedule`` taint on those of an unhealthy GPU."""
+        out = []
+        for d in devices:
+            bad = self._bad.get(gpu_of(d) or "")
+            if bad is not None:
+                stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(bad[1]))
+                taint = DeviceTaint(TAINT_KEY, f"xid-{bad[0]}", "NoSchedule", stamp)
+                d = dataclasses.replace(d, taints=(*d.taints, taint))
+            out.append(d)
+        return out
 
     def snapshot(self) -> list[DeviceHealth]:
         out = []

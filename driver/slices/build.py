@@ -82,7 +82,7 @@ def _chunks(devices: Sequence[Device]) -> list[list[Device]]:
         candidate = [*current, device]
         cap = (
             limits.MAX_DEVICES_WITH_COUNTERS_OR_TAINTS
-            if any(d.has_counters() for d in candidate)
+            if any(d.has_counters() or d.taints for d in candidate)
             else limits.MAX_DEVICES
         )
         if len(candidate) > cap:

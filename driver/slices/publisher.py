@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 BACKOFF_START = 0.2
 BACKOFF_MAX = 30.0
+REWRITES_BEFORE_BACKOFF = 3
+BACKOFF_STUCK_MAX = 300.0
 
 
 class SlicePublisher:
@@ -45,6 +47,11 @@ class SlicePublisher:
         self._cache: dict[str, dict[str, Any]] = {}
         self._desired: PoolSpec | None = None
         self._generation = 0
+        # Consecutive rewrites of one unchanged desired pool: the apiserver does
+        # not keep what we write (a field dropped by a disabled feature gate,
+        # someone fighting us). We back off instead of writing in a hot loop.
+        self._rewrites = 0
+        self._last_written: PoolSpec | None = None
         self._dirty = asyncio.Event()
         self._synced = asyncio.Event()
         self.synced = self._synced  # set once the first listing is in the cache
@@ -137,6 +144,16 @@ class SlicePublisher:
         if diff.in_sync:
             self.in_sync.set()
             return
+        self._rewrites = self._rewrites + 1 if pool is self._last_written else 0
+        self._last_written = pool
+        if self._rewrites >= REWRITES_BEFORE_BACKOFF:
+            delay = min(2.0**self._rewrites, BACKOFF_STUCK_MAX)
+            log.error(
+                "pool %s: the stored slices differ again after %d rewrites of the same pool"
+                " (a field the apiserver drops? DRA feature gates?); next write in %.0fs",
+                pool.pool_name, self._rewrites, delay,
+            )  # fmt: skip
+            await asyncio.sleep(delay)
         log.info(
             "pool %s: writing generation %d (%d create, %d update, %d delete)",
             pool.pool_name,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -239,3 +240,17 @@ def test_health_stream_reports_a_critical_xid(  # type: ignore[no-untyped-def]
                 assert bad == {"gpu-1": "GPU reported critical XID 48"}
                 break
         stream.cancel()
+
+    # The unhealthy GPU is also tainted in its slice, and the pool settles.
+    def taints() -> dict[str, list[tuple[str, str, str]]]:
+        return {
+            d.name: [(t.key, t.value, t.effect) for t in d.taints or []]
+            for s in our_slices(resource_api, node)
+            for d in s.spec.devices or []
+        }
+
+    want = {"gpu-0": [], "gpu-1": [("patchbay.dev/unhealthy", "xid-48", "NoSchedule")]}
+    wait_for("gpu-1 tainted", lambda: taints() == want, timeout=30)
+    versions = [s.metadata.resource_version for s in our_slices(resource_api, node)]
+    time.sleep(2)
+    assert [s.metadata.resource_version for s in our_slices(resource_api, node)] == versions

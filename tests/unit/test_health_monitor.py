@@ -37,6 +37,16 @@ async def test_critical_xid_marks_the_gpu_and_its_mig_devices_unhealthy() -> Non
         "gpu-0": "GPU reported critical XID 79",
         "gpu-0-mig-1g": "GPU reported critical XID 79",
     }
+    (t_gpu, t_mig) = (d for d in monitor.tainted([GPU0, GPU1, MIG, VF]) if d.taints)
+    assert [d.name for d in (t_gpu, t_mig)] == ["gpu-0", "gpu-0-mig-1g"]
+    (taint,) = t_gpu.taints
+    assert (taint.key, taint.value, taint.effect) == (
+        "patchbay.dev/unhealthy",
+        "xid-79",
+        "NoSchedule",
+    )
+    back = Device.from_json(t_gpu.to_json(), t_gpu.local_id)
+    assert back == t_gpu  # the slice JSON keeps the taint, timeAdded included
     # Unplugged and plugged back: healthy again.
     monitor.set_devices({"node-a": [GPU1, VF]})
     monitor.set_devices({"node-a": [GPU0, GPU1, VF]})

@@ -1,0 +1,65 @@
+"""The slice publisher backs off when the apiserver does not keep what it writes.
+
+A field the apiserver drops (``taints`` with ``DRADeviceTaints`` off, for
+instance) makes every stored slice differ from the desired one again; before
+the guard that meant a rewrite per watch event, hundreds a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from driver.devices.model import Device, DeviceTaint
+from driver.slices.build import PoolSpec
+from driver.slices.publisher import SlicePublisher
+
+
+class DroppingApi:
+    """Stores slices without their devices' taints and echoes each write as a watch event."""
+
+    def __init__(self) -> None:
+        self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.writes = 0
+        self._rv = 1
+
+    def _store(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.writes += 1
+        self._rv += 1
+        stored = copy.deepcopy(body)
+        stored["metadata"]["resourceVersion"] = str(self._rv)
+        for d in stored["spec"].get("devices") or ():
+            d.pop("taints", None)
+        self.events.put_nowait({"type": "MODIFIED", "object": stored})
+        return stored
+
+    async def get(self, path: str, query: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        return {"items": [], "metadata": {"resourceVersion": "1"}}
+
+    async def watch(self, path: str, query: Mapping[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        while True:
+            yield await self.events.get()
+
+    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._store(body)
+
+    async def replace(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        return self._store(body)
+
+
+async def test_a_dropped_field_does_not_make_a_hot_write_loop() -> None:
+    api = DroppingApi()
+    publisher = SlicePublisher(api, {}, "node-a")  # type: ignore[arg-type]
+    taint = DeviceTaint("patchbay.dev/unhealthy", "xid-48", "NoSchedule", "2026-11-30T07:00:00Z")
+    device = Device("gpu-0", "gpu", "GPU-0", taints=(taint,))
+    spec = PoolSpec("patchbay.dev", "node-a", "node-a-patchbay", {"nodeName": "node-a"}, (device,))
+    publisher.set_pool(spec)
+    task = asyncio.create_task(publisher.run())
+    try:
+        await asyncio.sleep(1.5)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert 2 <= api.writes <= 5, api.writes
