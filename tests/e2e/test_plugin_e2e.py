@@ -201,3 +201,41 @@ def test_idle_node_makes_zero_slice_writes(nodes, resource_api) -> None:  # type
     w.stop()
     sim.check_alive()
     assert events == [], f"an idle node wrote its slices: {events}"
+
+
+def test_critical_xid_reaches_pod_status_and_taints_the_gpu(  # keep last: the GPU stays sick
+    nodes, resource_api, core, namespace
+) -> None:  # type: ignore[no-untyped-def]
+    sim = nodes["4x-h100"]
+    tmpl = template(resource_api, namespace, 1)
+    gpu_pod(core, namespace, "sick", sim.name, tmpl)
+    wait_for("sick pod Running", lambda: phase(core, namespace, "sick") == "Running", timeout=90)
+    pod = core.read_namespaced_pod("sick", namespace)
+    claim = resource_api.read_namespaced_resource_claim(
+        pod.status.resource_claim_statuses[0].resource_claim_name, namespace
+    )
+    (result,) = claim.status.allocation.devices.results
+    uuid = {d.name: d.attributes["uuid"].string for d in node_devices(resource_api, sim.name)}
+    sim.host.nvml.queue_xid(uuid[result.device], 48)  # double-bit ECC error
+
+    def unhealthy() -> list[str]:
+        status = core.read_namespaced_pod("sick", namespace).status
+        return [
+            r.resource_id
+            for cs in status.container_statuses or []
+            for rs in cs.allocated_resources_status or []
+            for r in rs.resources or []
+            if r.health == "Unhealthy"
+        ]
+
+    # The kubelet's DRA manager (in the node agent) puts our health stream into pod status.
+    ids = wait_for("the pod's device reported Unhealthy", unhealthy, timeout=60)
+    # (named by the device's CDI ID, as the kubelet does)
+    assert ids == [f"k8s.patchbay.dev/claim={claim.metadata.uid}-{result.device}"]
+    # The scheduler no longer hands the GPU out: it carries a NoSchedule taint.
+    taints = {
+        d.name: [(t.key, t.effect) for t in d.taints or []]
+        for d in node_devices(resource_api, sim.name)
+    }
+    assert taints[result.device] == [("patchbay.dev/unhealthy", "NoSchedule")]
+    assert all(v == [] for k, v in taints.items() if k != result.device)

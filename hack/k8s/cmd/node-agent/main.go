@@ -142,6 +142,7 @@ func run(o options) error {
 		return fmt.Errorf("start DRA manager: %w", err)
 	}
 	defer manager.Stop()
+	go pods.followHealth(ctx, manager.Updates())
 	// The watcher handler exists only after Start (it needs Start's context).
 	plugins := pluginmanager.NewPluginManager(registryDir, &record.FakeRecorder{})
 	plugins.AddHandler(registerapi.DRAPlugin, manager.GetWatcherHandler())

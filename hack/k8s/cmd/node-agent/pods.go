@@ -142,6 +142,9 @@ func (w *podWorker) sync(ctx context.Context, key string) error {
 		}
 		return w.unprepare(ctx, pod)
 	case pod.Status.Phase == v1.PodRunning:
+		if err := w.refreshHealth(ctx, pod); err != nil {
+			return err
+		}
 		return w.maybeComplete(ctx, key, pod)
 	default:
 		return w.start(ctx, key, pod)
@@ -182,7 +185,7 @@ func (w *podWorker) start(ctx context.Context, key string, pod *v1.Pod) error {
 	if err := writeRecord(w.stateDir, pod, rec); err != nil {
 		return fmt.Errorf("write pod record: %w", err)
 	}
-	if err := w.setStatus(ctx, pod, runningStatus(pod)); err != nil {
+	if err := w.setStatus(ctx, pod, w.withHealth(ctx, pod, runningStatus(pod))); err != nil {
 		return err
 	}
 	klog.InfoS("pod running", "pod", key, "containers", len(rec.Containers))
