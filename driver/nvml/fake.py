@@ -150,24 +150,16 @@ class FakeNvml:
         return out
 
     def create_mig(self, uuid: str, profile_id: int, start: int) -> MigInstance:
+        gi_id = self.create_gpu_instance(uuid, profile_id, start)
         gpu = self._gpu(uuid)
-        profile = next((p for p in self.mig_profiles(uuid) if p.profile_id == profile_id), None)
-        if profile is None:
-            raise nvml_error(NvmlReturn.INVALID_ARGUMENT, f"no profile {profile_id}", device=True)
-        self._fail("nvmlDeviceCreateGpuInstanceWithPlacement", uuid, device=True)
-        if not gpu.mig_current:
-            raise nvml_error(NvmlReturn.NOT_SUPPORTED, "MIG mode is disabled", device=True)
-        self._check_fit(gpu, profile, start)
-        gi_id = next(i for i in range(1, 16) if i not in gpu.instances)
-        gi = FakeInstance(gi_id, profile_id, start, profile.memory_slots)
-        gpu.instances[gi_id] = gi
+        gi = gpu.instances[gi_id]
         try:
             self._fail("nvmlGpuInstanceCreateComputeInstance", uuid, device=True)
         except NvmlError:
             del gpu.instances[gi_id]
             raise
         gi.cis[0] = f"MIG-{uuidlib.uuid4()}"
-        return MigInstance(gi_id, profile_id, start, profile.memory_slots, 0, gi.cis[0])
+        return MigInstance(gi_id, profile_id, start, gi.size, 0, gi.cis[0])
 
     def create_gpu_instance(self, uuid: str, profile_id: int, start: int) -> int:
         gpu = self._gpu(uuid)

@@ -223,8 +223,9 @@ class PynvmlBackend:
                     )
         return sorted(out, key=lambda m: (m.start, m.gi_id))
 
-    def _compute_instances(self, gi: Any) -> list[int]:
-        ids = []
+    def _ci_handles(self, gi: Any) -> list[Any]:
+        """Every compute instance of a GPU instance, all CI profiles."""
+        handles: list[Any] = []
         for profile in CI_PROFILES:
             array = (pynvml.c_nvmlComputeInstance_t * 8)()
             count = ctypes.c_uint(len(array))
@@ -240,8 +241,11 @@ class PynvmlBackend:
                 if code_of(exc) in _SKIP:
                     continue
                 raise
-            ids += [call(pynvml.nvmlComputeInstanceGetInfo, ci).id for ci in array[: count.value]]
-        return sorted(ids)
+            handles += array[: count.value]
+        return handles
+
+    def _compute_instances(self, gi: Any) -> list[int]:
+        return sorted(call(pynvml.nvmlComputeInstanceGetInfo, ci).id for ci in self._ci_handles(gi))
 
     def create_mig(self, uuid: str, profile_id: int, start: int) -> MigInstance:
         h = self._handle(uuid)
@@ -344,23 +348,8 @@ class PynvmlBackend:
                 log.info("GI %d on %s: MIG is not enabled, nothing to destroy", gi_id, uuid)
                 return
             raise
-        for profile in CI_PROFILES:
-            array = (pynvml.c_nvmlComputeInstance_t * 8)()
-            count = ctypes.c_uint(len(array))
-            try:
-                call(
-                    pynvml.nvmlGpuInstanceGetComputeInstances,
-                    gi,
-                    profile,
-                    array,
-                    ctypes.byref(count),
-                )
-            except NvmlError as exc:
-                if code_of(exc) in _SKIP:
-                    continue
-                raise
-            for ci in array[: count.value]:
-                call(pynvml.nvmlComputeInstanceDestroy, ci, device=True)
+        for ci in self._ci_handles(gi):
+            call(pynvml.nvmlComputeInstanceDestroy, ci, device=True)
         call(pynvml.nvmlGpuInstanceDestroy, gi, device=True)
 
     def watch_events(self, uuids: Sequence[str]) -> PynvmlEventWatcher:
