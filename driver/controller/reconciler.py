@@ -153,9 +153,8 @@ class Reconciler:
         allocs = cl.all_allocations(list(self.claims.objects.values()), self.pool)
         pinned = {a.device for a in allocs}
         carried = {n: self.published[n] for n in pinned if n in self.published}
-        spec, variants = build_pool(
-            self.pool, inv, self.reports(), set(self.failed), pinned, carried
-        )
+        reports = self.reports()
+        spec, variants = build_pool(self.pool, inv, reports, set(self.failed), pinned, carried)
         self.variants.update(variants)
         self.published.update({d.name: d for d in spec.devices})
         self.publisher.set_pool(spec)
@@ -171,7 +170,6 @@ class Reconciler:
             if not a.ready:
                 self.workers.attach(a, v)
         self.workers.cancel_unneeded({(a.claim_uid, a.device) for a in allocs if not a.ready})
-        reports = self.reports()
         for device in inv.devices:
             conn = device.connection
             if conn is None or device.id in needed:
@@ -187,7 +185,8 @@ class Reconciler:
     # -- helpers used by the workers -----------------------------------------------
 
     def node_sees(self, v: Variant) -> bool:
-        report = self.reports().get(v.node)
+        node = self.nodes.objects.get(v.node)
+        report = NodeFabric.from_node(node) if node is not None else None
         return report is not None and report.sees(v.kind, v.identity, v.adapter)
 
     def hold(self, device_id: str) -> None:

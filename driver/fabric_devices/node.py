@@ -12,8 +12,9 @@ complexes are read from sysfs and reported to the controller in the Node
 annotation, together with the UUIDs of the attached GPUs and the permanent
 MAC addresses of the attached NICs' PFs.
 
-Concurrency: :meth:`FabricNodeView.split` reads sysfs and runs in the scan's
-worker thread or on the loop (a few ``realpath`` calls);
+Concurrency: :meth:`FabricNodeView.split` reads sysfs (adapter roots
+included) and runs in the scan's worker thread; :meth:`FabricNodeView.report`
+reuses those roots and runs on the loop after every prepare/unprepare;
 :class:`AnnotationPublisher` is one asyncio task that writes the annotation
 whenever it changed, retrying with backoff.
 """
@@ -55,6 +56,7 @@ class FabricNodeView:
         self.node_name = node_name
         self.adapters = dict(adapters)
         self.sysfs_root = sysfs_root
+        self._roots: dict[str, str] | None = None  # read at each scan (split)
 
     def adapter_roots(self) -> dict[str, str]:
         roots = {}
@@ -102,6 +104,7 @@ class FabricNodeView:
 
     def split(self, devices: Sequence[Device]) -> tuple[list[Device], list[Device]]:
         """(local devices, fabric devices renamed to their fabric pool variant)."""
+        self._roots = self.adapter_roots()
         local: list[Device] = []
         fabric: list[Device] = []
         for device in devices:
@@ -135,7 +138,9 @@ class FabricNodeView:
             seen[identity] = str(d.attributes.get("fabricAdapter", ""))
             if (d.kind, d.local_id) in held:
                 busy.add(identity)
-        return NodeFabric(self.adapter_roots(), gpus, nics, frozenset(busy))
+        # The roots of the last scan: a report after each prepare reads no sysfs.
+        roots = self._roots if self._roots is not None else self.adapter_roots()
+        return NodeFabric(roots, gpus, nics, frozenset(busy))
 
 
 class AnnotationPublisher:

@@ -55,7 +55,9 @@ class HealthMonitor:
         self._since = int(time.time())
         self._changed = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.on_change: Callable[[], None] | None = None  # on the loop, after any change
+        # On the loop, after an XID changed a device's health (not after
+        # set_devices: the scan that called it publishes anyway).
+        self.on_change: Callable[[], None] | None = None
 
     def bind_loop(self) -> None:
         """Remember the running loop (for reports from other threads)."""
@@ -70,7 +72,7 @@ class HealthMonitor:
         present = {u for ds in new.values() for d in ds if (u := gpu_of(d))}
         for uuid in set(self._bad) - present:
             del self._bad[uuid]  # unplugged: a device that comes back starts afresh
-        self._notify()
+        self._notify(health_changed=False)
 
     def gpus(self) -> list[str]:
         """UUIDs of the GPUs to watch."""
@@ -97,10 +99,10 @@ class HealthMonitor:
         self._bad[uuid] = (xid, int(time.time()))
         self._notify()
 
-    def _notify(self) -> None:
+    def _notify(self, health_changed: bool = True) -> None:
         self._changed.set()
         self._changed = asyncio.Event()
-        if self.on_change is not None:
+        if health_changed and self.on_change is not None:
             self.on_change()
 
     def tainted(self, devices: Iterable[Device]) -> list[Device]:

@@ -92,6 +92,18 @@ def pod_attaching(
     return tmpl
 
 
+def runs_with(
+    env: Env, core: Any, ns: str, pod: str, tmpl: str, node: str, device: str, adapter: str
+) -> None:
+    """A pod from ``tmpl`` on ``node`` runs with ``device`` attached through
+    ``adapter``; then it is deleted and the device detached."""
+    make_pod(core, ns, pod, tmpl, node)
+    running(env, core, ns, pod)
+    assert env.fabric.connections()[device][:2] == (node, adapter)
+    delete_pod(core, ns, pod)
+    wait_for(f"{device} detached", lambda: device not in env.fabric.connections(), timeout=60)
+
+
 def phase(core: Any, ns: str, name: str) -> str:
     try:
         return str(core.read_namespaced_pod(name, ns).status.phase)

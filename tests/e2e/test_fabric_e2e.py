@@ -30,6 +30,7 @@ from tests.e2e.fabric_helpers import (
     node_vfs,
     phase,
     running,
+    runs_with,
     template,
 )
 from tests.e2e.helpers import wait_for
@@ -86,12 +87,7 @@ def test_fabric_gpu_attached_released_and_reused(
     wait_for("gpu-2 detached", lambda: "gpu-2" not in env.fabric.connections(), timeout=60)
     assert len(fabric_pool(resource_api)) == POOL_SIZE
     # The device is back: the next pod (on the other node) gets it.
-    other = env.nodes[1].name
-    make_pod(core, ns, "second", tmpl, other)
-    running(env, core, ns, "second")
-    assert env.fabric.connections()["gpu-2"][:2] == (other, "adapter1")
-    delete_pod(core, ns, "second")
-    wait_for("gpu-2 detached", lambda: "gpu-2" not in env.fabric.connections(), timeout=60)
+    runs_with(env, core, ns, "second", tmpl, env.nodes[1].name, "gpu-2", "adapter1")
 
 
 def test_two_pods_race_for_the_last_fabric_gpu(
@@ -168,12 +164,7 @@ def test_pod_deleted_while_prebind_waits_is_detached_by_the_controller(
     names = {n.name for n in env.nodes}
     assert {d.node_name for d in pool.values() if attr(d, "fabricDevice") == "gpu-1"} == names
     # The device is free again: a new pod (on the other node) gets it.
-    other = env.nodes[1].name
-    make_pod(core, ns, "after", tmpl, other)
-    running(env, core, ns, "after")
-    assert env.fabric.connections()["gpu-1"][:2] == (other, "adapter0")
-    delete_pod(core, ns, "after")
-    wait_for("gpu-1 detached", lambda: "gpu-1" not in env.fabric.connections(), timeout=60)
+    runs_with(env, core, ns, "after", tmpl, env.nodes[1].name, "gpu-1", "adapter0")
 
 
 def test_gpu_and_vf_pair_through_the_adapter_on_the_vfs_root(
