@@ -3,13 +3,16 @@
 A process declares its settings as a pydantic model. Field ``cdi_root``
 becomes flag ``--cdi-root`` and env var ``CDI_ROOT`` (the Helm value is
 ``cdiRoot`` under the component's section). Precedence: flag, then env var,
-then the default. Validation errors name the setting in all its spellings.
+then the default. Validation errors name the setting in all its spellings,
+model-level ones (a check across settings) too: the field names in their
+message are rewritten into the settings' flag and env spellings.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -61,8 +64,22 @@ def parse_settings(
     try:
         return model.model_validate(values)
     except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            field = str(err["loc"][0]) if err["loc"] else "?"
-            problems.append(f"{flag_name(field)} / {env_name(field)}: {err['msg']}")
+        problems = [_problem(model, err["loc"], err["msg"]) for err in exc.errors()]
         raise ConfigError("invalid settings: " + "; ".join(problems)) from exc
+
+
+def spellings(field: str) -> str:
+    """How a user writes the setting ``field``: ``--cdi-root / CDI_ROOT``."""
+    return f"{flag_name(field)} / {env_name(field)}"
+
+
+def _problem(model: type[BaseModel], loc: tuple[int | str, ...], msg: str) -> str:
+    msg = msg.removeprefix("Value error, ")
+    if loc:
+        return f"{spellings(str(loc[0]))}: {msg}"
+    # A model-level check: no location, but its message names the fields.
+    names = sorted(model.model_fields, key=len, reverse=True)
+    if not names:
+        return msg
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, names)) + r")\b")
+    return pattern.sub(lambda m: spellings(m.group(1)), msg)

@@ -41,3 +41,14 @@ def test_json_log_lines() -> None:
     record = logging.LogRecord("driver.x", logging.INFO, __file__, 1, "hello %s", ("there",), None)
     line = json.loads(JsonFormatter().format(record))
     assert line["msg"] == "hello there" and line["level"] == "info" and line["logger"] == "driver.x"
+
+
+def test_model_level_error_names_the_settings() -> None:
+    # A check across settings has no location: its message still names them.
+    from driver.controller.settings import ControllerSettings
+
+    with pytest.raises(ConfigError) as info:
+        parse_settings(ControllerSettings, ["--fabric-url=http://fabric"], {})
+    text = str(info.value)
+    assert "?" not in text
+    assert "--fabric-token / FABRIC_TOKEN or --fabric-token-file / FABRIC_TOKEN_FILE" in text
