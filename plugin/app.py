@@ -35,7 +35,7 @@ from plugin.flock import ClaimLock
 from plugin.grpc_server import PluginServers
 from plugin.http_server import serve_http
 from plugin.settings import PluginSettings
-from plugin.sockets import socket_paths
+from plugin.sockets import SocketPaths, socket_paths
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +123,27 @@ class NodePlugin:
         held = self.preparer.prepared_devices()
         self.fabric_report.set(self.fabric.report(attached, held))
 
+    def claim_serving(self) -> tuple[SocketPaths, ClaimPreparer, ClaimLock]:
+        """The kubelet sockets, the claim preparer and the prepare lock, all in
+        the one rolling-update mode the settings say (``rolling_update``)."""
+        s = self.settings
+        rolling = s.rolling_update
+        paths = socket_paths(
+            registry_dir=s.registry_dir,
+            plugin_dir=s.plugin_dir,
+            pod_uid=s.pod_uid if rolling else None,
+        )
+        store = CheckpointStore(s.plugin_dir / "checkpoint.json", read_boot_id(s.boot_id_file))
+        preparer = ClaimPreparer(
+            ApiClaimReader(self.api),
+            self.inventory,
+            all_handlers(self.device_types),
+            store,
+            CdiRegistry(s.cdi_root),
+            shared_checkpoint=rolling,
+        )
+        return paths, preparer, ClaimLock(paths.lock_file if rolling else None)
+
     def healthy(self) -> bool:
         """Ready once the pool has been published and the servers are up."""
         return self._serving and self.publisher.in_sync.is_set()
@@ -135,23 +156,11 @@ class NodePlugin:
         node = await wait_for_node(self.api, s.node_name)
         self.owner = owner_reference(node)
         await self.rescan()
-        paths = socket_paths(
-            registry_dir=s.registry_dir, plugin_dir=s.plugin_dir, pod_uid=s.pod_uid
-        )
-        store = CheckpointStore(s.plugin_dir / "checkpoint.json", read_boot_id(s.boot_id_file))
-        preparer = ClaimPreparer(
-            ApiClaimReader(self.api),
-            self.inventory,
-            all_handlers(self.device_types),
-            store,
-            CdiRegistry(s.cdi_root),
-            shared_checkpoint=s.pod_uid is not None,
-        )
+        paths, preparer, lock = self.claim_serving()
         await preparer.collect_garbage()
         self.preparer = preparer
         preparer.on_change = self.report_fabric
         self.report_fabric()
-        lock = ClaimLock(paths.lock_file if s.pod_uid else None)
         # Device health (KEP-4680) is served where NVML can deliver GPU XIDs.
         health = self.health if self.xid is not None else None
         servers = PluginServers(paths, preparer, health, lock=lock)

@@ -30,7 +30,7 @@ def device_types(settings: PluginSettings) -> list[DeviceType]:
         dev_root=settings.dev_root,
         checkpoint=settings.plugin_dir / "checkpoint.json",
         boot_id_file=settings.boot_id_file,
-        shared_checkpoint=settings.pod_uid is not None,
+        shared_checkpoint=settings.rolling_update,
     )
     # VFs of a NIC the fabric attached are scanned whatever the PF selection says:
     # the plugin offers its VF 0 to the fabric claim that asked for the NIC.

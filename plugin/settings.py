@@ -29,7 +29,9 @@ class PluginSettings(ProcessSettings):
         description="directory for the DRA socket, checkpoint and lock",
     )
     pod_uid: str | None = Field(
-        default=None, description="own pod UID: enables rolling-update socket names"
+        default=None,
+        description="own pod UID: enables rolling updates (UID socket names, shared "
+        "checkpoint, cross-process prepare lock); unset or empty: off",
     )
     cdi_root: Path = Field(default=Path("/var/run/cdi"), description="CDI spec directory")
     sysfs_root: Path = Field(
@@ -65,3 +67,13 @@ class PluginSettings(ProcessSettings):
         "are fabric-attached (never offered as local) and reported in the Node annotation",
     )
     metrics_port: int = Field(default=0, description="port for /metrics and /healthz; 0 disables")
+
+    @property
+    def rolling_update(self) -> bool:
+        """Whether two plugin pods may serve this node at once (kubelet 1.33+).
+
+        The one test of the mode: on with a non-empty ``pod_uid``. It names the
+        sockets with the UID, shares the checkpoint (re-read on every call) and
+        takes the cross-process prepare lock; all three or none.
+        """
+        return bool(self.pod_uid)

@@ -66,6 +66,11 @@ class ClaimPreparer:
         # fabric report says which fabric devices are held).
         self.on_change: Callable[[], None] | None = None
 
+    @property
+    def shared_checkpoint(self) -> bool:
+        """Whether each call re-reads the checkpoint another process may write."""
+        return self._shared
+
     def _changed(self) -> None:
         if self.on_change is not None:
             self.on_change()

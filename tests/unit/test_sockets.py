@@ -185,3 +185,30 @@ async def test_claim_lock_cancelled_waiter_releases(short_dir: Path) -> None:
     async with asyncio.timeout(5):
         async with lock:
             pass
+
+
+@pytest.mark.parametrize(("pod_uid", "rolling"), [(None, False), ("", False), (UID, True)])
+def test_one_rolling_update_mode(short_dir: Path, pod_uid: str | None, rolling: bool) -> None:
+    """Sockets, shared checkpoint and cross-process lock follow one property:
+    ``--pod-uid ""`` is plain mode for all three (it used to share the
+    checkpoint without taking the file lock)."""
+    from typing import cast
+
+    from driver.kube.api import KubeApi
+    from plugin.app import NodePlugin
+    from plugin.settings import PluginSettings
+
+    (short_dir / "boot_id").write_text("00000000-0000-4000-8000-000000000001\n")
+    settings = PluginSettings(
+        node_name="n",
+        pod_uid=pod_uid,
+        registry_dir=short_dir / "reg",
+        plugin_dir=short_dir / "plug",
+        cdi_root=short_dir / "cdi",
+        boot_id_file=short_dir / "boot_id",
+    )
+    assert settings.rolling_update is rolling
+    paths, preparer, lock = NodePlugin(settings, cast(KubeApi, object()), []).claim_serving()
+    assert (paths.dra.name != "dra.sock") is rolling
+    assert preparer.shared_checkpoint is rolling
+    assert lock.path == (paths.lock_file if rolling else None)
