@@ -22,7 +22,6 @@ from driver.claims.preparer import ClaimPreparer
 from driver.devices.inventory import NodeInventory
 from driver.devices.kind import DeviceType, all_handlers, scan_all
 from driver.devices.model import CounterSet
-from driver.fabric_devices.naming import FABRIC_POOL
 from driver.fabric_devices.node import AnnotationPublisher, FabricNodeView, parse_adapters
 from driver.health.monitor import HealthMonitor
 from driver.kube.api import KubeApi
@@ -84,11 +83,11 @@ class NodePlugin:
         if self.fabric is not None and self.fabric_report is not None:
             # Fabric-attached GPUs are prepared from the fabric pool, never offered locally.
             devices, attached = await asyncio.to_thread(self.fabric.split, devices)
-            self.inventory.replace_pool(FABRIC_POOL, attached)
+            self.inventory.replace_pool(self.settings.fabric_pool, attached)
             self.report_fabric()
         changed = self.inventory.replace_pool(self.pool_name, devices)
         self.health.set_devices(
-            {p: self.inventory.devices(p) for p in (self.pool_name, FABRIC_POOL)}
+            {p: self.inventory.devices(p) for p in (self.pool_name, self.settings.fabric_pool)}
         )
         if self.xid is not None:
             self.xid.set_gpus(self.health.gpus())
@@ -119,7 +118,7 @@ class NodePlugin:
         """
         if self.fabric is None or self.fabric_report is None or self.preparer is None:
             return
-        attached = self.inventory.devices(FABRIC_POOL)
+        attached = self.inventory.devices(self.settings.fabric_pool)
         held = self.preparer.prepared_devices()
         self.fabric_report.set(self.fabric.report(attached, held))
 

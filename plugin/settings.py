@@ -1,7 +1,9 @@
 """Settings of the node plugin process (``patchbay-plugin``).
 
 Each field is one setting: flag ``--<field-with-dashes>``, env var
-``<FIELD_UPPER>``, Helm value ``kubeletPlugin.<fieldCamel>``.
+``<FIELD_UPPER>``, Helm value ``kubeletPlugin.<fieldCamel>``; except
+``fabric_pool``, which the controller reads too: it has one Helm value,
+``controller.fabricPool``, that feeds both processes.
 """
 
 from __future__ import annotations
@@ -10,10 +12,11 @@ from pathlib import Path
 
 from pydantic import ConfigDict, Field
 
+from driver.fabric_devices.settings import FabricPoolSettings
 from driver.process import ProcessSettings
 
 
-class PluginSettings(ProcessSettings):
+class PluginSettings(ProcessSettings, FabricPoolSettings):
     """patchbay node plugin: publishes this node's devices and prepares claims."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

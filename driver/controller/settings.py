@@ -11,18 +11,18 @@ import socket
 
 from pydantic import ConfigDict, Field
 
+from driver.fabric_devices.settings import FabricPoolSettings
 from driver.fabricclient.token import FabricTokenSettings
 from driver.process import ProcessSettings
 
 
-class ControllerSettings(ProcessSettings, FabricTokenSettings):
+class ControllerSettings(ProcessSettings, FabricTokenSettings, FabricPoolSettings):
     """patchbay controller: publishes the fabric pool and attaches allocated fabric devices."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kubeconfig: str | None = Field(default=None, description="kubeconfig file; in-cluster if unset")
     fabric_url: str = Field(description="base URL of the fabric manager (Redfish service)")
-    fabric_pool: str = Field(default="fabric", description="name of the published fabric pool")
     fabric_refresh: float = Field(
         default=30.0,
         gt=0,

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-FABRIC_POOL = "fabric"
+FABRIC_POOL = "fabric"  # the default of the fabric_pool setting (driver.fabric_devices.settings)
 NODE_ANNOTATION = "patchbay.dev/fabric"
 READY_CONDITION = "FabricDeviceReady"
 FAILED_CONDITION = "FabricAttachFailed"
