@@ -37,6 +37,10 @@ class DiscoveryError(PatchbayError):
     """Hardware discovery (NVML, sysfs) failed."""
 
 
+class HotplugError(DiscoveryError):
+    """The hot-plug event source ended or failed; the plugin must restart."""
+
+
 class ApiError(PatchbayError):
     """A Kubernetes API call failed in a way the caller must handle."""
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from driver import DRIVER_NAME
@@ -67,6 +67,7 @@ class NodePlugin:
         self._counter_sets: tuple[CounterSet, ...] = ()
         self.xid = xid_watcher(self.device_types, self.health.report_xid)
         self._serving = False
+        self._hotplug_ended = False
         self.fabric: FabricNodeView | None = None
         self.fabric_report: AnnotationPublisher | None = None
         if settings.fabric_adapters:
@@ -144,8 +145,17 @@ class NodePlugin:
         return paths, preparer, ClaimLock(paths.lock_file if rolling else None)
 
     def healthy(self) -> bool:
-        """Ready once the pool has been published and the servers are up."""
-        return self._serving and self.publisher.in_sync.is_set()
+        """Ready once the pool has been published and the servers are up; no
+        longer once the hot-plug watch has ended (the process is going down)."""
+        return self._serving and self.publisher.in_sync.is_set() and not self._hotplug_ended
+
+    async def watch_hotplug(self, events: Iterator[Any]) -> None:
+        """The hot-plug watch (:func:`driver.node.hotplug.watch`): a vital task
+        that only ends by raising, which takes the task group down."""
+        try:
+            await hotplug.watch(events, self.rescan)
+        finally:
+            self._hotplug_ended = True
 
     async def run(self) -> None:
         s = self.settings
@@ -180,7 +190,7 @@ class NodePlugin:
                     group.create_task(serve_http(s.metrics_port, self.healthy), name="http")
                 events = hotplug.open_source(s.hotplug_source, s.sysfs_root)
                 if events is not None:
-                    group.create_task(hotplug.watch(events, self.rescan), name="hotplug")
+                    group.create_task(self.watch_hotplug(events), name="hotplug")
         except* _Stopped:
             log.info("plugin stopped")
         finally:

@@ -6,18 +6,30 @@ by a daemon thread that hands events to the asyncio loop; the loop collects
 a short burst (a GPU arriving brings its functions and bridges at once) and
 then calls the rescan callback once. Only ``add``/``remove``/``change``
 actions trigger a rescan; driver bind/unbind events do not.
+
+The watch is a vital task and never ends quietly. When the event source
+fails, or simply ends (a source has no natural end: the kernel's event
+stream does not stop), the reader thread always hands the loop an
+end-of-stream marker, also in the middle of a burst, and :func:`watch`
+raises :class:`driver.errors.HotplugError`. We do not restart the source
+in-process: the plugin's supervising task group fails, the process exits
+non-zero and the DaemonSet restarts it, and the new process's first scan
+sees whatever changed meanwhile, so no event is lost. From the moment the
+watch ends the plugin's ``/healthz`` answers 503 (``plugin.app``), so a
+plugin whose shutdown stalls is not reported healthy either.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from driver.errors import ConfigError
+from driver.errors import ConfigError, HotplugError
 from driver.pci.uevents import UeventFeed
 
 log = logging.getLogger(__name__)
@@ -42,10 +54,18 @@ def open_source(spec: str, sysfs_root: Path) -> Iterator[Any] | None:
     raise ConfigError(f"--hotplug-source: unknown source {spec!r} (udev, feed:<path>, none)")
 
 
+_END = object()  # the reader thread's end-of-stream marker
+
+
 async def watch(
     source: Iterator[Any], rescan: Callable[[], Awaitable[None]], debounce_s: float = DEBOUNCE_S
 ) -> None:
-    """Call ``rescan`` after each burst of hot-plug events, until cancelled."""
+    """Call ``rescan`` after each burst of hot-plug events.
+
+    Runs until cancelled, or raises :class:`HotplugError` once ``source``
+    ends or fails (the events of that last burst are left to the next
+    process's full scan).
+    """
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Any] = asyncio.Queue()
     failure: list[BaseException] = []
@@ -56,18 +76,23 @@ async def watch(
                 loop.call_soon_threadsafe(queue.put_nowait, event)
         except BaseException as exc:  # reported on the loop
             failure.append(exc)
-            loop.call_soon_threadsafe(queue.put_nowait, None)
+        finally:
+            # (RuntimeError: the loop is already closed, nobody is waiting.)
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(queue.put_nowait, _END)
 
     threading.Thread(target=pump, name="hotplug-events", daemon=True).start()
     while True:
-        event = await queue.get()
-        if event is None:
-            raise ConfigError(f"hot-plug event source failed: {failure[0]!r}") from failure[0]
-        burst = [event]
-        await asyncio.sleep(debounce_s)
-        while not queue.empty():
-            burst.append(queue.get_nowait())
-        relevant = [e for e in burst if e is not None and getattr(e, "action", "") in ACTIONS]
+        burst = [await queue.get()]
+        if burst[0] is not _END:
+            await asyncio.sleep(debounce_s)
+            while not queue.empty():
+                burst.append(queue.get_nowait())
+        if _END in burst:
+            if failure:
+                raise HotplugError(f"hot-plug event source failed: {failure[0]!r}") from failure[0]
+            raise HotplugError("hot-plug event source ended")
+        relevant = [e for e in burst if getattr(e, "action", "") in ACTIONS]
         if not relevant:
             continue
         log.info(
