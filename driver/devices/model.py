@@ -4,6 +4,9 @@ Discovery (NVML, sysfs) produces :class:`Device` values; the slice builder
 turns them into API objects. The model is frozen and hashable so two
 discoveries can be compared cheaply, and it knows the JSON shape the
 ``resource.k8s.io/v1`` API expects for its attribute and capacity values.
+Capacities and counters are serialised in canonical quantity form
+(:mod:`driver.devices.quantity`), as the apiserver stores them, so a stored
+slice compares equal to the one we would write.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from driver import DRIVER_NAME
+from driver.devices.quantity import canonical
 
 # Standard attribute names (their own domain, not ours).
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
@@ -73,7 +77,7 @@ class CounterConsumption:
     def to_json(self) -> dict[str, Any]:
         return {
             "counterSet": self.counter_set,
-            "counters": {name: {"value": value} for name, value in self.counters},
+            "counters": {name: {"value": canonical(value)} for name, value in self.counters},
         }
 
 
@@ -87,7 +91,7 @@ class CounterSet:
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "counters": {name: {"value": value} for name, value in self.counters},
+            "counters": {name: {"value": canonical(value)} for name, value in self.counters},
         }
 
 
@@ -142,7 +146,9 @@ class Device:
         attrs.setdefault(TYPE, self.kind)
         out["attributes"] = {k: attribute_json(attrs[k]) for k in sorted(attrs)}
         if self.capacity:
-            out["capacity"] = {k: {"value": self.capacity[k]} for k in sorted(self.capacity)}
+            out["capacity"] = {
+                k: {"value": canonical(self.capacity[k])} for k in sorted(self.capacity)
+            }
         if self.consumes_counters:
             out["consumesCounters"] = [c.to_json() for c in self.consumes_counters]
         if self.node_name is not None:

@@ -3,7 +3,10 @@
 The apiserver may add defaulted fields to what we wrote, so a stored object
 matches a desired one when every field we set has the same value and every
 extra stored field is empty. Writing only on a real difference is what keeps
-a node at zero slice writes per minute at rest.
+a node at zero slice writes per minute at rest. Values are compared as they
+are: the apiserver canonicalises quantities (``81920Mi`` is stored as
+``80Gi``), so the device model publishes them canonical already
+(:mod:`driver.devices.quantity`).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from driver.devices import quantity
 from driver.devices.model import AttributeValue, Device, Version
 
 MAX_DEVICES = 128
@@ -70,10 +71,18 @@ def device_problems(device: Device) -> list[str]:
         )
     for name, value in device.attributes.items():
         problems.extend(p for p in (attribute_name_problem(name), value_problem(name, value)) if p)
-    for name in device.capacity:
+    for name, value in device.capacity.items():
         problem = attribute_name_problem(name)
         if problem:
             problems.append(problem.replace("attribute name", "capacity name"))
+        problem = quantity.problem(value)
+        if problem:
+            problems.append(f"capacity {name!r}: {problem}")
+    for consumption in device.consumes_counters:
+        for name, value in consumption.counters:
+            problem = quantity.problem(value)
+            if problem:
+                problems.append(f"counter {consumption.counter_set}/{name}: {problem}")
     if len(device.consumes_counters) > MAX_CONSUMPTIONS:
         problems.append(f"{len(device.consumes_counters)} counter consumptions (limit 2)")
     for field_name in ("binding_conditions", "binding_failure_conditions"):

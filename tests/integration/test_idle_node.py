@@ -1,0 +1,99 @@
+"""An idle node makes no slice writes, whatever GPU model it holds.
+
+The apiserver stores quantities in canonical form (``81920Mi`` comes back as
+``80Gi``); a plugin that compared what it wants with the stored copy literally
+rewrote the pool of an A100 node forever (generations 1-4 within seconds,
+then the publisher's backoff). Each model here publishes quantities that the
+apiserver rewrites: A100-40GB and A100-80GB memory (whole GiB), and the MIG
+partitions of an H200 (18432 MiB and up, whole GiB as well). At rest the
+pool stays at generation 1 and its slices keep their resourceVersion.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+from simnode import PluginProcess, apply_plugin_rbac, build_nvml_mock
+
+from fabric.simhost.host import SimHost
+from fabric.simhost.topology import Gpu, RootComplex, RootPort, Topology
+from tests.e2e.helpers import unique, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+
+# (GPU model, extra plugin args, devices published for 2 GPUs)
+MIG_PER_GPU = 1 + 7 + 7 + 4 + 3 + 2 + 1 + 1  # the full GPU and every placement
+CASES = {
+    "a100-40gb": ("A100-SXM4-40GB", (), 2),
+    "a100-80gb": ("A100-SXM4-80GB", (), 2),
+    "h200-mig": ("H200-SXM5-141GB", ("--mig-gpus=all",), 2 * MIG_PER_GPU),
+}
+
+
+def two_gpus(model: str) -> Topology:
+    return Topology(
+        f"2x-{model.lower()}",
+        (
+            RootComplex(
+                0,
+                0x3A,
+                0,
+                (
+                    RootPort("0000:3a:01.0", Gpu("0000:3b:00.0", model)),
+                    RootPort("0000:3a:02.0", Gpu("0000:3c:00.0", model)),
+                ),
+            ),
+        ),
+    )
+
+
+@pytest.fixture(params=sorted(CASES))
+def idle(request, local_cluster, core: client.CoreV1Api) -> Iterator[tuple[PluginProcess, int]]:  # type: ignore[no-untyped-def]
+    model, args, count = CASES[request.param]
+    build_nvml_mock()
+    apply_plugin_rbac(local_cluster.kubeconfig)
+    node = unique(f"idle-{request.param}")
+    core.create_node({"metadata": {"name": node}})
+    kubeconfig = local_cluster.kubeconfig_for(
+        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
+    )
+    base = Path(tempfile.mkdtemp(prefix="pb-", dir="/tmp"))
+    host = SimHost.build(two_gpus(model), base / "host", name=node)
+    proc = PluginProcess(
+        node, host, kubeconfig,
+        registry_dir=base / "reg", plugin_dir=base / "plug", cdi_root=base / "cdi",
+        log_path=Path(local_cluster.run_dir) / "logs" / f"plugin-{node}.log",
+        extra_args=args,
+    ).start()  # fmt: skip
+    yield proc, count
+    proc.stop()
+    core.delete_node(node)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_idle_node_does_not_rewrite_its_slices(  # type: ignore[no-untyped-def]
+    idle: tuple[PluginProcess, int], resource_api
+) -> None:
+    proc, count = idle
+    selector = f"spec.nodeName={proc.node_name}"
+
+    def slices() -> list[client.V1ResourceSlice]:
+        return list(resource_api.list_resource_slice(field_selector=selector).items)
+
+    def published() -> bool:
+        assert proc.alive, f"plugin exited:\n{proc.log_tail()}"
+        return sum(len(s.spec.devices or []) for s in slices()) == count
+
+    wait_for(f"{count} devices published", published, timeout=60)
+    before = {s.metadata.name: s.metadata.resource_version for s in slices()}
+    time.sleep(4)
+    after = slices()
+    assert {s.spec.pool.generation for s in after} == {1}, "the pool was rewritten"
+    assert {s.metadata.name: s.metadata.resource_version for s in after} == before
+    assert proc.alive
