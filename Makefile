@@ -24,6 +24,8 @@ venv: $(VENV)/.stamp ## create the virtual environment with all Python packages
 include hack/k8s.mk
 include hack/nvml-mock.mk
 include hack/helm.mk
+include hack/containerd.mk
+include hack/images.mk
 
 lint: venv proto-check ## ruff, format check, mypy strict, import-linter, module size
 	$(VENV)/bin/ruff check .
@@ -54,10 +56,17 @@ test-integration: venv nvml-mock k8s-bins ## real plugin process, real sockets, 
 test-e2e: venv nvml-mock k8s-bins helm-bin ## real control plane + node agents + plugin processes
 	$(PYTEST) -q -m cluster tests/e2e
 
-# One pytest session for the cluster tiers so they share one control plane.
-test: lint nvml-mock k8s-bins helm-bin ## every tier (what CI runs)
+node-bins: k8s-bins k8s-node-bins containerd-bins node-prereqs nvml-mock helm-bin ## everything a real node needs (kubelet, kube-proxy, kubectl, containerd, runc, CNI)
+
+test-node: venv node-bins images ## real nodes (kubelet + containerd in namespaces), the chart installed with helm (root)
+	$(PYTEST) -q -p no:cacheprovider -m node tests/node
+
+# One pytest session for the cluster tiers so they share one control plane;
+# the real-node tier runs its own (on the node bridge) in a session of its own.
+test: lint nvml-mock k8s-bins helm-bin node-bins images ## every tier (what CI runs)
 	$(PYTEST) -q tests/unit
 	$(PYTEST) -q -p no:cacheprovider tests/contract tests/integration tests/e2e
+	$(PYTEST) -q -p no:cacheprovider -m node tests/node
 
 bench: venv nvml-mock k8s-bins ## benchmarks: print figures, assert nothing
 	PYTHONPATH=.:hack $(PY) -m tests.bench
@@ -65,9 +74,9 @@ bench: venv nvml-mock k8s-bins ## benchmarks: print figures, assert nothing
 clean: ## remove build outputs in the tree (not the binary cache)
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache hack/nvml-mock/build run
 
-.PHONY: help venv lint fmt proto proto-check test-unit test-contract test-integration test-e2e test bench clean
+.PHONY: help venv lint fmt proto proto-check test-unit test-contract test-integration test-e2e test-node node-bins test bench clean
 
-demo: venv nvml-mock k8s-bins ## local cluster, simulated GPU/NIC nodes and fabric; shows which pod got which device
+demo: venv node-bins images ## real nodes (kubelet + containerd), the chart installed with helm, example pods; shows what each container saw (root)
 	$(PY) hack/demo.py up
 
 demo-down: venv ## stop everything `make demo` started

@@ -100,9 +100,14 @@ def missing_binaries(directory: Path) -> list[str]:
 class LocalCluster:
     """etcd + kube-apiserver + kube-scheduler + kube-controller-manager on loopback."""
 
-    def __init__(self, run_dir: Path | str, binaries: Path | None = None) -> None:
+    def __init__(
+        self, run_dir: Path | str, binaries: Path | None = None, *, address: str = "127.0.0.1"
+    ) -> None:
+        """``address``: where the apiserver listens and what it advertises; real
+        nodes (hack/realnode.py) need one their network namespaces reach."""
         self.run_dir = Path(run_dir).resolve()
         self.binaries = binaries
+        self.address = address
         self.pki = Pki(self.run_dir / "pki")
         self.kubeconfig = self.run_dir / "admin.kubeconfig"
         self.components: list[Component] = []
@@ -112,6 +117,7 @@ class LocalCluster:
         if self._state.exists():  # a cluster started earlier (e.g. by the CLI)
             state = json.loads(self._state.read_text())
             self.server = state["server"]
+            self.address = state.get("address", address)
             if self.binaries is None and state.get("binaries"):
                 self.binaries = Path(state["binaries"])
 
@@ -166,8 +172,8 @@ class LocalCluster:
     def _start(self, bins: Path, timeout: float, *, detach: bool) -> None:
         self.pki.init()
         etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
-        self.server = f"https://127.0.0.1:{api_port}"
-        state = {"server": self.server, "binaries": str(bins)}
+        self.server = f"https://{self.address}:{api_port}"
+        state = {"server": self.server, "binaries": str(bins), "address": self.address}
         self._state.write_text(json.dumps(state) + "\n")
         gates = ",".join(f"{g}=true" for g in FEATURE_GATES)
         etcd = self._spawn("etcd", self._etcd_argv(bins, etcd_port, peer_port), detach=detach)
@@ -212,14 +218,21 @@ class LocalCluster:
     def _apiserver_argv(self, bins: Path, etcd_port: int, port: int, gates: str) -> list[str]:
         serving = self.pki.issue(
             "apiserver", "kube-apiserver",
-            server_sans=("IP:127.0.0.1", "IP:10.0.0.1", "DNS:localhost", "DNS:kubernetes",
-                         "DNS:kubernetes.default", "DNS:kubernetes.default.svc"),
+            server_sans=tuple(dict.fromkeys((
+                "IP:127.0.0.1", f"IP:{self.address}", "IP:10.0.0.1", "DNS:localhost",
+                "DNS:kubernetes", "DNS:kubernetes.default", "DNS:kubernetes.default.svc"))),
         )  # fmt: skip
+        # What the apiserver presents to kubelets (webhook authn on real nodes);
+        # system:masters so that the kubelet's authorizer allows logs and exec.
+        kubelet_client = self.pki.issue(
+            "apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",)
+        )
         sa = self.pki.service_account_keys()
         proxy = self.pki.issue("front-proxy-client", "front-proxy-client")
         return [
             str(bins / "kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={port}",
+            f"--bind-address={self.address}", f"--advertise-address={self.address}",
+            f"--secure-port={port}",
             f"--tls-cert-file={serving.cert}", f"--tls-private-key-file={serving.key}",
             f"--client-ca-file={self.pki.ca.cert}", "--authorization-mode=Node,RBAC",
             "--enable-admission-plugins=NodeRestriction", "--allow-privileged=true",
@@ -234,8 +247,13 @@ class LocalCluster:
             "--requestheader-group-headers=X-Remote-Group",
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             f"--proxy-client-cert-file={proxy.cert}", f"--proxy-client-key-file={proxy.key}",
-            # Loopback cannot be an endpoint of the kubernetes Service; nothing here needs one.
-            "--endpoint-reconciler-type=none",
+            f"--kubelet-client-certificate={kubelet_client.cert}",
+            f"--kubelet-client-key={kubelet_client.key}",
+            # Node names do not resolve here: dial kubelets by their InternalIP.
+            "--kubelet-preferred-address-types=InternalIP",
+            # Loopback cannot be an endpoint of the kubernetes Service; real nodes'
+            # pods reach a non-loopback address through it (kube-proxy).
+            f"--endpoint-reconciler-type={'none' if self.address == '127.0.0.1' else 'lease'}",
             "--profiling=false", "--v=1",
         ]  # fmt: skip
 

@@ -69,7 +69,7 @@ class Component:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
-    def start(self, *, die_with_parent: bool) -> None:
+    def start(self, *, die_with_parent: bool, env: dict[str, str] | None = None) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as out:
             out.write(f"--- start: {' '.join(self.argv)}\n".encode())
@@ -79,6 +79,7 @@ class Component:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                env=env,
                 start_new_session=True,
                 preexec_fn=_die_with_parent if die_with_parent else None,
             )

@@ -1,219 +1,140 @@
-"""``make demo``: patchbay at work on a local cluster, then a teardown hint.
+"""``make demo``: patchbay installed with helm on real nodes, workloads as real containers.
 
-Brings up the real control plane (hack/cluster.py), two simulated GPU nodes
-(node-a: 4 x H100 one per root complex; node-b: 2 GPUs) and a GPU-less node
-(node-c: a NIC with 4 VFs on root pci0000:15 and two fabric adapters), each
-with the node agent and a real plugin process, plus the simulated fabric
-(``patchbay-fabric``: gpu-0 and gpu-1 behind node-c's adapter0, gpu-2 and a
-ConnectX NIC behind adapter1) and ``patchbay-controller``. It applies
-``deviceclasses/`` and a workload asking for more GPUs than the nodes have
-plus a GPU + VF pair on one PCIe root, and prints which pod got which device
-and what the fabric attached. Everything keeps running after the script
-ends so you can look around with the printed KUBECONFIG; ``make demo-down``
-(this script's ``down``) stops it all.
+Brings up the control plane and two real nodes (hack/realnode.py: kubelet,
+containerd, runc, kube-proxy in namespaces of their own; node-a with 4 H100
+on two PCIe roots, each with a NIC's VFs; node-c GPU-less, with a NIC and two
+fabric adapters), installs ``helm/patchbay`` with the controller and the
+simulated fabric, runs the example workloads of ``deviceclasses/examples/``
+and prints what each container saw (its own output, through ``kubectl
+logs``), which GPU the fabric attached, and the event of a claim whose config
+is wrong. Everything keeps running after the script ends; ``make demo-down``
+(this script's ``down``) stops it all and puts the machine back as it was.
+Needs root.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-import cluster as localk8s
-from cluster_proc import load_pids, save_pids, stop_group
-from fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService, switch
-from kubernetes import client, config
-from kubernetes.client.rest import ApiException
-from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, apply_rbac, build_nvml_mock
+import realnode
+import realnode_chart
+import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 # Short on purpose: Unix socket paths below it must stay under 107 bytes.
 RUN = Path(os.environ.get("PATCHBAY_DEMO_DIR", "/tmp/patchbay-demo"))
-NODES = {"node-a": "4x-h100", "node-b": "2-gpus", "node-c": "fabric-adapters"}
-ADAPTERS = "--fabric-adapters=adapter0=0000:15:02.0,adapter1=0000:85:01.0"
-# Seven GPUs asked for (eight with the pair), six are local: the fabric supplies the rest.
-PODS = {"trainer-0": 1, "trainer-1": 1, "trainer-2": 2, "notebook": 1, "big": 2}
-PAIR = "rdma-pair"  # one GPU + one VF on the same PCIe root
+EXAMPLES = REPO / "deviceclasses" / "examples"
+# In this order: local GPUs first, then MIG on the last local GPU, then the
+# fabric (a GPU attached to node-c, and a GPU + VF pair on one of its roots).
+WORKLOADS = (
+    ("single-gpu.yaml", "node-a"),
+    ("two-gpus.yaml", "node-a"),
+    ("mig-1g.yaml", "node-a"),
+    ("mig-profile-cel.yaml", "node-a"),
+    ("fabric-gpu.yaml", None),
+    ("gpu-vf-pair.yaml", "node-c"),
+)
+NS = "demo"
 
 
-def pair_template(res: client.ResourceV1Api) -> None:
-    res.create_namespaced_resource_claim_template("demo", {
-        "metadata": {"name": "gpu-vf-pair"},
-        "spec": {"spec": {"devices": {
-            "requests": [
-                {"name": "gpu", "exactly": {"deviceClassName": "gpu.patchbay.dev"}},
-                {"name": "nic", "exactly": {"deviceClassName": "vf.patchbay.dev"}},
-            ],
-            "constraints": [{"requests": ["gpu", "nic"],
-                             "matchAttribute": "resource.kubernetes.io/pcieRoot"}],
-        }}},
-    })  # fmt: skip
-
-
-def workload(core: client.CoreV1Api, res: client.ResourceV1Api) -> None:
-    core.create_namespace({"metadata": {"name": "demo"}})
-    for count in sorted(set(PODS.values())):
-        # Local GPUs first; the scheduler prefers nodes where the first choice fits,
-        # so the fabric is used only once no node has `count` local GPUs free.
-        res.create_namespaced_resource_claim_template("demo", {
-            "metadata": {"name": f"gpus-{count}"},
-            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "firstAvailable": [
-                {"name": "local", "deviceClassName": "local-gpu.patchbay.dev",
-                 "allocationMode": "ExactCount", "count": count},
-                {"name": "any", "deviceClassName": "gpu.patchbay.dev",
-                 "allocationMode": "ExactCount", "count": count},
-            ]}]}}},
-        })  # fmt: skip
-    pair_template(res)
-    templates = {name: f"gpus-{count}" for name, count in PODS.items()}
-    for name, template in {**templates, PAIR: "gpu-vf-pair"}.items():
-        for _ in range(50):  # the namespace's default ServiceAccount comes first
-            try:
-                core.create_namespaced_pod("demo", {
-                    "metadata": {"name": name},
-                    "spec": {
-                        "containers": [{"name": "main", "image": "pause",
-                                        "resources": {"claims": [{"name": "gpu"}]}}],
-                        "resourceClaims": [{"name": "gpu",
-                                            "resourceClaimTemplateName": template}],
-                    },
-                })  # fmt: skip
-                break
-            except ApiException as exc:
-                if exc.status != 403:
-                    raise
-                time.sleep(0.2)
-
-
-def report(core: client.CoreV1Api, res: client.ResourceV1Api, sims: dict[str, SimNode]) -> None:
-    devices = {
-        (s.spec.pool.name, d.name): d
-        for s in res.list_resource_slice().items
-        for d in s.spec.devices or []
-    }
-    print(f"\n{'pod':10} {'phase':8} {'node':7} {'pool':7} {'device':31} {'pcieRoot':11} uuid/mac")
-    for pod in core.list_namespaced_pod("demo").items:
-        rows = []
-        for st in pod.status.resource_claim_statuses or []:
-            claim = res.read_namespaced_resource_claim(st.resource_claim_name, "demo")
-            alloc = claim.status.allocation if claim.status else None
-            for r in alloc.devices.results if alloc else []:
-                dev = devices.get((r.pool, r.device))
-                attrs = dev.attributes if dev else {}
-                ident = attrs.get("uuid") or attrs.get("macAddress")
-                rows.append((r.pool, r.device, attrs.get("resource.kubernetes.io/pcieRoot"),
-                             ident))  # fmt: skip
-        if not rows:
-            rows = [("-", "-", None, None)]
-        node = pod.spec.node_name or "-"
-        for pool, device, root, ident in rows:
-            where = root.string if root else "-"
-            print(f"{pod.metadata.name:10} {pod.status.phase:8} {node:7} {pool:7} {device:31} "
-                  f"{where:11} {ident.string if ident else '-'}")  # fmt: skip
-    for name, sim in sims.items():
-        for pod in core.list_namespaced_pod("demo").items:
-            rec = sim.agent.pod_record("demo", pod.metadata.name)
-            if rec:
-                cdi = [i for c in rec["containers"].values() for i in c["cdiDevices"]]  # type: ignore[union-attr]
-                print(f"  {name}: {pod.metadata.name} container CDI devices: {', '.join(cdi)}")
-
-
-def pools(res: client.ResourceV1Api) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for s in res.list_resource_slice().items:
-        out[s.spec.pool.name] = out.get(s.spec.pool.name, 0) + len(s.spec.devices or [])
+def docs(name: str, node: str | None) -> list[dict[str, Any]]:
+    out = [d for d in yaml.safe_load_all((EXAMPLES / name).read_text()) if d]
+    for d in out:
+        if d["kind"] == "Pod" and node:
+            d["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
     return out
 
 
-def start_fabric(
-    cluster: localk8s.LocalCluster, node: SimNode
-) -> tuple[FabricService, dict[str, int]]:
-    """The simulated fabric and the controller: the fabric, and each one's pid."""
-    up = [(node.name, "adapter0", node.host.dir)]
-    up1 = [(node.name, "adapter1", node.host.dir)]
-    spec = {
-        "switches": [
-            switch("sw0", up, ["gpu-0", "gpu-1"]),
-            switch("sw1", up1, ["gpu-2"], ["nic-0"]),
-        ]
-    }
-    fabric = FabricService(RUN / "fabric", spec).start(attach_latency=1.0)
-    apply_rbac(cluster.kubeconfig, "controller.yaml")
-    kubeconfig = cluster.kubeconfig_for(
-        "patchbay-controller", "patchbay-controller", (CONTROLLER_GROUP,)
-    )
-    ctl = ControllerProcess(kubeconfig, fabric, RUN / "logs" / "controller.log").start()
-    assert fabric.proc is not None and ctl.proc is not None
-    return fabric, {"fabric": fabric.proc.pid, "controller": ctl.proc.pid}
+def bad_config() -> list[dict[str, Any]]:
+    """A claim whose GpuConfig has a field that does not exist."""
+    tmpl, pod = docs("single-gpu.yaml", "node-a")
+    tmpl["metadata"]["name"] = "typo"
+    tmpl["spec"]["spec"]["devices"]["config"] = [{"opaque": {"driver": "patchbay.dev",
+        "parameters": {"apiVersion": "patchbay.dev/v1alpha1", "kind": "GpuConfig",
+                       "driverCapabilitys": ["compute"]}}}]  # fmt: skip
+    pod["metadata"]["name"] = "typo-job"
+    pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = "typo"
+    return [tmpl, pod]
+
+
+def seen(cluster: realnode.RealCluster, pod: str) -> str:
+    lines = cluster.kubectl("logs", pod, "-n", NS, check=False).stdout.splitlines()
+    env = [ln for ln in lines if "=" in ln]
+    nodes = [ln for ln in lines if ln.startswith("/dev/")]
+    return "; ".join(env) + ("; " if env and nodes else "") + " ".join(nodes)
+
+
+def report(cluster: realnode.RealCluster, pods: list[str]) -> None:
+    slices = json.loads(cluster.kubectl("get", "resourceslices", "-o", "json").stdout)["items"]
+    devices = {(s["spec"]["pool"]["name"], d["name"]): d
+               for s in slices for d in s["spec"].get("devices", [])}  # fmt: skip
+    print(f"\n{'pod':16} {'phase':8} {'node':7} {'pool':8} {'device':28} {'pcieRoot':11}")
+    for name in pods:
+        pod = json.loads(cluster.kubectl("get", "pod", name, "-n", NS, "-o", "json").stdout)
+        phase, node = pod["status"].get("phase", "?"), pod["spec"].get("nodeName", "-")
+        claims = pod["status"].get("resourceClaimStatuses", [])
+        results: list[dict[str, Any]] = []
+        if claims:
+            name_ = claims[0]["resourceClaimName"]
+            claim = json.loads(
+                cluster.kubectl("get", "resourceclaim", name_, "-n", NS, "-o", "json").stdout
+            )
+            alloc = claim.get("status", {}).get("allocation")
+            results = alloc["devices"]["results"] if alloc else []
+        for r in results or [{"pool": "-", "device": "-"}]:
+            attrs = devices.get((r["pool"], r["device"]), {}).get("attributes", {})
+            root = attrs.get("resource.kubernetes.io/pcieRoot", {}).get("string", "-")
+            print(f"{name:16} {phase:8} {node:7} {r['pool']:8} {r['device']:28} {root:11}")
+        if phase == "Running":
+            print(f"{'':16} container saw: {seen(cluster, name)}")
 
 
 def up() -> int:
-    build_nvml_mock()
     down(quiet=True)
-    # A fresh start: a previous run's etcd data, node hosts and fabric database
-    # would clash with the objects and devices created below.
-    for stale in ("k8s", "fabric", "logs"):
-        shutil.rmtree(RUN / stale, ignore_errors=True)
-    cluster = localk8s.LocalCluster(RUN / "k8s", localk8s.bin_dir(build=True))
+    cluster = realnode.RealCluster(RUN, realnode.DEFAULT_NODES)
     cluster.up(detach=True)
-    print(f"control plane ready in {cluster.startup_seconds:.1f}s")
-    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
-    core, res = client.CoreV1Api(api), client.ResourceV1Api(api)
-    apply_plugin_rbac(cluster.kubeconfig)
-    apply_deviceclasses(res)
-    kubeconfig = cluster.kubeconfig_for("patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",))
-    vf_config = RUN / "vf.yaml"
-    vf_config.write_text("pfs:\n  - vendorID: '15b3'\n    numVfs: 4\n")
-    sims = {}
-    for name, topo in NODES.items():
-        args = (ADAPTERS, f"--vf-config={vf_config}") if topo == "fabric-adapters" else ()
-        sim = SimNode(cluster, name, topo, kubeconfig, args)
-        sim.agent.start(die_with_parent=False)
-        sim.plugin.start()
-        sims[name] = sim
-    fabric, procs = start_fabric(cluster, sims["node-c"])
-    save_pids(RUN / "nodes.json", {
-        **{f"agent-{n}": s.agent.component.pid for n, s in sims.items() if s.agent.component},
-        **{f"plugin-{n}": s.plugin.proc.pid for n, s in sims.items() if s.plugin.proc},
-        **procs,
-    })  # fmt: skip
-    deadline = time.monotonic() + 90
+    print(f"control plane and {len(cluster.nodes)} real nodes Ready in "
+          f"{cluster.startup_seconds:.1f}s")  # fmt: skip
+    release = realnode_chart.Release(cluster.kubeconfig, RUN / "chart", "node-c")
+    t0 = time.monotonic()
+    release.install()
+    print(f"helm install patchbay: plugin, controller and fabric Ready in "
+          f"{time.monotonic() - t0:.1f}s")  # fmt: skip
+    cluster.kubectl("create", "namespace", NS)
+    time.sleep(1)  # the namespace's default ServiceAccount
+    pods = []
+    for name, node in WORKLOADS:
+        objs = docs(name, node)
+        cluster.kubectl("apply", "-n", NS, "-f", "-", check=True,
+                        stdin=yaml.safe_dump_all(objs))  # fmt: skip
+        pods += [d["metadata"]["name"] for d in objs if d["kind"] == "Pod"]
+    cluster.kubectl("apply", "-n", NS, "-f", "-", stdin=yaml.safe_dump_all(bad_config()))
+    deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
-        published = pools(res)
-        if sum(published.values()) == 6 + 4 + 4:  # local GPUs, node-c's VFs, fabric variants
+        out = json.loads(cluster.kubectl("get", "pods", "-n", NS, "-o", "json").stdout)
+        phases = {p["metadata"]["name"]: p["status"].get("phase") for p in out["items"]}
+        if all(phases.get(p) == "Running" for p in pods):
             break
-        time.sleep(0.5)
-    print(
-        f"published (pool=devices): {', '.join(f'{p}={n}' for p, n in sorted(published.items()))}"
-    )
-    workload(core, res)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        phases = [p.status.phase for p in core.list_namespaced_pod("demo").items]
-        if phases.count("Running") == len(PODS) + 1:
-            break
-        time.sleep(0.5)
-    report(core, res, sims)
-    for device, (node, adapter, state) in sorted(fabric.connections().items()):
-        print(f"  fabric: {device} {state} to {node} through {adapter}")
-    print(
-        "\nEight GPUs were asked for and six are local: the controller attached"
-        " the rest from the fabric (pool 'fabric') to node-c within the pods'"
-        " scheduling cycle; the pair's GPU and VF share one PCIe root."
-    )
-    print(f"\nexport KUBECONFIG={cluster.kubeconfig}\nTear down with: make demo-down")
+        time.sleep(1)
+    report(cluster, pods)
+    events = cluster.kubectl("get", "events", "-n", NS, "--field-selector",
+                             "involvedObject.name=typo-job,reason=FailedPrepareDynamicResources",
+                             "-o", "jsonpath={.items[0].message}").stdout  # fmt: skip
+    print(f"\ntypo-job (GpuConfig with a misspelt field) stays Pending:\n  {events or '-'}")
+    print(f"\nexport KUBECONFIG={cluster.kubeconfig}")
+    print(f"export PATH={cluster.k8s_bins}:$PATH   # kubectl {cluster.k8s_bins / 'kubectl'}")
+    print("Tear down with: make demo-down")
     return 0
 
 
 def down(quiet: bool = False) -> int:
-    pids = load_pids(RUN / "nodes.json") if (RUN / "nodes.json").exists() else {}
-    for name, pid in pids.items():
-        stop_group(pid, name)
-    (RUN / "nodes.json").unlink(missing_ok=True)
-    localk8s.LocalCluster(RUN / "k8s").down()
+    realnode.RealCluster(RUN).down()
     if not quiet:
         print("demo stopped")
     return 0

@@ -22,14 +22,14 @@ from driver.claims.preparer import ClaimPreparer
 from driver.devices.inventory import NodeInventory
 from driver.devices.kind import DeviceType, all_handlers, scan_all
 from driver.devices.model import CounterSet
-from driver.fabric_devices.node import AnnotationPublisher, FabricNodeView, parse_adapters
+from driver.fabric_devices.node import AnnotationPublisher, FabricNodeView
 from driver.health.monitor import HealthMonitor
 from driver.kube.api import KubeApi
 from driver.kube.objects import ApiClaimReader, owner_reference, wait_for_node
 from driver.node import hotplug
 from driver.slices.build import PoolSpec, slice_name_prefix
 from driver.slices.publisher import SlicePublisher
-from plugin.device_types import xid_watcher
+from plugin.device_types import fabric_view, xid_watcher
 from plugin.flock import ClaimLock
 from plugin.grpc_server import PluginServers
 from plugin.http_server import serve_http
@@ -70,9 +70,8 @@ class NodePlugin:
         self._hotplug_ended = False
         self.fabric: FabricNodeView | None = None
         self.fabric_report: AnnotationPublisher | None = None
-        if settings.fabric_adapters:
-            adapters = parse_adapters(settings.fabric_adapters)
-            self.fabric = FabricNodeView(settings.node_name, adapters, settings.sysfs_root)
+        self.fabric = fabric_view(settings)
+        if self.fabric is not None:
             self.fabric_report = AnnotationPublisher(api, settings.node_name)
 
     async def rescan(self) -> None:

@@ -8,18 +8,25 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from driver.devices.kind import DeviceType
-from driver.fabric_devices.node import FabricNodeView, parse_adapters
+from driver.fabric_devices.node import FabricNodeView, load_adapters
 from driver.gpu.kind import GpuType
 from driver.health.xid import XidWatcher
 from driver.mig.discovery import mig_support
+from driver.nvml.library import find_library
 from driver.nvml.pynvml_backend import PynvmlBackend
 from driver.vf.config import load_pool_config
 from driver.vf.kind import VfType
 from plugin.settings import PluginSettings
 
 
+def fabric_view(settings: PluginSettings) -> FabricNodeView | None:
+    """This node's fabric adapters (``--fabric-adapters``), None when it has none."""
+    adapters = load_adapters(settings.fabric_adapters) if settings.fabric_adapters else {}
+    return FabricNodeView(settings.node_name, adapters, settings.sysfs_root) if adapters else None
+
+
 def device_types(settings: PluginSettings) -> list[DeviceType]:
-    nvml = PynvmlBackend()
+    nvml = PynvmlBackend(find_library(settings.driver_root))
     # Discovery and the MIG handler share one NVML session lock (driver.mig.session).
     mig = mig_support(
         nvml,
@@ -34,13 +41,7 @@ def device_types(settings: PluginSettings) -> list[DeviceType]:
     )
     # VFs of a NIC the fabric attached are scanned whatever the PF selection says:
     # the plugin offers its VF 0 to the fabric claim that asked for the NIC.
-    fabric = (
-        FabricNodeView(
-            settings.node_name, parse_adapters(settings.fabric_adapters), settings.sysfs_root
-        )
-        if settings.fabric_adapters
-        else None
-    )
+    fabric = fabric_view(settings)
     return [
         GpuType(nvml, settings.sysfs_root, settings.dev_root, mig=mig, events=nvml),
         VfType(

@@ -41,6 +41,11 @@ class PluginSettings(ProcessSettings, FabricPoolSettings):
         default=Path("/sys"), description="sysfs mount to discover PCI topology"
     )
     dev_root: Path = Field(default=Path("/dev"), description="device node directory of the host")
+    driver_root: Path = Field(
+        default=Path("/"),
+        description="root of the NVIDIA driver installation: libnvidia-ml.so.1 is loaded "
+        "from below it (usr/lib/x86_64-linux-gnu, usr/lib64, ...), else by soname",
+    )
     boot_id_file: Path = Field(
         default=Path("/proc/sys/kernel/random/boot_id"),
         description="file holding the node's boot id (checkpoint reset on reboot)",
@@ -66,8 +71,9 @@ class PluginSettings(ProcessSettings, FabricPoolSettings):
     )
     fabric_adapters: str = Field(
         default="",
-        description="fabric host adapters of this node as 'name=portBDF,...'; GPUs behind them "
-        "are fabric-attached (never offered as local) and reported in the Node annotation",
+        description="fabric host adapters of this node as 'name=portBDF,...' or 'file:<path>' "
+        "(a node-local file with that list; absent: none); GPUs behind them are "
+        "fabric-attached (never offered as local) and reported in the Node annotation",
     )
     metrics_port: int = Field(default=0, description="port for /metrics and /healthz; 0 disables")
 

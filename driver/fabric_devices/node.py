@@ -49,6 +49,32 @@ def parse_adapters(spec: str) -> dict[str, str]:
     return out
 
 
+FILE_PREFIX = "file:"
+
+
+def load_adapters(setting: str) -> dict[str, str]:
+    """The ``--fabric-adapters`` setting: inline ``name=portBDF,...`` or ``file:<path>``.
+
+    The file form lets one DaemonSet serve nodes with and without adapters: each
+    node carries its own list (same syntax, whitespace or commas between
+    entries); a node without the file has no fabric adapters.
+    """
+    if not setting.startswith(FILE_PREFIX):
+        return parse_adapters(setting)
+    path = Path(setting[len(FILE_PREFIX) :])
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        log.info("no fabric adapters on this node (%s does not exist)", path)
+        return {}
+    except OSError as exc:
+        raise ConfigError(f"fabric adapters file {path}: {exc}") from exc
+    try:
+        return parse_adapters(",".join(text.split()))
+    except ConfigError as exc:
+        raise ConfigError(f"fabric adapters file {path}: {exc}") from exc
+
+
 class FabricNodeView:
     """Splits a node scan into local devices and fabric-attached GPUs."""
 

@@ -4,9 +4,10 @@ This is the only module that imports ``pynvml``. Every call blocks; the
 plugin runs them in a worker thread. pynvml loads the library by soname
 (``CDLL("libnvidia-ml.so.1")``); to use another build (our C mock) either set
 ``LD_LIBRARY_PATH`` before the process starts, or set
-``PATCHBAY_NVML_LIBRARY`` to the library's absolute path: we load that file
-first, and the dynamic loader then resolves pynvml's soname lookup to the
-already loaded object.
+``PATCHBAY_NVML_LIBRARY`` to the library's absolute path, or pass ``library``
+(the plugin's ``--driver-root`` lookup, ``driver.nvml.library``): we load that
+file first, and the dynamic loader then resolves pynvml's soname lookup to the
+already loaded object. The environment variable (a test hook) wins.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ LIBRARY_ENV = "PATCHBAY_NVML_LIBRARY"
 _preloaded: list[ctypes.CDLL] = []
 
 
-def _preload_library() -> None:
-    path = os.environ.get(LIBRARY_ENV)
+def _preload_library(library: Path | None = None) -> None:
+    path = os.environ.get(LIBRARY_ENV) or (str(library) if library else "")
     if path and not _preloaded:
         _preloaded.append(ctypes.CDLL(str(Path(path).resolve())))
         log.info("NVML library preloaded from %s", path)
@@ -73,8 +74,11 @@ _SKIP = {NvmlReturn.NOT_SUPPORTED, NvmlReturn.INVALID_ARGUMENT}
 class PynvmlBackend:
     """:class:`driver.nvml.backend.NvmlBackend` over the real pynvml."""
 
+    def __init__(self, library: Path | None = None) -> None:
+        self._library = library
+
     def init(self) -> None:
-        _preload_library()
+        _preload_library(self._library)
         call(pynvml.nvmlInit)
 
     def shutdown(self) -> None:

@@ -1,0 +1,81 @@
+"""The real-node tier: kubelet + containerd + runc nodes, the chart installed with helm.
+
+Why this module exists: every other cluster tier stops one step short of a
+node (no kubelet, no container). Here one session brings up the control
+plane on the node bridge and two real nodes (hack/realnode.py: node-a with
+4 GPUs and VFs, node-c GPU-less with fabric adapters), installs
+``helm/patchbay`` with ``hack/simulated-values.yaml`` plus the controller
+and the simulated fabric, and the tests run the examples of
+``deviceclasses/examples/`` as real containers.
+
+Needs root (namespaces, mounts, cgroups), the node binaries and images
+(`make node-bins images`). Missing: under ``CI=true`` the run FAILS, else the
+tier is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster_fixtures import missing_prerequisite, record_startup
+from tests.node.helpers import Node, Tier
+
+REPO = Path(__file__).resolve().parents[2]
+RUN_DIR = Path(os.environ.get("PATCHBAY_NODE_RUN_DIR", f"/tmp/pb-node-{os.getuid()}"))
+
+
+def _prerequisites() -> None:
+    if os.geteuid() != 0:
+        missing_prerequisite("the real-node tier needs root (namespaces, mounts, cgroups)")
+    proc = subprocess.run(
+        ["make", "-s", "-C", str(REPO), "node-bins", "images"], check=False, text=True
+    )
+    if proc.returncode != 0:
+        missing_prerequisite("`make node-bins images` failed (see its output above)")
+
+
+@pytest.fixture(scope="session")
+def tier() -> Iterator[Tier]:
+    _prerequisites()
+    import realnode
+    import realnode_chart
+
+    cluster = realnode.RealCluster(RUN_DIR, realnode.DEFAULT_NODES)
+    try:
+        cluster.up()
+    except (realnode.ComponentError, realnode.PrerequisiteError, realnode.net.NetError) as err:
+        cluster.down()
+        pytest.fail(f"real nodes did not start: {err}", pytrace=False)
+    record_startup("real nodes (control plane + 2 nodes Ready)", cluster.startup_seconds)
+    release = realnode_chart.Release(cluster.kubeconfig, RUN_DIR / "chart", "node-c")
+    t = Tier(cluster, {n: Node(cluster.nodes[n]) for n in cluster.nodes}, release)
+    try:
+        try:
+            release.install()
+        except realnode_chart.HelmError as err:
+            pytest.fail(f"{err}\n{cluster.log_tails()}", pytrace=False)
+        yield t
+    finally:
+        if os.environ.get("PATCHBAY_NODE_KEEP") != "1":
+            cluster.down()
+
+
+@pytest.fixture
+def namespace(tier: Tier) -> Iterator[str]:
+    name = tier.new_namespace()
+    yield name
+    tier.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:  # pragma: no cover - reporting
+    path = RUN_DIR / "figures.json"
+    if path.exists():
+        for key, value in json.loads(path.read_text()).items():
+            terminalreporter.write_line(f"real nodes: {key}: {value}")

@@ -1,0 +1,226 @@
+"""patchbay installed with helm on real nodes: the path a user takes.
+
+Each test reads only what a user or an operator can see: pod status and
+events, what a container printed (``kubectl logs``), and on the node its CDI
+directory and the plugin's checkpoint.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import grpc
+import pytest
+
+from plugin.proto import registration_pb2, registration_pb2_grpc
+from tests.node.helpers import RELEASE_NS, Tier, attr, example, seen, wait_for
+
+pytestmark = pytest.mark.node
+
+UUID = "patchbay.dev/uuid"
+ROOT = "resource.kubernetes.io/pcieRoot"
+BUS = "resource.kubernetes.io/pciBusID"
+
+
+def allocated(tier: Tier, ns: str, pod: str) -> list[tuple[str, dict[str, Any]]]:
+    """(request, published device) of each device allocated to the pod's claim."""
+    claim = tier.claim_of(ns, pod)
+    devices = tier.devices_by_name()
+    return [
+        (r["request"], devices[(r["pool"], r["device"])])
+        for r in claim["status"]["allocation"]["devices"]["results"]
+    ]
+
+
+def test_plugin_pods_ready_registered_publishing(tier: Tier) -> None:
+    for node in tier.nodes.values():
+        pod = tier.plugin_pod_on(node.name)
+        ready = {c["type"]: c["status"] for c in pod["status"]["conditions"]}
+        assert ready["Ready"] == "True", pod["status"]
+        logs = tier.kubectl("logs", pod["metadata"]["name"], "-n", RELEASE_NS)
+        assert "registered with the kubelet as patchbay.dev" in logs, logs[-2000:]
+        assert "kubelet opened a health stream" in logs, logs[-2000:]
+        # The registration socket carries the pod UID (rolling-update names).
+        uid = pod["metadata"]["uid"]
+        sock = node.real.host_path(f"/var/lib/kubelet/plugins_registry/patchbay.dev-{uid}-reg.sock")
+        with grpc.insecure_channel(f"unix://{sock}") as ch:
+            info = registration_pb2_grpc.RegistrationStub(ch).GetInfo(
+                registration_pb2.InfoRequest(), timeout=5
+            )
+        assert info.type == "DRAPlugin"
+        assert {"v1.DRAPlugin", "v1beta1.DRAPlugin"} <= set(info.supported_versions)
+    slices = tier.get("resourceslices")["items"]
+    pools = {s["spec"]["pool"]["name"] for s in slices}
+    assert {"node-a", "node-c"} <= pools, pools
+    types = {attr(d, "patchbay.dev/type") for s in slices for d in s["spec"].get("devices", [])}
+    assert {"gpu", "mig", "vf"} <= types, types
+
+
+def on_node(docs: list[dict[str, Any]], node: str) -> list[dict[str, Any]]:
+    """The example's documents with its pods pinned to ``node`` (local devices)."""
+    for d in docs:
+        if d["kind"] == "Pod":
+            d["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return docs
+
+
+def test_gpu_pods_see_exactly_their_gpus(tier: Tier, namespace: str) -> None:
+    ns = namespace
+    tier.apply(ns, on_node(example("single-gpu.yaml") + example("two-gpus.yaml"), "node-a"))
+    node = tier.nodes["node-a"]
+    for pod, count in (("gpu-job", 1), ("two-gpu-job", 2)):
+        tier.running(ns, pod)
+        got = allocated(tier, ns, pod)
+        assert len(got) == count
+        env, nodes = seen(tier.logs(ns, pod))
+        visible = env["NVIDIA_VISIBLE_DEVICES"].split(",")
+        assert sorted(visible) == sorted(attr(d, UUID) for _, d in got), (env, got)
+        assert {f"/dev/nvidia{attr(d, 'patchbay.dev/minor')}" for _, d in got} <= nodes, nodes
+        assert "/dev/nvidiactl" in nodes
+    uids = [tier.claim_of(ns, p)["metadata"]["uid"] for p in ("gpu-job", "two-gpu-job")]
+    assert all(any(u in name for name in node.claim_specs()) for u in uids)
+    for pod in ("gpu-job", "two-gpu-job"):
+        tier.delete_pod(ns, pod)
+    # The kubelet unprepared both claims: their CDI specs are gone.
+    wait_for("CDI specs removed", lambda: not any(
+        u in name for u in uids for name in node.claim_specs()), timeout=60)  # fmt: skip
+
+
+def test_mig_pod_sees_its_mig_device(tier: Tier, namespace: str) -> None:
+    tier.apply(namespace, on_node(example("mig-1g.yaml"), "node-a"))
+    tier.running(namespace, "mig-1g-job")
+    env, _ = seen(tier.logs(namespace, "mig-1g-job"))
+    mig = env["NVIDIA_VISIBLE_DEVICES"]
+    assert mig.startswith("MIG-"), env
+    ((_, device),) = allocated(tier, namespace, "mig-1g-job")
+    assert attr(device, "patchbay.dev/type") == "mig"
+    # The instance exists in the node's NVML (mock) state under that UUID.
+    state = tier.nodes["node-a"].real.sim_dir / "nvml-state.json"
+    assert mig in state.read_text()
+    tier.delete_pod(namespace, "mig-1g-job")
+    wait_for("MIG instance destroyed", lambda: mig not in state.read_text(), timeout=60)
+
+
+def test_gpu_vf_pair_pod_sees_both_on_one_root(tier: Tier, namespace: str) -> None:
+    tier.apply(namespace, on_node(example("gpu-vf-pair.yaml"), "node-a"))
+    tier.running(namespace, "rdma-job")
+    env, _ = seen(tier.logs(namespace, "rdma-job"))
+    got = dict(allocated(tier, namespace, "rdma-job"))
+    gpu, vf = got["gpu"], got["nic"]
+    assert env["NVIDIA_VISIBLE_DEVICES"] == attr(gpu, UUID)
+    assert attr(vf, BUS) in {v for k, v in env.items() if k.endswith("_PCI_BUS_ID")}, env
+    assert attr(gpu, ROOT) == attr(vf, ROOT)
+    tier.delete_pod(namespace, "rdma-job")
+
+
+def test_fabric_pod_runs_on_gpu_less_node_after_attach(tier: Tier, namespace: str) -> None:
+    tier.apply(namespace, example("fabric-gpu.yaml"))
+    pod = tier.running(namespace, "fabric-gpu-job", timeout=180)
+    assert pod["spec"]["nodeName"] == "node-c"
+    env, _ = seen(tier.logs(namespace, "fabric-gpu-job"))
+    claim = tier.claim_of(namespace, "fabric-gpu-job")
+    conds = {c["type"]: c["status"] for d in claim["status"]["devices"] for c in d["conditions"]}
+    assert conds.get("FabricDeviceReady") == "True", claim["status"]
+    ((_, device),) = allocated(tier, namespace, "fabric-gpu-job")
+    assert attr(device, "patchbay.dev/attachment") == "fabric"
+    assert env["NVIDIA_VISIBLE_DEVICES"] == attr(device, UUID)
+    tier.delete_pod(namespace, "fabric-gpu-job")
+
+
+def _gpu_pod(name: str, template: str, node: str | None = None) -> dict[str, Any]:
+    pod = example("single-gpu.yaml")[1]
+    pod["metadata"]["name"] = name
+    pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = template
+    if node:
+        pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return dict(pod)
+
+
+def test_bad_config_fails_its_pod_with_the_field_named(tier: Tier, namespace: str) -> None:
+    bad = example("single-gpu.yaml")[0]
+    bad["metadata"]["name"] = "bad-config"
+    bad["spec"]["spec"]["devices"]["config"] = [{
+        "requests": ["gpu"],
+        "opaque": {"driver": "patchbay.dev", "parameters": {
+            "apiVersion": "patchbay.dev/v1alpha1", "kind": "GpuConfig", "timeSlice": "Short"}},
+    }]  # fmt: skip
+    tier.apply(namespace, [bad, _gpu_pod("bad", "bad-config")])
+
+    def failed() -> list[str]:
+        return [e["message"] for e in tier.events(namespace, "bad")
+                if e["reason"] == "FailedPrepareDynamicResources"]  # fmt: skip
+
+    messages = wait_for("FailedPrepareDynamicResources on the bad pod", failed, timeout=90)
+    assert "timeSlice" in messages[0], messages
+    assert tier.pod(namespace, "bad")["status"]["phase"] == "Pending"
+    node = tier.pod(namespace, "bad")["spec"]["nodeName"]
+    tier.apply(namespace, [example("single-gpu.yaml")[0], _gpu_pod("good", "single-gpu", node)])
+    tier.running(namespace, "good")
+    for pod in ("bad", "good"):
+        tier.delete_pod(namespace, pod)
+
+
+def test_helm_upgrade_rolls_plugin_pods_overlapping(tier: Tier, namespace: str) -> None:
+    tier.apply(namespace, [example("single-gpu.yaml")[0], _gpu_pod("before", "single-gpu")])
+    before = tier.running(namespace, "before")
+    cid = before["status"]["containerStatuses"][0]["containerID"]
+    node = tier.nodes[before["spec"]["nodeName"]]
+    old = tier.plugin_pod_on(node.name)["metadata"]["uid"]
+    import threading
+
+    overlap: list[int] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            on_node = [p for p in tier.plugin_pods() if p["spec"].get("nodeName") == node.name]
+            overlap.append(len(on_node))
+            time.sleep(0.3)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    # A plugin setting change: the DaemonSet's pod template changes, pods roll.
+    tier.release.upgrade("kubeletPlugin.logLevel=info")
+    tier.apply(namespace, [_gpu_pod("during", "single-gpu", node.name)])
+    tier.running(namespace, "during", timeout=180)
+    wait_for("the new plugin pod alone on the node", lambda: (
+        len([p for p in tier.plugin_pods() if p["spec"].get("nodeName") == node.name]) == 1
+        and tier.plugin_pod_on(node.name)["metadata"]["uid"] != old), timeout=180)  # fmt: skip
+    stop.set()
+    watcher.join()
+    assert max(overlap) == 2, overlap  # old and new plugin pod served side by side
+    after = tier.pod(namespace, "before")
+    assert after["status"]["containerStatuses"][0]["containerID"] == cid
+    assert after["status"]["containerStatuses"][0]["restartCount"] == 0
+    for pod in ("before", "during"):
+        tier.delete_pod(namespace, pod)
+    wait_for("no claim left prepared", lambda: not node.claim_specs(), timeout=60)
+
+
+def test_kubelet_restart_and_plugin_kill_keep_running_pods(tier: Tier, namespace: str) -> None:
+    node = tier.nodes["node-a"]
+    tier.apply(namespace, [example("single-gpu.yaml")[0],
+                           _gpu_pod("steady", "single-gpu", node.name)])  # fmt: skip
+    steady = tier.running(namespace, "steady")
+    cid = steady["status"]["containerStatuses"][0]["containerID"]
+    specs = node.claim_specs()
+    node.real.restart_kubelet()
+    plugin = tier.plugin_pod_on(node.name)
+    pcid = plugin["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    node.real.ctr("tasks", "kill", "--signal", "SIGKILL", pcid)
+
+    def restarted() -> bool:
+        status = tier.plugin_pod_on(node.name)["status"]["containerStatuses"][0]
+        return bool(status.get("restartCount", 0) >= 1 and status.get("ready"))
+
+    wait_for("plugin container restarted by the kubelet and Ready", restarted, timeout=120)
+    tier.apply(namespace, [_gpu_pod("later", "single-gpu", node.name)])
+    tier.running(namespace, "later", timeout=180)
+    now = tier.pod(namespace, "steady")["status"]["containerStatuses"][0]
+    assert (now["containerID"], now["restartCount"]) == (cid, 0)
+    assert set(specs) <= set(node.claim_specs())
+    for pod in ("steady", "later"):
+        tier.delete_pod(namespace, pod)
+    wait_for("nothing left prepared", lambda: not node.claim_specs()
+             and not node.checkpoint_claims(), timeout=90)  # fmt: skip
