@@ -6,7 +6,10 @@ claim gets its own spec (``k8s.patchbay.dev-claim_<uid>.json``) so that
 unprepare removes exactly that claim's devices and a crash leaves at most
 one file to garbage-collect. Claim UIDs are validated as UUIDs before they
 become part of a file name. Device nodes always carry type/major/minor so
-the runtime never has to stat a host path that may not exist yet.
+the runtime never has to stat a host path that may not exist yet. The spec's
+own ``containerEdits`` (control nodes, claim-wide variables such as
+``NVIDIA_VISIBLE_DEVICES``) come with any of its devices; per-device edits
+of one variable override each other in the container (docs/design.md).
 """
 
 from __future__ import annotations

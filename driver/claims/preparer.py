@@ -211,15 +211,23 @@ class ClaimPreparer:
     ) -> PrepareResult:
         cdi_devices: list[CdiDevice] = []
         common: list[ContainerEdits] = []
+        lists: dict[str, list[str]] = {}
         for device_record, device, config in planned:
             handler = self._handlers[device.kind]
             prep = handler.prepare(device, ref.uid, config)
             device_record.undo = {**device_record.undo, **prep.undo}
             crash_point("prepare-device-done")
             cdi_devices.append(CdiDevice(name=device.name, edits=prep.edits))
+            for name, item in prep.claim_lists:
+                lists.setdefault(name, []).append(item)
             shared = handler.common_edits()
             if shared is not None and shared not in common:
                 common.append(shared)
+        # Claim-wide lists (NVIDIA_VISIBLE_DEVICES) are set once, in the spec's
+        # own edits: per device, the last device's value would win.
+        env = tuple(f"{k}={','.join(dict.fromkeys(v))}" for k, v in lists.items())
+        if env:
+            common.append(ContainerEdits(env=env))
         ids = self._cdi.write_claim_spec(ref.uid, _unique(cdi_devices), _merge(common))
         crash_point("prepare-cdi-written")
         by_name = dict(zip([d.name for d in _unique(cdi_devices)], ids, strict=True))

@@ -19,10 +19,21 @@ from driver.devices.model import Device
 
 @dataclass(frozen=True)
 class Preparation:
-    """The container edits for one prepared device and how to undo it."""
+    """The container edits for one prepared device and how to undo it.
+
+    ``claim_lists`` holds (variable, item) pairs of comma-separated list
+    variables that speak for the whole claim, such as
+    ``NVIDIA_VISIBLE_DEVICES``. A container receives the union of its CDI
+    devices' edits, a later device's variable overriding an earlier one's, so
+    a per-device value would leave only the last GPU visible. The preparer
+    joins the items of every device of the claim (device order, no repeats)
+    and sets each variable once, in the claim spec's own edits, which come
+    with any device of the claim.
+    """
 
     edits: ContainerEdits
     undo: Mapping[str, Any] = field(default_factory=dict)
+    claim_lists: tuple[tuple[str, str], ...] = ()
 
 
 class DeviceHandler(Protocol):

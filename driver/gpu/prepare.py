@@ -1,8 +1,10 @@
 """Prepare a full GPU: CDI edits only, the GPU itself needs no change.
 
-The container gets the GPU's device node and ``NVIDIA_VISIBLE_DEVICES`` set
-to its UUID (what the NVIDIA container toolkit and CUDA understand); the
-control nodes every GPU container needs go into the spec's common edits.
+The container gets the GPU's device node, and its UUID is one item of
+``NVIDIA_VISIBLE_DEVICES`` (what the NVIDIA container toolkit understands),
+which the claim's spec sets once to the UUIDs of all the claim's GPUs and
+MIG devices (see ``Preparation.claim_lists``); the control nodes every GPU
+container needs go into the spec's common edits.
 A GPU that dynamic MIG may partition (its device consumes counters) is
 first claimed whole through the MIG guard, which refuses while partitions
 exist and ends MIG mode on Hopper.
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from driver.mig.guard import MigGuard
 
 NVIDIA_MAJOR = 195
+VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 NVIDIACTL_MINOR = 255
 
 
@@ -65,12 +68,15 @@ class GpuHandler:
             self._guard.acquire_full(device.local_id)
         minor = device.attributes.get("minor")
         minor = minor if isinstance(minor, int) and not isinstance(minor, bool) else 0
-        env = [f"NVIDIA_VISIBLE_DEVICES={device.local_id}"]
+        env = []
         if isinstance(config, GpuConfig) and config.driver_capabilities:
             env.append(f"NVIDIA_DRIVER_CAPABILITIES={','.join(config.driver_capabilities)}")
         node = self.node(f"nvidia{minor}", minor)
         nodes = (node,) if node else ()
-        return Preparation(edits=ContainerEdits(env=tuple(env), device_nodes=nodes))
+        return Preparation(
+            edits=ContainerEdits(env=tuple(env), device_nodes=nodes),
+            claim_lists=((VISIBLE_DEVICES, device.local_id),),
+        )
 
     def unprepare(self, kind: str, local_id: str, undo: Mapping[str, Any]) -> None:
         if self._guard is not None:

@@ -29,7 +29,7 @@ from driver.devices.handler import Preparation
 from driver.devices.model import Device
 from driver.errors import ClaimError
 from driver.faults import crash_point
-from driver.gpu.prepare import GpuHandler
+from driver.gpu.prepare import VISIBLE_DEVICES, GpuHandler
 from driver.mig.guard import MigGuard
 from driver.mig.layout import KIND, parse_local_id
 from driver.mig.session import NvmlSession, find_gpu, toggles_mig_mode
@@ -98,13 +98,17 @@ class MigHandler:
             "claim %s: MIG %s (profile %d at %d) is GI %d CI %s on %s",
             claim_uid, instance.mig_uuid, profile_id, start, gi_id, instance.ci_id, uuid,
         )  # fmt: skip
-        edits = self._edits(gpu.minor, gi_id, instance.ci_id or 0, instance.mig_uuid, config)
-        return Preparation(edits=edits, undo={"giId": gi_id, "migUUID": instance.mig_uuid})
+        edits = self._edits(gpu.minor, gi_id, instance.ci_id or 0, config)
+        return Preparation(
+            edits=edits,
+            undo={"giId": gi_id, "migUUID": instance.mig_uuid},
+            claim_lists=((VISIBLE_DEVICES, instance.mig_uuid),),
+        )
 
     def _edits(
-        self, minor: int, gi_id: int, ci_id: int, mig_uuid: str, config: DeviceConfig | None
+        self, minor: int, gi_id: int, ci_id: int, config: DeviceConfig | None
     ) -> ContainerEdits:
-        env = [f"NVIDIA_VISIBLE_DEVICES={mig_uuid}"]
+        env = []
         if isinstance(config, GpuConfig) and config.driver_capabilities:
             env.append(f"NVIDIA_DRIVER_CAPABILITIES={','.join(config.driver_capabilities)}")
         nodes = [self._nodes.node(f"nvidia{minor}", minor)]

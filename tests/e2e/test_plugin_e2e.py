@@ -143,11 +143,15 @@ def test_pod_gets_gpus_and_frees_them(nodes, resource_api, core, namespace) -> N
     devices = sorted(r.device for r in claim.status.allocation.devices.results)
     assert devices == ["gpu-0", "gpu-1"]
     assert sorted(container["cdiDevices"]) == [f"k8s.patchbay.dev/claim={uid}-{d}" for d in devices]
-    uuids = set(sim.host.gpu_uuids().values())
-    visible = {
+    # Every GPU of the claim, in the claim's order, as the upstream CDI library
+    # resolved the container's devices (one device's edit must not hide another's).
+    uuid_of = {d.name: d.attributes["uuid"].string for d in node_devices(resource_api, sim.name)}
+    (visible,) = [
         e.split("=", 1)[1] for e in container["env"] if e.startswith("NVIDIA_VISIBLE_DEVICES=")
-    }
-    assert visible <= uuids and len(visible) >= 1
+    ]
+    results = claim.status.allocation.devices.results
+    assert visible.split(",") == [uuid_of[r.device] for r in results]
+    assert set(visible.split(",")) == set(sim.host.gpu_uuids().values())
     assert "/dev/nvidiactl" in {n["path"] for n in container["deviceNodes"]}
     spec_file = sim.agent.cdi_root / f"k8s.patchbay.dev-claim_{uid}.json"
     assert spec_file.exists()

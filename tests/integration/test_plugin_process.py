@@ -167,8 +167,12 @@ def test_batch_idempotency_and_isolation(
     again = kubelet.prepare(endpoint, claims[:1])
     assert again[good].devices == first[good].devices
     spec = json.loads((plugin.cdi_root / f"k8s.patchbay.dev-claim_{good}.json").read_text())
-    uuid0 = plugin.host.gpu_uuids()
-    assert f"NVIDIA_VISIBLE_DEVICES={sorted(uuid0.values())[0]}" in json.dumps(spec) or spec
+    (gpu0,) = [
+        d for s in our_slices(resource_api, node) for d in s.spec.devices if d.name == "gpu-0"
+    ]
+    # The claim's GPUs are listed once, in the spec's own edits (not per device).
+    visible = f"NVIDIA_VISIBLE_DEVICES={gpu0.attributes['uuid'].string}"
+    assert spec["containerEdits"]["env"] == [visible]
     assert kubelet.unprepare(endpoint, claims[:1])[good].error == ""
     assert kubelet.unprepare(endpoint, claims[:1])[good].error == ""
     assert list(plugin.cdi_root.iterdir()) == []

@@ -48,7 +48,8 @@ def test_gpu_handler_edits(tmp_path: Path) -> None:
     handler = GpuHandler(dev_root=tmp_path)  # no device nodes there: fixed major 195
     dev = Device(name="gpu-2", kind="gpu", local_id="GPU-abc", attributes={"minor": 2})
     prep = handler.prepare(dev, UID, None)
-    assert prep.edits.env == ("NVIDIA_VISIBLE_DEVICES=GPU-abc",)
+    assert prep.edits.env == ()  # the claim's spec lists every GPU (see test_claim_env)
+    assert prep.claim_lists == (("NVIDIA_VISIBLE_DEVICES", "GPU-abc"),)
     assert prep.edits.device_nodes == (DeviceNode("/dev/nvidia2", 195, 2),)
     common = handler.common_edits()
     assert common is not None

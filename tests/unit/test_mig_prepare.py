@@ -43,7 +43,7 @@ class Node:
         handler = self.handlers[device.kind]
         undo = handler.plan_undo(device)
         prep = handler.prepare(device, "claim", None)
-        return {**undo, **prep.undo}, list(prep.edits.env)
+        return {**undo, **prep.undo}, [f"{k}={v}" for k, v in prep.claim_lists]
 
     def unprepare(self, name: str, undo: dict[str, object]) -> None:
         device = self.devices[name]

@@ -102,7 +102,8 @@ async def test_prepare_and_unprepare_roundtrip(env) -> None:  # type: ignore[no-
     assert dev.device_name == "gpu-1" and dev.pool_name == NODE and dev.request_names == ("req-0",)
     assert dev.cdi_device_ids == (f"k8s.patchbay.dev/claim={ref.uid}-gpu-1",)
     spec = json.loads((tmp / "cdi" / f"k8s.patchbay.dev-claim_{ref.uid}.json").read_text())
-    assert spec["devices"][0]["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=GPU-1"]
+    assert spec["containerEdits"]["env"] == ["NVIDIA_VISIBLE_DEVICES=GPU-1"]
+    assert "env" not in spec["devices"][0]["containerEdits"]
     assert prep.checkpoint.claims[ref.uid].state is ClaimState.PREPARE_COMPLETED
     # Idempotent: same answer, no second API read.
     reads = reader.reads
