@@ -74,3 +74,20 @@ def test_hot_added_gpu_is_published_and_removed(gpuless: PluginProcess, resource
     host.hot_remove(bdf)
     wait_for("removed GPU withdrawn", lambda: gpus(resource_api, node) == [], timeout=30)
     assert gpuless.alive
+
+
+def test_broken_event_source_takes_the_plugin_down(gpuless: PluginProcess, resource_api) -> None:  # type: ignore[no-untyped-def]
+    # The hot-plug watch is vital (driver/node/hotplug.py): when its source
+    # fails the task group fails and the process exits non-zero, for the
+    # DaemonSet to restart it, instead of serving on without hot-plug.
+    node, host = gpuless.node_name, gpuless.host
+    wait_for(
+        "pool published",
+        lambda: resource_api.list_resource_slice(field_selector=f"spec.nodeName={node}").items,
+        timeout=30,
+    )
+    feed = Path(host.uevent_path)
+    feed.unlink()
+    feed.mkdir()  # the next read of the feed fails (IsADirectoryError)
+    assert gpuless.wait_exit(timeout=30) != 0
+    assert "hot-plug event source failed" in gpuless.log_tail(200)
