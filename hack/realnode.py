@@ -333,7 +333,9 @@ class RealCluster:
         self.k8s_bins, self.ctrd_bins = node_binaries()
         if self._state.exists():
             self.down()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        # A fresh start: a previous run's etcd data and simulated hosts would clash.
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        self.run_dir.mkdir(parents=True)
         built = images.build_all()
         self.image_archives = dict(built)
         self.images = {

@@ -38,7 +38,16 @@ def fabric_values(node: str) -> dict[str, Any]:
             "enabled": True,
             "attachLatency": 1.0,
             "topology": {
-                "switches": [switch("sw0", up0, ["gpu-0", "gpu-1"]), switch("sw1", up1, ["gpu-2"])]
+                "fabrics": [
+                    {
+                        "id": "pcie0",
+                        "type": "PCIe",
+                        "switches": [
+                            switch("sw0", up0, ["gpu-0", "gpu-1"]),
+                            switch("sw1", up1, ["gpu-2"]),
+                        ],
+                    }
+                ]
             },
         },
     }

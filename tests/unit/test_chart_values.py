@@ -97,9 +97,6 @@ def test_helm_value_defaults_match_process_defaults(section: str, model: type[Ba
         assert str(values[helm_name(field)]) == str(default), f"{section}.{helm_name(field)}"
 
 
-@pytest.mark.xfail(
-    strict=True, reason="chart wiring pending: the plugin DaemonSet must pass FABRIC_POOL"
-)
 @pytest.mark.parametrize("field", sorted(SHARED))
 def test_shared_setting_feeds_every_process_from_its_one_value(field: str) -> None:
     from driver.settingsflags import env_name
