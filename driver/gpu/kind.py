@@ -3,24 +3,41 @@
 
 With dynamic MIG on (``mig`` given) the same scan also yields the counter
 sets and partition devices, under the NVML session lock so that no scan
-sees a MIG change halfway (``driver.mig.session``).
+sees a MIG change halfway (``driver.mig.session``). The MIG family builds
+on this one (its handler reuses :class:`GpuHandler`), so this module sees it
+only through the :class:`Partitions` protocol.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from driver.devices.handler import DeviceHandler
 from driver.devices.kind import Discovery
-from driver.gpu.prepare import GpuHandler
+from driver.devices.model import Device
+from driver.gpu.prepare import GpuHandler, WholeGpuGuard
+from driver.gpu.scan import GpuSource, SysfsTopology, scan_gpus
 from driver.health.xid import XidWatcher
-from driver.node.scanner import GpuSource, SysfsTopology, scan_gpus
 
 if TYPE_CHECKING:
-    from driver.mig.discovery import MigSupport
     from driver.nvml.backend import NvmlBackend
+
+
+class Partitions(Protocol):
+    """Dynamic MIG on top of the full GPUs (``driver.mig.discovery.MigSupport``)."""
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The NVML session lock that scans, MIG changes and XID waits share."""
+
+    @property
+    def guard(self) -> WholeGpuGuard: ...
+    @property
+    def handler(self) -> DeviceHandler: ...
+    def extend(self, gpus: Sequence[Device]) -> Discovery: ...
 
 
 class GpuType:
@@ -29,7 +46,7 @@ class GpuType:
         source: GpuSource,
         sysfs_root: Path,
         dev_root: Path,
-        mig: MigSupport | None = None,
+        mig: Partitions | None = None,
         events: NvmlBackend | None = None,
     ) -> None:
         self._source = source
@@ -41,14 +58,14 @@ class GpuType:
     def discover(self) -> Discovery:
         if self._mig is None:
             return Discovery(devices=tuple(scan_gpus(self._source, self._topology)))
-        with self._mig.session.lock:
+        with self._mig.lock:
             return self._mig.extend(scan_gpus(self._source, self._topology))
 
     def xid_watcher(self, on_xid: Callable[[str, int], None]) -> XidWatcher | None:
         """A watcher of these GPUs' XIDs (None without an event source); not started."""
         if self._events is None:
             return None
-        lock = self._mig.session.lock if self._mig is not None else None
+        lock = self._mig.lock if self._mig is not None else None
         return XidWatcher(self._events, on_xid, lock)
 
     def handlers(self) -> Mapping[str, DeviceHandler]:

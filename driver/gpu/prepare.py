@@ -18,19 +18,27 @@ import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from driver.cdi import ContainerEdits, DeviceNode
 from driver.config.opaque import DeviceConfig, GpuConfig
 from driver.devices.handler import Preparation
 from driver.devices.model import Device
 
-if TYPE_CHECKING:
-    from driver.mig.guard import MigGuard
-
 NVIDIA_MAJOR = 195
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 NVIDIACTL_MINOR = 255
+
+
+class WholeGpuGuard(Protocol):
+    """Claims a partitionable GPU whole (``driver.mig.guard.MigGuard``).
+
+    A protocol, so that the MIG family builds on this one and not the
+    other way round.
+    """
+
+    def acquire_full(self, uuid: str) -> None: ...
+    def release_full(self, uuid: str) -> None: ...
 
 
 class GpuHandler:
@@ -39,7 +47,7 @@ class GpuHandler:
     kind = "gpu"
     has_side_effects = False
 
-    def __init__(self, dev_root: Path = Path("/dev"), guard: MigGuard | None = None) -> None:
+    def __init__(self, dev_root: Path = Path("/dev"), guard: WholeGpuGuard | None = None) -> None:
         self._dev_root = dev_root
         self._guard = guard
 

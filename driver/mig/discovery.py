@@ -12,6 +12,7 @@ runs the start-up ownership check (``driver.mig.startup``).
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -48,6 +49,11 @@ class MigSupport:
         self._load_checkpoint = load_checkpoint
         self._cleanup = policy.orphan_cleanup and cleanup_allowed
         self._started = False
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The NVML session lock (``driver.gpu.kind.Partitions``)."""
+        return self.session.lock
 
     def extend(self, gpus: Sequence[Device]) -> Discovery:
         """The full GPUs plus MIG counter sets and devices, in preference order."""

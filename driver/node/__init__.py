@@ -1,1 +1,1 @@
-"""Node-level discovery: what devices this node has now, and when that changes."""
+"""Node-level events: when the devices of this node change (PCI hot-plug)."""

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from driver.devices.model import Version
-from driver.node.scanner import SysfsTopology, scan_gpus
+from driver.gpu.scan import SysfsTopology, scan_gpus
 from driver.nvml.fake import FakeNvml
 from driver.nvml.fake_state import FakeMachine
 from driver.slices import limits
