@@ -16,7 +16,9 @@ restart rebuilds its view and finishes or rolls back what was in flight.
 Concurrency: one asyncio loop. :meth:`Reconciler.run` runs the two watches,
 the slice publisher, the fabric refresher and the reconcile loop in one
 TaskGroup; each attach or detach is its own task, at most one per fabric
-device (``_workers``), so two operations never race on one device.
+device (``driver.controller.workers``), so two operations never race on one
+device. The workers get their collaborators from here (claim-status
+writer, node reports, failed-device holds) and never see the reconciler.
 """
 
 from __future__ import annotations
@@ -24,18 +26,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from driver.controller import claims as cl
 from driver.controller.cache import ObjectCache
+from driver.controller.holds import FailedHolds
 from driver.controller.pool import Variant, build_pool
+from driver.controller.reports import NodeReports
 from driver.controller.settings import ControllerSettings
+from driver.controller.status import ClaimStatusWriter
 from driver.controller.workers import Workers
 from driver.devices.model import Device
-from driver.errors import ApiError
-from driver.fabric_devices.naming import NodeFabric
 from driver.fabricclient.client import FabricClient
 from driver.fabricclient.model import FabricApiError, FabricInventory, FabricUnavailable
 from driver.kube.api import RESOURCE_V1, KubeApi
@@ -61,19 +63,23 @@ class Reconciler:
         self.inventory: FabricInventory | None = None
         self.variants: dict[str, Variant] = {}  # every variant ever published, by name
         self.published: dict[str, Device] = {}  # the last published device of each name
-        self.failed: dict[str, float] = {}  # device id -> monotonic end of its hold
-        self.workers = Workers(self)
+        self.holds = FailedHolds(settings.failed_device_hold, self.mark)
+        self.reports = NodeReports()
+        self.workers = Workers(
+            fabric,
+            ClaimStatusWriter(api, self.pool),
+            self.reports,
+            self.holds,
+            settings.attach_timeout,
+            self._operation_done,
+        )
 
     def mark(self) -> None:
         self._dirty.set()
 
-    def reports(self) -> dict[str, NodeFabric]:
-        out = {}
-        for name, node in self.nodes.objects.items():
-            report = NodeFabric.from_node(node)
-            if report is not None:
-                out[name] = report
-        return out
+    def _operation_done(self) -> None:
+        self.refresh_fabric()
+        self.mark()
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as group:
@@ -143,18 +149,14 @@ class Reconciler:
             return
         inv = self.inventory
         assert inv is not None
+        reports = self.reports.refresh(self.nodes.objects)  # wakes attaches waiting on a node
         if not self.published:  # first pass: what a previous incarnation published
             self.published = published_devices(self.publisher.stored().values())
-        now = time.monotonic()
-        for dev, until in list(self.failed.items()):
-            if until <= now:
-                log.info("fabric device %s back in the pool after its failure hold", dev)
-                del self.failed[dev]
+        self.holds.expire()
         allocs = cl.all_allocations(list(self.claims.objects.values()), self.pool)
         pinned = {a.device for a in allocs}
         carried = {n: self.published[n] for n in pinned if n in self.published}
-        reports = self.reports()
-        spec, variants = build_pool(self.pool, inv, reports, set(self.failed), pinned, carried)
+        spec, variants = build_pool(self.pool, inv, reports, self.holds.held(), pinned, carried)
         self.variants.update(variants)
         self.published.update({d.name: d for d in spec.devices})
         self.publisher.set_pool(spec)
@@ -181,46 +183,6 @@ class Reconciler:
                 log.debug("%s still prepared on %s: detach waits", device.id, conn.node)
                 continue
             self.workers.detach(device.id)
-
-    # -- helpers used by the workers -----------------------------------------------
-
-    def node_sees(self, v: Variant) -> bool:
-        node = self.nodes.objects.get(v.node)
-        report = NodeFabric.from_node(node) if node is not None else None
-        return report is not None and report.sees(v.kind, v.identity, v.adapter)
-
-    def hold(self, device_id: str) -> None:
-        self.failed[device_id] = time.monotonic() + self.settings.failed_device_hold
-        # A pass when the hold ends brings the device back (nothing else may mark us).
-        asyncio.get_running_loop().call_later(self.settings.failed_device_hold + 0.1, self.mark)
-
-    async def set_condition(
-        self, a: cl.FabricAllocation, cond: dict[str, Any], data: dict[str, Any] | None
-    ) -> bool:
-        """Write ``cond`` on the claim's entry; False when the allocation is gone."""
-        path = f"{RESOURCE_V1}/namespaces/{a.namespace}/resourceclaims/{a.name}"
-        for _ in range(8):
-            try:
-                claim = await self.api.get(path)
-            except ApiError as exc:
-                log.info("claim %s/%s: %s", a.namespace, a.name, exc)
-                return False
-            if not cl.is_allocated_with(claim, a.claim_uid, self.pool, a.device):
-                log.info("claim %s/%s no longer holds %s", a.namespace, a.name, a.device)
-                return False
-            devices = cl.devices_with_condition(claim, self.pool, a.device, cond, data)
-            body = {
-                "metadata": {"resourceVersion": claim["metadata"]["resourceVersion"]},
-                "status": {"devices": devices},
-            }
-            try:
-                await self.api.merge_patch(path + "/status", body)
-                return True
-            except ApiError as exc:
-                if getattr(exc, "conflict", False):
-                    continue
-                raise
-        return False
 
 
 def published_devices(slices: Iterable[Mapping[str, Any]]) -> dict[str, Device]:

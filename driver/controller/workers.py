@@ -8,6 +8,12 @@ attach starts). An attach retries while the fabric is unreachable or the
 device is still leaving another node, until ``attach_timeout``; a failed
 attach task, a foreign tenant or the timeout end in ``FabricAttachFailed``
 and a hold on the device. A failed detach is retried by a later pass.
+
+The workers know nothing of the reconciler: they get the fabric client,
+the claim-status writer, the node reports (whose change signal ends the
+wait for the node to see an attached device), the failed-device holds and
+a callback for when an operation ends (the reconciler re-reads the fabric
+and makes a pass).
 """
 
 from __future__ import annotations
@@ -16,18 +22,19 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from driver.controller import claims as cl
+from driver.controller.holds import FailedHolds
 from driver.controller.pool import Variant
+from driver.controller.reports import NodeReports
+from driver.controller.status import ClaimStatusWriter
 from driver.errors import ApiError, PatchbayError
 from driver.fabric_devices.naming import FAILED_CONDITION, READY_CONDITION
+from driver.fabricclient.client import FabricClient
 from driver.fabricclient.model import FabricApiError, FabricConflict, FabricUnavailable
 from driver.metrics import REGISTRY
-
-if TYPE_CHECKING:
-    from driver.controller.reconciler import Reconciler
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +49,21 @@ class AttachFailed(PatchbayError):
 
 
 class Workers:
-    def __init__(self, rec: Reconciler) -> None:
-        self.rec = rec
+    def __init__(
+        self,
+        fabric: FabricClient,
+        status: ClaimStatusWriter,
+        reports: NodeReports,
+        holds: FailedHolds,
+        attach_timeout: float,
+        on_done: Callable[[], None],
+    ) -> None:
+        self._fabric = fabric
+        self._status = status
+        self._reports = reports
+        self._holds = holds
+        self._timeout = attach_timeout
+        self._on_done = on_done
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._attaching: dict[str, tuple[str, str]] = {}  # device id -> (claim uid, variant)
 
@@ -58,8 +78,7 @@ class Workers:
             if self._tasks.get(device_id) is task:
                 del self._tasks[device_id]
                 self._attaching.pop(device_id, None)
-            self.rec.refresh_fabric()
-            self.rec.mark()
+            self._on_done()
 
         task.add_done_callback(done)
 
@@ -81,23 +100,22 @@ class Workers:
                 self._attaching.pop(device_id, None)
 
     async def _attach(self, a: cl.FabricAllocation, v: Variant) -> None:
-        rec = self.rec
         started = time.monotonic()
-        deadline = started + rec.settings.attach_timeout
+        deadline = started + self._timeout
         try:
-            if v.device_id in rec.failed:
+            if v.device_id in self._holds:
                 raise AttachFailed(f"{v.device_id} is held after a failed attach")
             await self._connect(v, deadline)
-            while not rec.node_sees(v):
-                if time.monotonic() > deadline:
-                    what = f"{v.kind} {v.identity}"
-                    raise AttachFailed(f"node {v.node} did not report {what} in time")
-                await asyncio.sleep(0.05)
+            if not await self._reports.wait_until(
+                lambda: self._reports.sees(v.node, v.kind, v.identity, v.adapter), deadline
+            ):
+                what = f"{v.kind} {v.identity}"
+                raise AttachFailed(f"node {v.node} did not report {what} in time")
             message = f"{v.device_id} attached to {v.node} via {v.adapter}"
             key = "uuid" if v.kind == "gpu" else "macAddress"
             data = {"fabricDevice": v.device_id, key: v.identity, "adapter": v.adapter}
             cond = cl.condition(READY_CONDITION, "Attached", message, None)
-            if await rec.set_condition(a, cond, data):
+            if await self._status.write(a, cond, data):
                 FABRIC_OPS.inc(op="attach", result="ok")
                 log.info(
                     "claim %s/%s: %s ready after %.2fs", a.namespace, a.name, message,
@@ -106,13 +124,13 @@ class Workers:
         except (AttachFailed, FabricApiError) as exc:
             FABRIC_OPS.inc(op="attach", result="failed")
             log.warning("claim %s/%s: attaching %s failed: %s", a.namespace, a.name, v.name, exc)
-            rec.hold(v.device_id)
+            self._holds.hold(v.device_id)
             cond = cl.condition(FAILED_CONDITION, "AttachFailed", str(exc), None)
             with contextlib.suppress(ApiError):
-                await rec.set_condition(a, cond, None)
+                await self._status.write(a, cond, None)
 
     async def _connect(self, v: Variant, deadline: float) -> None:
-        fabric, timeout = self.rec.fabric, self.rec.settings.attach_timeout
+        fabric, timeout = self._fabric, self._timeout
         while True:
             if time.monotonic() > deadline:
                 raise AttachFailed(f"{v.device_id}: no attach within {timeout:.0f}s")
@@ -148,11 +166,11 @@ class Workers:
             await asyncio.sleep(RETRY_S)
 
     async def _detach(self, device_id: str) -> None:
-        fabric = self.rec.fabric
+        fabric = self._fabric
         try:
             task = await fabric.detach(device_id)
             if task is not None:
-                done = await fabric.wait(task.uri, self.rec.settings.attach_timeout)
+                done = await fabric.wait(task.uri, self._timeout)
                 if done.failed:
                     raise AttachFailed("; ".join(done.messages) or "detach task failed")
                 log.info("fabric device %s detached", device_id)
