@@ -1,20 +1,62 @@
-"""The exception tree of patchbay.
+"""The exception tree of patchbay, and the exit code each error ends a process with.
 
-Every error we raise on purpose derives from :class:`PatchbayError`, so a
-caller can tell our own failures (bad input, a device in the wrong state)
-from bugs. Errors that wrap a lower-level failure chain it with ``raise ...
-from exc`` so the cause is never lost.
+Why one module: every error we raise on purpose derives from
+:class:`PatchbayError`, so a caller can tell our own failures (bad input, a
+device in the wrong state) from bugs, and a process's exit code says which
+kind of failure ended it (``driver.process``). Errors that wrap a
+lower-level failure chain it with ``raise ... from exc`` so the cause is
+never lost. The tree (exit code where an error ends a process)::
+
+    PatchbayError                  1  a deliberate failure not named below
+    ├── ConfigError                2  a setting, flag or configuration file
+    │   └── SocketPathError        2  a kubelet socket path too long or taken
+    ├── ClaimError                    a claim cannot be (un)prepared as asked
+    ├── DeviceError                   a device missing, busy or in a bad state
+    ├── CheckpointError               the checkpoint cannot be read or written
+    ├── CdiError                      a CDI spec cannot be written or removed
+    ├── DiscoveryError             3  NVML or sysfs discovery failed
+    │   ├── HotplugError           3  the hot-plug event source ended or failed
+    │   └── NvmlError              3  an NVML call failed
+    │       └── NvmlDeviceError       ... one that changes a device (also a DeviceError)
+    ├── ApiError                   4  a Kubernetes API call failed
+    │   └── ApiStatusError         4  ... with a non-success HTTP status
+    ├── FabricApiError                the fabric service refused a request
+    │   ├── FabricConflict            ... 409
+    │   └── FabricNotFound            ... 404
+    ├── FabricUnavailable             the fabric service is unreachable
+    ├── AttachFailed                  the fabric could not attach a device
+    ├── LeaseLost                  5  the controller is no longer the leader
+    ├── Stopped                    0  not a failure: SIGTERM ends a task group
+    └── fabric.service.errors.RedfishError
+                                      a request the simulated fabric refuses
+                                      (kept beside its Redfish renderer)
+
+An error without its own code ends a process with its nearest ancestor's.
+A task group that fails raises an ``ExceptionGroup`` of the errors of its
+tasks; :func:`leaves` flattens one so the exit code comes from the errors
+inside (``driver.process.exit_status``).
 """
 
 from __future__ import annotations
+
+import contextlib
+import json
 
 
 class PatchbayError(Exception):
     """Base of every error patchbay raises deliberately."""
 
+    exit_code = 1
+
 
 class ConfigError(PatchbayError):
     """A setting, flag or opaque claim configuration is invalid."""
+
+    exit_code = 2
+
+
+class SocketPathError(ConfigError):
+    """A socket path is too long or occupied by something that is not a socket."""
 
 
 class ClaimError(PatchbayError):
@@ -36,13 +78,11 @@ class CdiError(PatchbayError):
 class DiscoveryError(PatchbayError):
     """Hardware discovery (NVML, sysfs) failed."""
 
+    exit_code = 3
+
 
 class HotplugError(DiscoveryError):
     """The hot-plug event source ended or failed; the plugin must restart."""
-
-
-class ApiError(PatchbayError):
-    """A Kubernetes API call failed in a way the caller must handle."""
 
 
 class NvmlError(DiscoveryError):
@@ -62,3 +102,74 @@ class NvmlError(DiscoveryError):
 
 class NvmlDeviceError(NvmlError, DeviceError):
     """An NVML call that changes a device (MIG mode, MIG instances) failed."""
+
+
+class ApiError(PatchbayError):
+    """A Kubernetes API call failed in a way the caller must handle."""
+
+    exit_code = 4
+
+
+class ApiStatusError(ApiError):
+    """The apiserver answered with a non-success HTTP status."""
+
+    def __init__(self, method: str, path: str, status: int, body: str) -> None:
+        self.status = status
+        self.body = body
+        message = body
+        with contextlib.suppress(ValueError, AttributeError):
+            message = json.loads(body).get("message", body)
+        super().__init__(f"{method} {path}: HTTP {status}: {message}")
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+
+class FabricApiError(PatchbayError):
+    """The fabric service refused a request; ``code`` is the Redfish MessageId."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"fabric: HTTP {status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+class FabricConflict(FabricApiError):
+    """409: the device is attached elsewhere, held by another tenant, busy or in use."""
+
+
+class FabricNotFound(FabricApiError):
+    """404: no such resource."""
+
+
+class FabricUnavailable(PatchbayError):
+    """The fabric service could not be reached or answered garbage (retry later)."""
+
+
+class AttachFailed(PatchbayError):
+    """The fabric could not attach the device (task failed, foreign owner, timeout)."""
+
+
+class LeaseLost(PatchbayError):
+    """This controller replica is no longer the leader; it restarts as a follower."""
+
+    exit_code = 5
+
+
+class Stopped(PatchbayError):
+    """Not a failure: raised inside a task group to end it after SIGTERM/SIGINT."""
+
+    exit_code = 0
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside ``exc``, nested exception groups flattened, in order."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in leaves(inner)]
+    return [exc]

@@ -1,10 +1,15 @@
 """What every patchbay process does around its main coroutine.
 
 Parse the process's settings (flags and env vars), configure logging, run
-the coroutine on one asyncio loop, and turn our own errors into exit codes:
-2 for bad settings, 1 for a deliberate failure. Shared by
-``patchbay-plugin``, ``patchbay-controller`` and ``patchbay-fabric`` so the
-three binaries behave alike.
+the coroutine on one asyncio loop, and turn our own errors into exit codes
+with one log line: 2 for bad settings, and for an error that ends the run
+the code its class carries (the table is the tree in ``driver.errors``: 2
+configuration, 3 discovery or hot-plug, 4 Kubernetes API, 5 leader lease
+lost, 1 any other). A vital task that fails ends its supervising task group
+with an ``ExceptionGroup``; the code comes from the errors inside it, not
+from the group. Anything that is not one of our errors (a bug) keeps its
+traceback. Shared by ``patchbay-plugin``, ``patchbay-controller`` and
+``patchbay-fabric`` so the three binaries behave alike.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
-from driver.errors import PatchbayError
+from driver.errors import PatchbayError, leaves
 from driver.logconfig import configure
 from driver.settingsflags import parse_settings
 
@@ -51,7 +56,29 @@ def run_process(
     configure(settings.log_level, settings.log_format)
     try:
         asyncio.run(run(settings))  # type: ignore[arg-type]
-    except PatchbayError as exc:
-        log.error("%s", exc)
-        return 1
+    except (PatchbayError, ExceptionGroup) as exc:
+        status = exit_status(exc)
+        if status is None:
+            raise
+        code, line = status
+        if code:
+            log.error("exiting with status %d: %s", code, line)
+        else:
+            log.info("stopped: %s", line)
+        return code
     return 0
+
+
+def exit_status(exc: BaseException) -> tuple[int, str] | None:
+    """The exit code and the one log line for ``exc``, one of our errors or a
+    task group's group of them; None when anything inside is not ours.
+
+    The first error with a non-zero code decides (errors that ended a task
+    group at the same moment are named on the same line).
+    """
+    errors = leaves(exc)
+    ours = [e for e in errors if isinstance(e, PatchbayError)]
+    if len(ours) != len(errors) or not ours:
+        return None
+    code = next((e.exit_code for e in ours if e.exit_code), 0)
+    return code, "; ".join(f"{type(e).__name__}: {e}" for e in ours)

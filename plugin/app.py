@@ -22,6 +22,7 @@ from driver.claims.preparer import ClaimPreparer
 from driver.devices.inventory import NodeInventory
 from driver.devices.kind import DeviceType, all_handlers, scan_all
 from driver.devices.model import CounterSet
+from driver.errors import Stopped
 from driver.fabric_devices.node import AnnotationPublisher, FabricNodeView
 from driver.health.monitor import HealthMonitor
 from driver.kube.api import KubeApi
@@ -37,10 +38,6 @@ from plugin.settings import PluginSettings
 from plugin.sockets import SocketPaths, socket_paths
 
 log = logging.getLogger(__name__)
-
-
-class _Stopped(Exception):
-    """Raised inside the task group once the servers have shut down."""
 
 
 class NodePlugin:
@@ -177,7 +174,7 @@ class NodePlugin:
             self._serving = True
             await servers.run()
             self._serving = False
-            raise _Stopped
+            raise Stopped  # the servers have shut down: end the task group
 
         try:
             async with asyncio.TaskGroup() as group:
@@ -190,7 +187,7 @@ class NodePlugin:
                 events = hotplug.open_source(s.hotplug_source, s.sysfs_root)
                 if events is not None:
                     group.create_task(self.watch_hotplug(events), name="hotplug")
-        except* _Stopped:
+        except* Stopped:
             log.info("plugin stopped")
         finally:
             if self.xid is not None:

@@ -22,7 +22,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from driver.errors import ConfigError
+from driver.errors import ConfigError, SocketPathError
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +33,6 @@ MAX_SOCKET_PATH_BYTES = 107
 LOCK_FILE_NAME = "prepare.lock"
 
 _POD_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,62}")
-
-
-class SocketPathError(ConfigError):
-    """A socket path is too long or occupied by something that is not a socket."""
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ import logging
 import time
 from typing import Any
 
-from driver.errors import ApiError
-from driver.kube.api import ApiStatusError, KubeApi
+from driver.errors import ApiError, ApiStatusError
+from driver.kube.api import KubeApi
 
 log = logging.getLogger(__name__)
 

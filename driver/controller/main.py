@@ -3,9 +3,10 @@
 Concurrency model: one asyncio loop. The replica first waits for the leader
 Lease; once it holds it, the reconciler (watches, publisher, fabric refresh,
 attach/detach tasks) and the lease renewal run in one TaskGroup. Losing the
-lease ends the process with exit code 1 so its supervisor restarts it as a
-follower: state is rebuilt from the API and the fabric, never carried over.
-SIGTERM/SIGINT stop everything; the lease then expires for the next leader.
+lease ends the process with exit code 5 (``driver.errors.LeaseLost``) so
+its supervisor restarts it as a follower: state is rebuilt from the API and
+the fabric, never carried over. SIGTERM/SIGINT stop everything; the lease
+then expires for the next leader.
 """
 
 from __future__ import annotations
@@ -17,18 +18,10 @@ import sys
 from collections.abc import Sequence
 
 from driver.controller.settings import ControllerSettings
-from driver.errors import PatchbayError
+from driver.errors import LeaseLost, Stopped
 from driver.process import run_process
 
 log = logging.getLogger(__name__)
-
-
-class _LeaseLost(PatchbayError):
-    """This replica is no longer the leader."""
-
-
-class _Stopped(Exception):
-    """SIGTERM/SIGINT."""
 
 
 async def _run(settings: ControllerSettings) -> None:
@@ -49,11 +42,11 @@ async def _run(settings: ControllerSettings) -> None:
 
     async def until_stopped() -> None:
         await stop.wait()
-        raise _Stopped
+        raise Stopped  # SIGTERM/SIGINT
 
     async def keep_lease() -> None:
         await lease.keep()
-        raise _LeaseLost("leader lease lost")
+        raise LeaseLost("leader lease lost")
 
     try:
         async with FabricClient(settings.fabric_url, settings.token()) as fabric:
@@ -63,10 +56,8 @@ async def _run(settings: ControllerSettings) -> None:
                     await lease.acquire()
                     group.create_task(keep_lease(), name="lease")
                     group.create_task(Reconciler(api, fabric, settings).run(), name="reconciler")
-            except* _Stopped:
+            except* Stopped:
                 log.info("controller stopped")
-            except* _LeaseLost as eg:
-                raise eg.exceptions[0] from None
     finally:
         await api.close()
 

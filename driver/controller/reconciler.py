@@ -38,8 +38,9 @@ from driver.controller.settings import ControllerSettings
 from driver.controller.status import ClaimStatusWriter
 from driver.controller.workers import Workers
 from driver.devices.model import Device
+from driver.errors import FabricApiError, FabricUnavailable
 from driver.fabricclient.client import FabricClient
-from driver.fabricclient.model import FabricApiError, FabricInventory, FabricUnavailable
+from driver.fabricclient.model import FabricInventory
 from driver.kube.api import RESOURCE_V1, KubeApi
 from driver.slices.publisher import SlicePublisher
 

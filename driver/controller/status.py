@@ -17,8 +17,8 @@ import logging
 from typing import Any, Protocol
 
 from driver.controller import claims as cl
-from driver.errors import ApiError
-from driver.kube.api import ApiStatusError, claim_path
+from driver.errors import ApiError, ApiStatusError
+from driver.kube.api import claim_path
 
 log = logging.getLogger(__name__)
 

@@ -30,10 +30,15 @@ from driver.controller.holds import FailedHolds
 from driver.controller.pool import Variant
 from driver.controller.reports import NodeReports
 from driver.controller.status import ClaimStatusWriter
-from driver.errors import ApiError, PatchbayError
+from driver.errors import (
+    ApiError,
+    AttachFailed,
+    FabricApiError,
+    FabricConflict,
+    FabricUnavailable,
+)
 from driver.fabric_devices.naming import FAILED_CONDITION, READY_CONDITION
 from driver.fabricclient.client import FabricClient
-from driver.fabricclient.model import FabricApiError, FabricConflict, FabricUnavailable
 from driver.metrics import REGISTRY
 
 log = logging.getLogger(__name__)
@@ -42,10 +47,6 @@ FABRIC_OPS = REGISTRY.metric(
     "patchbay_fabric_operations_total", "fabric attach/detach operations by result"
 )
 RETRY_S = 0.5
-
-
-class AttachFailed(PatchbayError):
-    """The fabric could not attach the device (task failed, foreign owner, timeout)."""
 
 
 class Workers:

@@ -7,17 +7,14 @@ lives in ``driver`` because the controller does, and ``driver`` never
 imports ``fabric``: it speaks to the service only over HTTP.
 """
 
+from driver.errors import FabricApiError, FabricConflict, FabricNotFound, FabricUnavailable
 from driver.fabricclient.client import FabricClient
 from driver.fabricclient.model import (
     AttachResult,
-    FabricApiError,
-    FabricConflict,
     FabricConnection,
     FabricDevice,
     FabricInventory,
-    FabricNotFound,
     FabricTask,
-    FabricUnavailable,
     HostAdapter,
 )
 

@@ -24,17 +24,14 @@ from typing import Any, Literal
 import aiohttp
 from pydantic import ValidationError
 
+from driver.errors import FabricApiError, FabricConflict, FabricNotFound, FabricUnavailable
 from driver.fabricclient import wire
 from driver.fabricclient.model import (
     AttachResult,
-    FabricApiError,
-    FabricConflict,
     FabricConnection,
     FabricDevice,
     FabricInventory,
-    FabricNotFound,
     FabricTask,
-    FabricUnavailable,
     HostAdapter,
 )
 

@@ -1,7 +1,8 @@
-"""What the fabric client hands the controller: frozen values and errors.
+"""What the fabric client hands the controller: frozen values.
 
 These are our own shapes, independent of Redfish spelling (``wire.py``
-parses that), so the controller's logic is testable without HTTP.
+parses that), so the controller's logic is testable without HTTP. The
+client's errors (``FabricApiError`` and its kin) live in ``driver.errors``.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from driver.errors import PatchbayError
+from driver.errors import FabricNotFound
 
 TaskState = Literal["New", "Running", "Completed", "Exception"]
 ConnectionState = Literal["Attaching", "Attached", "Detaching"]
@@ -106,25 +107,3 @@ class AttachResult:
 
     connection_uri: str
     task: FabricTask | None
-
-
-class FabricApiError(PatchbayError):
-    """The service refused a request; ``code`` is the Redfish MessageId."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(f"fabric: HTTP {status} {code}: {message}")
-        self.status = status
-        self.code = code
-        self.message = message
-
-
-class FabricConflict(FabricApiError):
-    """409: the device is attached elsewhere, held by another tenant, busy or in use."""
-
-
-class FabricNotFound(FabricApiError):
-    """404: no such resource."""
-
-
-class FabricUnavailable(PatchbayError):
-    """The service could not be reached or answered garbage (retry later)."""

@@ -10,7 +10,6 @@ line by line.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping
@@ -21,32 +20,12 @@ import aiohttp
 from kubernetes.aio import config as kconfig
 from kubernetes.aio.client import api_client, configuration
 
-from driver.errors import ApiError
+from driver.errors import ApiError, ApiStatusError
 
 log = logging.getLogger(__name__)
 
 RESOURCE_V1 = "/apis/resource.k8s.io/v1"
 JsonObj = dict[str, Any]
-
-
-class ApiStatusError(ApiError):
-    """The apiserver answered with a non-success HTTP status."""
-
-    def __init__(self, method: str, path: str, status: int, body: str) -> None:
-        self.status = status
-        self.body = body
-        message = body
-        with contextlib.suppress(ValueError, AttributeError):
-            message = json.loads(body).get("message", body)
-        super().__init__(f"{method} {path}: HTTP {status}: {message}")
-
-    @property
-    def not_found(self) -> bool:
-        return self.status == 404
-
-    @property
-    def conflict(self) -> bool:
-        return self.status == 409
 
 
 def claim_path(namespace: str, name: str) -> str:

@@ -11,8 +11,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from driver.errors import ApiError, ClaimError
-from driver.kube.api import ApiStatusError, KubeApi, claim_path
+from driver.errors import ApiError, ApiStatusError, ClaimError
+from driver.kube.api import KubeApi, claim_path
 
 log = logging.getLogger(__name__)
 

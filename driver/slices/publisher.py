@@ -16,8 +16,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from driver.errors import ApiError
-from driver.kube.api import ApiStatusError, KubeApi, slice_path
+from driver.errors import ApiError, ApiStatusError
+from driver.kube.api import KubeApi, slice_path
 from driver.metrics import SLICE_WRITES
 from driver.slices.build import PoolSpec, build_slices, slice_object
 from driver.slices.diff import diff_pool

@@ -4,6 +4,9 @@ Redfish answers a failed request with ``{"error": {"code", "message",
 "@Message.ExtendedInfo": [...]}}``; ``code`` and each ``MessageId`` come from
 the DMTF Base message registry. Domain code raises :class:`RedfishError` with
 the HTTP status that fits; ``app.py`` renders it. Nothing here does I/O.
+:class:`RedfishError` derives from the package's root error and is listed in
+the tree of ``driver.errors``; it stays here, beside the registry it renders
+with, because ``driver`` never imports the fabric service.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import pytest
 from kubernetes import client
 from simnode import PluginProcess, apply_plugin_rbac, build_nvml_mock
 
+from driver.errors import HotplugError
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
 from fabric.simhost.topology import Gpu
@@ -79,7 +80,9 @@ def test_hot_added_gpu_is_published_and_removed(gpuless: PluginProcess, resource
 def test_broken_event_source_takes_the_plugin_down(gpuless: PluginProcess, resource_api) -> None:  # type: ignore[no-untyped-def]
     # The hot-plug watch is vital (driver/node/hotplug.py): when its source
     # fails the task group fails and the process exits non-zero, for the
-    # DaemonSet to restart it, instead of serving on without hot-plug.
+    # DaemonSet to restart it, instead of serving on without hot-plug. The
+    # exit code is the HotplugError's (driver.errors), with one log line
+    # rather than the task group's ExceptionGroup traceback.
     node, host = gpuless.node_name, gpuless.host
     wait_for(
         "pool published",
@@ -89,5 +92,7 @@ def test_broken_event_source_takes_the_plugin_down(gpuless: PluginProcess, resou
     feed = Path(host.uevent_path)
     feed.unlink()
     feed.mkdir()  # the next read of the feed fails (IsADirectoryError)
-    assert gpuless.wait_exit(timeout=30) != 0
-    assert "hot-plug event source failed" in gpuless.log_tail(200)
+    assert gpuless.wait_exit(timeout=30) == HotplugError.exit_code == 3
+    log = gpuless.log_tail(200)
+    assert "exiting with status 3: HotplugError: hot-plug event source failed" in log
+    assert "Traceback" not in log and "ExceptionGroup" not in log

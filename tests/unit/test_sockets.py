@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from driver.errors import ConfigError
+from driver.errors import ConfigError, SocketPathError
 from plugin.flock import ClaimLock
 from plugin.sockets import (
     MAX_SOCKET_PATH_BYTES,
-    SocketPathError,
     check_length,
     prepare_for_bind,
     remove_socket,
