@@ -180,25 +180,54 @@ async def test_failure_rolls_back_everything(env) -> None:  # type: ignore[no-un
     assert not (tmp / "cdi").exists() or list((tmp / "cdi").iterdir()) == []
 
 
-async def test_interrupted_prepare_is_undone_then_redone(env) -> None:  # type: ignore[no-untyped-def]
-    reader, handler, prep, tmp = env
+class OnceHandler(FlakyHandler):
+    """Hardware that cannot be set up twice (like a MIG placement or a driver
+    binding): a prepare is refused while the device is still set up, and
+    every call is logged. ``active`` is the hardware, which outlives a crash."""
+
+    has_side_effects = True
+
+    def __init__(self, dev_root: Path) -> None:
+        super().__init__(dev_root)
+        self.calls: list[tuple[str, str]] = []
+
+    def prepare(self, device: Device, claim_uid: str, config: DeviceConfig | None) -> Preparation:
+        if device.local_id in self.active:
+            raise DeviceError(f"{device.local_id} is still set up")
+        self.calls.append(("prepare", device.local_id))
+        return super().prepare(device, claim_uid, config)
+
+    def unprepare(self, kind: str, local_id: str, undo: Mapping[str, Any]) -> None:
+        self.calls.append(("unprepare", local_id))
+        super().unprepare(kind, local_id, undo)
+
+
+async def test_interrupted_prepare_is_undone_then_redone(tmp_path: Path) -> None:
+    inv = NodeInventory()
+    inv.replace_pool(NODE, [Device(name="gpu-0", kind="gpu", local_id="GPU-0")])
+    reader, hardware = Reader(), OnceHandler(tmp_path / "dev")
+
+    def preparer() -> ClaimPreparer:  # a (re)started plugin process
+        store = CheckpointStore(tmp_path / "cp.json", "boot")
+        return ClaimPreparer(reader, inv, {"gpu": hardware}, store, CdiRegistry(tmp_path / "cdi"))
+
+    first = preparer()
     ref = reader.add("c", ["gpu-0"])
-    await prep.prepare([ref])
-    # Simulate a crash after PrepareStarted: state on disk says started.
-    prep.checkpoint.claims[ref.uid].state = ClaimState.PREPARE_STARTED
-    prep._store.save(prep.checkpoint)
-    inv = prep._inventory
-    again = ClaimPreparer(
-        reader,
-        inv,
-        {"gpu": handler},
-        CheckpointStore(tmp / "cp.json", "boot"),
-        CdiRegistry(tmp / "cdi"),
-    )
+    assert (await first.prepare([ref]))[ref.uid].error == ""
+    # A crash after the hardware changed, before PrepareCompleted: the state on
+    # disk says started, the device is still set up.
+    first.checkpoint.claims[ref.uid].state = ClaimState.PREPARE_STARTED
+    first._store.save(first.checkpoint)
+    assert hardware.active == {"GPU-0"}
+    again = preparer()
     assert again.checkpoint.claims[ref.uid].state is ClaimState.PREPARE_STARTED
     res = await again.prepare([ref])
     assert res[ref.uid].error == ""
+    # Undone (the stale record's device released), then redone.
+    assert hardware.calls == [("prepare", "GPU-0"), ("unprepare", "GPU-0"), ("prepare", "GPU-0")]
+    assert hardware.active == {"GPU-0"}
     assert again.checkpoint.claims[ref.uid].state is ClaimState.PREPARE_COMPLETED
+    assert CdiRegistry(tmp_path / "cdi").claim_uids() == {ref.uid}
 
 
 async def test_orphan_cdi_specs_are_collected(env) -> None:  # type: ignore[no-untyped-def]
