@@ -149,18 +149,6 @@ class FakeNvml:
             out += [MigInstance(gi.gi_id, gi.profile_id, gi.start, gi.size, c, u) for c, u in cis]
         return out
 
-    def create_mig(self, uuid: str, profile_id: int, start: int) -> MigInstance:
-        gi_id = self.create_gpu_instance(uuid, profile_id, start)
-        gpu = self._gpu(uuid)
-        gi = gpu.instances[gi_id]
-        try:
-            self._fail("nvmlGpuInstanceCreateComputeInstance", uuid, device=True)
-        except NvmlError:
-            del gpu.instances[gi_id]
-            raise
-        gi.cis[0] = f"MIG-{uuidlib.uuid4()}"
-        return MigInstance(gi_id, profile_id, start, gi.size, 0, gi.cis[0])
-
     def create_gpu_instance(self, uuid: str, profile_id: int, start: int) -> int:
         gpu = self._gpu(uuid)
         profile = next((p for p in self.mig_profiles(uuid) if p.profile_id == profile_id), None)

@@ -251,41 +251,6 @@ class PynvmlBackend:
     def _compute_instances(self, gi: Any) -> list[int]:
         return sorted(call(pynvml.nvmlComputeInstanceGetInfo, ci).id for ci in self._ci_handles(gi))
 
-    def create_mig(self, uuid: str, profile_id: int, start: int) -> MigInstance:
-        h = self._handle(uuid)
-        profile = next((p for p in self.mig_profiles(uuid) if p.profile_id == profile_id), None)
-        if profile is None:
-            raise nvml_error(NvmlReturn.INVALID_ARGUMENT, f"no profile {profile_id}", device=True)
-        placement = pynvml.c_nvmlGpuInstancePlacement_t(start, profile.memory_slots)
-        gi = call(
-            pynvml.nvmlDeviceCreateGpuInstanceWithPlacement,
-            h,
-            profile_id,
-            ctypes.byref(placement),
-            device=True,
-        )
-        info = call(pynvml.nvmlGpuInstanceGetInfo, gi)
-        try:
-            ci = call(
-                pynvml.nvmlGpuInstanceCreateComputeInstance,
-                gi,
-                self._full_ci_profile(gi, profile.compute_slices),
-                device=True,
-            )
-            ci_id = call(pynvml.nvmlComputeInstanceGetInfo, ci).id
-        except NvmlError:
-            log.warning("compute instance failed on %s GI %d; destroying the GI", uuid, info.id)
-            call(pynvml.nvmlGpuInstanceDestroy, gi, device=True)
-            raise
-        return MigInstance(
-            gi_id=info.id,
-            profile_id=profile_id,
-            start=info.placement.start,
-            size=info.placement.size,
-            ci_id=ci_id,
-            mig_uuid=self._mig_uuids(h).get((info.id, ci_id)),
-        )
-
     def create_gpu_instance(self, uuid: str, profile_id: int, start: int) -> int:
         h = self._handle(uuid)
         profile = next((p for p in self.mig_profiles(uuid) if p.profile_id == profile_id), None)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from driver.errors import NvmlDeviceError, NvmlError
-from driver.nvml.backend import GpuInfo, NvmlBackend, SystemInfo, XidEvent
+from driver.nvml.backend import GpuInfo, MigInstance, NvmlBackend, SystemInfo, XidEvent
 from tests.contract.world import SimGpu, World, plain
 
 H100 = SimGpu(
@@ -113,6 +113,12 @@ def started(world: World) -> NvmlBackend:
     return backend
 
 
+def make_mig(b: NvmlBackend, uuid: str, profile_id: int, start: int) -> MigInstance:
+    """A MIG device made as production makes one (``driver.mig.handler``): the GPU
+    instance at the placement, then one compute instance using all of it."""
+    return b.create_compute_instance(uuid, b.create_gpu_instance(uuid, profile_id, start))
+
+
 def enumeration(world: World) -> None:
     backend = world.backend()
     raises("UNINITIALIZED", backend.gpus)
@@ -168,10 +174,10 @@ def enumeration(world: World) -> None:
 def mig_cycle(world: World) -> None:
     b = started(world)
     assert b.set_mig_mode(H100.uuid, True) == (True, True)
-    big = b.create_mig(H100.uuid, 9, 4)
+    big = make_mig(b, H100.uuid, 9, 4)
     assert (big.profile_id, big.start, big.size, big.ci_id) == (9, 4, 4, 0)
     assert big.gi_id >= 1 and big.mig_uuid is not None and big.mig_uuid.startswith("MIG-")
-    small = b.create_mig(H100.uuid, 19, 0)
+    small = make_mig(b, H100.uuid, 19, 0)
     assert (small.start, small.size) == (0, 1) and small.gi_id != big.gi_id
     assert small.mig_uuid != big.mig_uuid
     assert b.mig_instances(H100.uuid) == [small, big]
@@ -183,19 +189,44 @@ def mig_cycle(world: World) -> None:
     b.destroy_mig(H100.uuid, small.gi_id)
     assert b.mig_instances(H100.uuid) == []
     assert b.set_mig_mode(H100.uuid, False) == (False, False)
-    raises("NOT_SUPPORTED", b.create_mig, H100.uuid, 19, 0)
+    raises("NOT_SUPPORTED", b.create_gpu_instance, H100.uuid, 19, 0)
     b.destroy_mig(H100.uuid, small.gi_id)  # MIG off: nothing left to destroy
+    b.shutdown()
+
+
+def two_step_mig(world: World) -> None:
+    """The two calls of a MIG prepare, and a crash between them (``mig-gi-created``)."""
+    b = started(world)
+    b.set_mig_mode(H100.uuid, True)
+    gi = b.create_gpu_instance(H100.uuid, 14, 2)  # 2g.20gb at memory slot 2
+    (half,) = b.mig_instances(H100.uuid)
+    assert (half.gi_id, half.profile_id, half.start, half.size) == (gi, 14, 2, 2)
+    assert (half.ci_id, half.mig_uuid) == (None, None)  # no compute instance yet: no MIG device
+    assert world.other_process("mig_instances", H100.uuid) == [plain(half)]  # a restarted plugin
+    mig = b.create_compute_instance(H100.uuid, gi)
+    assert (mig.gi_id, mig.profile_id, mig.start, mig.size, mig.ci_id) == (gi, 14, 2, 2, 0)
+    assert mig.mig_uuid is not None and mig.mig_uuid.startswith("MIG-")
+    assert b.mig_instances(H100.uuid) == [mig]
+    raises("INSUFFICIENT_RESOURCES", b.create_compute_instance, H100.uuid, gi)  # one CI fills it
+    raises("NOT_FOUND", b.create_compute_instance, H100.uuid, gi + 1)
+    # Another process's half-made instance (it crashed after the GI) is destroyed whole.
+    orphan = world.other_process("create_gpu_instance", H100.uuid, 19, 0)
+    assert [m.gi_id for m in b.mig_instances(H100.uuid)] == [orphan, gi]
+    b.destroy_mig(H100.uuid, orphan)
+    assert b.mig_instances(H100.uuid) == [mig]
+    b.destroy_mig(H100.uuid, gi)
+    assert b.mig_instances(H100.uuid) == []
     b.shutdown()
 
 
 def mode_semantics(world: World) -> None:
     b = started(world)
     assert b.set_mig_mode(A100.uuid, True) == (False, True)  # Ampere: pending until reset
-    raises("NOT_SUPPORTED", b.create_mig, A100.uuid, 9, 0)
+    raises("NOT_SUPPORTED", b.create_gpu_instance, A100.uuid, 9, 0)
     world.reset_gpu(A100.uuid)
     a100 = next(g for g in b.gpus() if g.uuid == A100.uuid)
     assert (a100.mig_mode_current, a100.mig_mode_pending) == (True, True)
-    assert b.create_mig(A100.uuid, 0, 0).size == 8  # 7g.40gb takes every slot
+    assert make_mig(b, A100.uuid, 0, 0).size == 8  # 7g.40gb takes every slot
     raises("NOT_SUPPORTED", b.set_mig_mode, L40S.uuid, True)
     b.shutdown()
 
@@ -203,35 +234,36 @@ def mode_semantics(world: World) -> None:
 def occupied_placement(world: World) -> None:
     b = started(world)
     b.set_mig_mode(H200.uuid, True)
-    b.create_mig(H200.uuid, 9, 0)
-    raises("INSUFFICIENT_RESOURCES", b.create_mig, H200.uuid, 5, 0)
-    raises("INSUFFICIENT_RESOURCES", b.create_mig, H200.uuid, 19, 1)
-    raises("INVALID_ARGUMENT", b.create_mig, H200.uuid, 9, 2)
-    raises("INVALID_ARGUMENT", b.create_mig, H200.uuid, 999, 0)
-    b.create_mig(H200.uuid, 20, 4)  # the one +me instance
-    raises("INSUFFICIENT_RESOURCES", b.create_mig, H200.uuid, 20, 5)
-    raises("INVALID_ARGUMENT", b.create_mig, H200.uuid, 14, 6)  # 2g starts at 0, 2, 4 only
-    b.create_mig(H200.uuid, 15, 6)
+    make_mig(b, H200.uuid, 9, 0)
+    raises("INSUFFICIENT_RESOURCES", b.create_gpu_instance, H200.uuid, 5, 0)
+    raises("INSUFFICIENT_RESOURCES", b.create_gpu_instance, H200.uuid, 19, 1)
+    raises("INVALID_ARGUMENT", b.create_gpu_instance, H200.uuid, 9, 2)
+    raises("INVALID_ARGUMENT", b.create_gpu_instance, H200.uuid, 999, 0)
+    make_mig(b, H200.uuid, 20, 4)  # the one +me instance
+    raises("INSUFFICIENT_RESOURCES", b.create_gpu_instance, H200.uuid, 20, 5)
+    raises("INVALID_ARGUMENT", b.create_gpu_instance, H200.uuid, 14, 6)  # 2g starts at 0, 2, 4 only
+    make_mig(b, H200.uuid, 15, 6)
     assert [(m.profile_id, m.start) for m in b.mig_instances(H200.uuid)] == [
         (9, 0),
         (20, 4),
         (15, 6),
     ]
-    raises("INSUFFICIENT_RESOURCES", b.create_mig, H200.uuid, 14, 4)
-    assert b.create_mig(H200.uuid, 19, 5).size == 1
+    raises("INSUFFICIENT_RESOURCES", b.create_gpu_instance, H200.uuid, 14, 4)
+    assert make_mig(b, H200.uuid, 19, 5).size == 1
     b.shutdown()
 
 
 def persistence(world: World) -> None:
     b = started(world)
     b.set_mig_mode(H100.uuid, True)
-    mine = b.create_mig(H100.uuid, 14, 2)
+    mine = make_mig(b, H100.uuid, 14, 2)
     assert world.other_process("mig_instances", H100.uuid) == [plain(mine)]
-    theirs = world.other_process("create_mig", H100.uuid, 19, 0)
+    gi = world.other_process("create_gpu_instance", H100.uuid, 19, 0)
+    theirs = world.other_process("create_compute_instance", H100.uuid, gi)
     assert plain(b.mig_instances(H100.uuid)) == [theirs, plain(mine)]
     world.other_process("destroy_mig", H100.uuid, mine.gi_id)
     assert [m.gi_id for m in b.mig_instances(H100.uuid)] == [theirs["gi_id"]]
-    raises("INSUFFICIENT_RESOURCES", b.create_mig, H100.uuid, 19, 0)
+    raises("INSUFFICIENT_RESOURCES", b.create_gpu_instance, H100.uuid, 19, 0)
     b.shutdown()
     b.init()  # a restarted process sees the same instances
     assert [m.mig_uuid for m in b.mig_instances(H100.uuid)] == [theirs["mig_uuid"]]
@@ -246,12 +278,19 @@ def failure_injection(world: World) -> None:
     b.set_mig_mode(H100.uuid, True)
     world.inject_failure("nvmlDeviceCreateGpuInstanceWithPlacement", "INSUFFICIENT_RESOURCES", 1)
     assert isinstance(
-        raises("INSUFFICIENT_RESOURCES", b.create_mig, H100.uuid, 9, 0), NvmlDeviceError
+        raises("INSUFFICIENT_RESOURCES", b.create_gpu_instance, H100.uuid, 9, 0), NvmlDeviceError
     )
-    created = b.create_mig(H100.uuid, 9, 0)
+    created = make_mig(b, H100.uuid, 9, 0)
     world.inject_failure("nvmlGpuInstanceCreateComputeInstance", "UNKNOWN", 1)
-    raises("UNKNOWN", b.create_mig, H100.uuid, 9, 4)
-    assert b.mig_instances(H100.uuid) == [created]  # the half-made GI was rolled back
+    gi = b.create_gpu_instance(H100.uuid, 9, 4)
+    assert isinstance(raises("UNKNOWN", b.create_compute_instance, H100.uuid, gi), NvmlDeviceError)
+    # The GI is left without a compute instance; the MIG handler destroys it.
+    assert [(m.gi_id, m.ci_id, m.mig_uuid) for m in b.mig_instances(H100.uuid)] == [
+        (created.gi_id, created.ci_id, created.mig_uuid),
+        (gi, None, None),
+    ]
+    b.destroy_mig(H100.uuid, gi)
+    assert b.mig_instances(H100.uuid) == [created]
     world.inject_failure("nvmlSystemGetDriverVersion", "UNKNOWN", -1)
     for _ in range(3):
         raises("UNKNOWN", b.system_info)
@@ -321,6 +360,7 @@ SCENARIOS: dict[str, Callable[[World], None]] = {
     for f in (
         enumeration,
         mig_cycle,
+        two_step_mig,
         mode_semantics,
         occupied_placement,
         persistence,

@@ -154,8 +154,8 @@ def test_orphans_reported_and_destroyed_only_with_cleanup(cleanup: bool) -> None
     machine.add_gpu(UUID, "H100-SXM5-80GB", "0000:10:00.0", mig=True)
     backend = FakeNvml(machine)
     backend.init()
-    backend.create_mig(UUID, 9, 0)  # owned by a checkpointed claim
-    backend.create_mig(UUID, 19, 5)  # orphan
+    backend.create_compute_instance(UUID, backend.create_gpu_instance(UUID, 9, 0))  # claimed
+    backend.create_compute_instance(UUID, backend.create_gpu_instance(UUID, 19, 5))  # orphan
     backend.create_gpu_instance(UUID, 19, 6)  # orphan, half-created
     checkpoint = Checkpoint(claims={"u": record("mig", f"{UUID}:9:0")})
     support = MigSupport(
