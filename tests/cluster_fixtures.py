@@ -22,7 +22,7 @@ from typing import Any
 import cluster as localk8s
 import pytest
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from tests.e2e.helpers import unique, wait_for
 

@@ -17,7 +17,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from types import TracebackType
 from typing import Any, Literal
 
@@ -118,7 +118,7 @@ class FabricClient:
         inv = await self.inventory()
         return [d.connection for d in inv.devices if d.connection is not None]
 
-    async def events(self, idle_timeout_s: float = 60.0) -> AsyncIterator[list[str]]:
+    async def events(self, idle_timeout_s: float = 60.0) -> AsyncGenerator[list[str], None]:
         """Follow the Redfish event stream (``EventService/SSE``).
 
         Yields ``[]`` once subscribed (re-read the state now: nothing after

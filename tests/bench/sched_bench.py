@@ -42,12 +42,12 @@ from typing import Any
 import cluster as localk8s
 import yaml
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from driver import DRIVER_NAME
 from driver.controller.pool import build_pool
-from driver.devices.model import ATTACHMENT, PCI_BUS_ID, PCIE_ROOT, Device
+from driver.devices.model import ATTACHMENT, PCI_BUS_ID, PCIE_ROOT, AttributeValue, Device
 from driver.fabric_devices.naming import NodeFabric
 from driver.fabricclient.model import FabricDevice, FabricInventory, HostAdapter
 from driver.slices.build import PoolSpec, build_slices, slice_object
@@ -139,7 +139,7 @@ def local_slices(node: str, gpus: int) -> list[Obj]:
     """A node's own GPUs as the plugin publishes them (pool = node name)."""
     devices = []
     for i in range(gpus):
-        attrs = {
+        attrs: dict[str, AttributeValue] = {
             "uuid": f"GPU-{node}-{i}", "index": i, "productName": "NVIDIA H100 80GB HBM3",
             ATTACHMENT: "local", PCI_BUS_ID: f"0000:{0x18 + i:02x}:00.0",
             PCIE_ROOT: f"pci0000:{0x17 + i:02x}",

@@ -55,5 +55,7 @@ def test_library_hook_and_hot_add(nvml_mock_dir: Path, tmp_path: Path) -> None:
     assert call(env, "gpus") == []
     bdf = host.free_bdf("adapter1")
     host.hot_add("adapter1", Gpu(bdf, "H100-SXM5-80GB"))
-    (gpu,) = call(env, "gpus")  # type: ignore[misc]
+    gpus = call(env, "gpus")
+    assert isinstance(gpus, list)
+    (gpu,) = gpus
     assert gpu["pci_bus_id"] == bdf and gpu["uuid"] == host.gpu_uuids()[bdf]

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 from fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService, switch
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from simnode import SimNode, apply_rbac, build_nvml_mock
 
 from tests.e2e.fabric_helpers import (

@@ -9,7 +9,7 @@ from typing import Any
 
 from fabricsim import ControllerProcess, FabricService
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from simnode import SimNode
 
 from tests.e2e.helpers import wait_for

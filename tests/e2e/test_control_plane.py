@@ -18,7 +18,7 @@ from typing import Any
 import cluster as localk8s
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from driver.slices import limits
 from tests.cluster_fixtures import RUN_DIR, record_startup

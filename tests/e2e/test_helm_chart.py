@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client, config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from tests.cluster_fixtures import missing_prerequisite
@@ -291,7 +291,7 @@ def test_plugin_may_write_only_its_own_nodes_slices(
 
 def _rules(docs: list[Any], kinds: tuple[str, ...]) -> set[tuple[str, str, str, str]]:
     """Every (apiGroup, resource, resourceName, verb) the roles of ``kinds`` grant."""
-    out = set()
+    out: set[tuple[str, str, str, str]] = set()
     for doc in docs:
         if doc["kind"] not in kinds:
             continue

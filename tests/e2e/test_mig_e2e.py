@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster import LocalCluster
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
 from driver.mig.handler import CRASH_AFTER_GI
@@ -32,7 +33,9 @@ PER_GPU = 1 + 7 + 7 + 4 + 3 + 2 + 1 + 1
 
 
 @pytest.fixture(scope="module")
-def sim(local_cluster, resource_api, core) -> Iterator[SimNode]:  # type: ignore[no-untyped-def]
+def sim(
+    local_cluster: LocalCluster, resource_api: client.ResourceV1Api, core: client.CoreV1Api
+) -> Iterator[SimNode]:
     build_nvml_mock()
     apply_plugin_rbac(local_cluster.kubeconfig)
     apply_deviceclasses(resource_api)
@@ -43,11 +46,12 @@ def sim(local_cluster, resource_api, core) -> Iterator[SimNode]:  # type: ignore
     node.plugin.extra_args = ("--mig-gpus=all",)
     node.start()
     try:
-        wait_for(
-            "MIG devices published",
-            lambda: (node.check_alive(), len(devices(resource_api, node.name)) == 2 * PER_GPU)[1],
-            timeout=90,
-        )
+
+        def published() -> bool:
+            node.check_alive()
+            return len(devices(resource_api, node.name)) == 2 * PER_GPU
+
+        wait_for("MIG devices published", published, timeout=90)
         yield node
     finally:
         node.stop()
@@ -125,7 +129,9 @@ def allocated(
 def visible(sim: SimNode, ns: str, name: str) -> str:
     record = sim.agent.pod_record(ns, name)
     assert record is not None
-    (container,) = record["containers"].values()  # type: ignore[union-attr]
+    containers = record["containers"]
+    assert isinstance(containers, dict)
+    (container,) = containers.values()
     (env,) = [e for e in container["env"] if e.startswith("NVIDIA_VISIBLE_DEVICES=")]
     return str(env.split("=", 1)[1])
 
@@ -142,7 +148,9 @@ def instances(sim: SimNode, index: int) -> list[tuple[int, int, list[str]]]:
     )
 
 
-def test_partitions_are_published_and_valid(sim: SimNode, resource_api) -> None:  # type: ignore[no-untyped-def]
+def test_partitions_are_published_and_valid(
+    sim: SimNode, resource_api: client.ResourceV1Api
+) -> None:
     specs = slice_specs(resource_api, sim.name)
     sets = [cs for s in specs for cs in s.get("sharedCounters") or []]
     assert sorted(cs["name"] for cs in sets) == ["gpu-0-mig", "gpu-1-mig"]
@@ -156,7 +164,9 @@ def test_partitions_are_published_and_valid(sim: SimNode, resource_api) -> None:
     assert all(len(d["consumesCounters"][0]["counters"]) == 10 for d in full)
 
 
-def test_partitions_full_gpu_and_new_geometry(sim: SimNode, resource_api, core, namespace) -> None:  # type: ignore[no-untyped-def]
+def test_partitions_full_gpu_and_new_geometry(
+    sim: SimNode, resource_api: client.ResourceV1Api, core: client.CoreV1Api, namespace: str
+) -> None:
     ns, pid = namespace, sim.plugin.proc.pid if sim.plugin.proc else None
     model = FirstFit(slice_specs(resource_api, sim.name))
     names = {}
@@ -198,7 +208,9 @@ def test_partitions_full_gpu_and_new_geometry(sim: SimNode, resource_api, core, 
     assert instances(sim, 0) == [] and not gpu_state(sim, 0)["mig_current"]
 
 
-def test_kill_between_gi_and_ci_is_recovered(sim: SimNode, resource_api, core, namespace) -> None:  # type: ignore[no-untyped-def]
+def test_kill_between_gi_and_ci_is_recovered(
+    sim: SimNode, resource_api: client.ResourceV1Api, core: client.CoreV1Api, namespace: str
+) -> None:
     ns = namespace
     sim.plugin.stop()
     sim.plugin.start(PATCHBAY_CRASH_POINT=CRASH_AFTER_GI)

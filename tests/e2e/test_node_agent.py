@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import cluster as localk8s
 import pytest
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from tests.e2e.helpers import delete_quietly, unique, wait_for
 
@@ -45,10 +45,12 @@ def _ready(core: client.CoreV1Api, name: str) -> bool:
 def test_agent_registers_a_ready_node_with_a_lease(
     agent: localk8s.NodeAgent, core: client.CoreV1Api, api_client: client.ApiClient
 ) -> None:
-    wait_for(
-        f"node {agent.node_name} Ready",
-        lambda: (agent.check_alive(), _ready(core, agent.node_name))[1],
-    )
+
+    def ready() -> bool:
+        agent.check_alive()
+        return _ready(core, agent.node_name)
+
+    wait_for(f"node {agent.node_name} Ready", ready)
     node = core.read_node(agent.node_name)
     assert node.metadata.labels["patchbay.dev/e2e"] == "agent"
     assert node.metadata.labels["kubernetes.io/hostname"] == agent.node_name
@@ -127,7 +129,7 @@ def test_agent_runs_completes_and_finalises_pods_without_claims(
         try:
             core.read_namespaced_pod("runner", namespace)
         except ApiException as err:
-            return err.status == 404
+            return bool(err.status == 404)
         return False
 
     wait_for("the agent to finalise the deleted pod", gone, timeout=60)

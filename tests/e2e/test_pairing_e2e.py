@@ -17,8 +17,9 @@ from typing import Any
 import grpc
 import pytest
 import yaml
+from cluster import LocalCluster
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
 from plugin.proto import dra_v1_pb2, dra_v1_pb2_grpc
@@ -33,7 +34,12 @@ ROOT_A, ROOT_B = "pci0000:15", "pci0000:85"
 
 
 @pytest.fixture(scope="module")
-def sim(local_cluster, resource_api, core, tmp_path_factory) -> Iterator[SimNode]:  # type: ignore[no-untyped-def]
+def sim(
+    local_cluster: LocalCluster,
+    resource_api: client.ResourceV1Api,
+    core: client.CoreV1Api,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[SimNode]:
     build_nvml_mock()
     apply_plugin_rbac(local_cluster.kubeconfig)
     apply_deviceclasses(resource_api)
@@ -46,14 +52,12 @@ def sim(local_cluster, resource_api, core, tmp_path_factory) -> Iterator[SimNode
         local_cluster, unique("pair"), "2x-h100-nic", kubeconfig, (f"--vf-config={vf_config}",)
     ).start()
     try:
-        wait_for(
-            "4 GPUs and 8 VFs published",
-            lambda: (
-                (node.check_alive(), kinds(devices(resource_api, node.name)))[1]
-                == {"gpu": 4, "vf": 8}
-            ),
-            timeout=90,
-        )
+
+        def published() -> bool:
+            node.check_alive()
+            return kinds(devices(resource_api, node.name)) == {"gpu": 4, "vf": 8}
+
+        wait_for("4 GPUs and 8 VFs published", published, timeout=90)
         yield node
     finally:
         node.stop()
@@ -146,7 +150,7 @@ def allocated(claim: Any) -> dict[str, str]:
     return {r.request: r.device for r in claim.status.allocation.devices.results}
 
 
-def test_vf_slices_carry_their_pfs_root(sim: SimNode, resource_api) -> None:  # type: ignore[no-untyped-def]
+def test_vf_slices_carry_their_pfs_root(sim: SimNode, resource_api: client.ResourceV1Api) -> None:
     devs = devices(resource_api, sim.name)
     by_root: dict[str, dict[str, int]] = {}
     for d in devs.values():
@@ -162,7 +166,9 @@ def test_vf_slices_carry_their_pfs_root(sim: SimNode, resource_api) -> None:  # 
     assert not sim.host.tree.exists("0000:1a:00.6")
 
 
-def test_pairs_share_a_root_and_wait_for_one(sim: SimNode, resource_api, core, namespace) -> None:  # type: ignore[no-untyped-def]
+def test_pairs_share_a_root_and_wait_for_one(
+    sim: SimNode, resource_api: client.ResourceV1Api, core: client.CoreV1Api, namespace: str
+) -> None:
     ns, node = namespace, sim.name
     devs = devices(resource_api, node)
     pair = make_template(resource_api, ns, "pair", pair_spec())
@@ -210,8 +216,8 @@ def test_pairs_share_a_root_and_wait_for_one(sim: SimNode, resource_api, core, n
 
 
 def test_vfio_mode_binds_while_running_and_restores(
-    sim: SimNode, resource_api, core, namespace
-) -> None:  # type: ignore[no-untyped-def]
+    sim: SimNode, resource_api: client.ResourceV1Api, core: client.CoreV1Api, namespace: str
+) -> None:
     ns = namespace
     params = {"apiVersion": "patchbay.dev/v1alpha1", "kind": "VfConfig", "mode": "vfio-pci"}
     config = [{"requests": ["nic"], "opaque": {"driver": "patchbay.dev", "parameters": params}}]
@@ -224,14 +230,18 @@ def test_vfio_mode_binds_while_running_and_restores(
     group = (sim.host.tree.path_of(bdf) / "iommu_group").resolve().name
     record = sim.agent.pod_record(ns, "vfio")
     assert record is not None
-    (container,) = record["containers"].values()  # type: ignore[union-attr]
+    containers = record["containers"]
+    assert isinstance(containers, dict)
+    (container,) = containers.values()
     paths = {n["path"] for n in container["deviceNodes"]}
     assert {f"/dev/vfio/{group}", "/dev/vfio/vfio"} <= paths
     delete_pod(core, ns, "vfio")
     assert sim.host.tree.driver_of(bdf) == "mlx5_core"
 
 
-def test_malformed_vf_config_fails_only_that_claim(sim: SimNode, resource_api, namespace) -> None:  # type: ignore[no-untyped-def]
+def test_malformed_vf_config_fails_only_that_claim(
+    sim: SimNode, resource_api: client.ResourceV1Api, namespace: str
+) -> None:
     ns, node = namespace, sim.name
     bad_params = {"apiVersion": "patchbay.dev/v1alpha1", "kind": "VfConfig", "mode": "sriov"}
     bad_cfg = [
@@ -263,7 +273,12 @@ def test_malformed_vf_config_fails_only_that_claim(sim: SimNode, resource_api, n
 
 
 @pytest.fixture(scope="module")
-def numa_sim(local_cluster, sim, core, tmp_path_factory) -> Iterator[SimNode]:  # type: ignore[no-untyped-def]
+def numa_sim(
+    local_cluster: LocalCluster,
+    sim: SimNode,
+    core: client.CoreV1Api,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[SimNode]:
     """Two roots on NUMA node 0; only the first has a NIC."""
     vf_config = tmp_path_factory.mktemp("vf-numa") / "vf.yaml"
     vf_config.write_text("pfs:\n  - name: ens0f0np0\n")
@@ -281,8 +296,8 @@ def numa_sim(local_cluster, sim, core, tmp_path_factory) -> Iterator[SimNode]:  
 
 
 def test_numa_fallback_example_prefers_the_root(
-    numa_sim: SimNode, resource_api, core, namespace
-) -> None:  # type: ignore[no-untyped-def]
+    numa_sim: SimNode, resource_api: client.ResourceV1Api, core: client.CoreV1Api, namespace: str
+) -> None:
     ns, node = namespace, numa_sim.name
 
     def published() -> dict[str, Any] | None:
@@ -322,8 +337,8 @@ def test_numa_fallback_example_prefers_the_root(
 
 
 def test_one_root_example_puts_all_four_devices_on_one_root(
-    sim: SimNode, resource_api, core, namespace
-) -> None:  # type: ignore[no-untyped-def]
+    sim: SimNode, resource_api: client.ResourceV1Api, core: client.CoreV1Api, namespace: str
+) -> None:
     devs = devices(resource_api, sim.name)
     example = REPO / "deviceclasses" / "examples" / "two-gpus-two-vfs-one-root.yaml"
     doc = next(

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster import LocalCluster
 from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
 from tests.e2e.helpers import delete_quietly, unique, wait_for
@@ -28,7 +29,9 @@ SIZES = {"4x-h100": 4, "2-gpus": 2}
 
 
 @pytest.fixture(scope="module")
-def nodes(local_cluster, resource_api, core) -> Iterator[dict[str, SimNode]]:  # type: ignore[no-untyped-def]
+def nodes(
+    local_cluster: LocalCluster, resource_api: client.ResourceV1Api, core: client.CoreV1Api
+) -> Iterator[dict[str, SimNode]]:
     build_nvml_mock()
     apply_plugin_rbac(local_cluster.kubeconfig)
     apply_deviceclasses(resource_api)
@@ -54,7 +57,7 @@ def nodes(local_cluster, resource_api, core) -> Iterator[dict[str, SimNode]]:  #
 
 
 def node_slices(resource_api: client.ResourceV1Api, node: str) -> list[Any]:
-    return resource_api.list_resource_slice(field_selector=f"spec.nodeName={node}").items
+    return list(resource_api.list_resource_slice(field_selector=f"spec.nodeName={node}").items)
 
 
 def node_devices(resource_api: client.ResourceV1Api, node: str) -> list[Any]:
@@ -113,7 +116,9 @@ def phase(core: client.CoreV1Api, namespace: str, name: str) -> str:
         raise
 
 
-def test_slices_pass_validation_with_topology(nodes, resource_api) -> None:  # type: ignore[no-untyped-def]
+def test_slices_pass_validation_with_topology(
+    nodes: dict[str, SimNode], resource_api: client.ResourceV1Api
+) -> None:
     for topo, sim in nodes.items():
         (slc,) = node_slices(resource_api, sim.name)
         assert slc.spec.pool.name == sim.name and slc.spec.pool.resource_slice_count == 1
@@ -125,14 +130,21 @@ def test_slices_pass_validation_with_topology(nodes, resource_api) -> None:  # t
             assert d.capacity["memory"].value.endswith("Mi")
 
 
-def test_pod_gets_gpus_and_frees_them(nodes, resource_api, core, namespace) -> None:  # type: ignore[no-untyped-def]
+def test_pod_gets_gpus_and_frees_them(
+    nodes: dict[str, SimNode],
+    resource_api: client.ResourceV1Api,
+    core: client.CoreV1Api,
+    namespace: str,
+) -> None:
     sim = nodes["2-gpus"]
     tmpl = template(resource_api, namespace, 2)
     gpu_pod(core, namespace, "first", sim.name, tmpl)
     wait_for("first pod Running", lambda: phase(core, namespace, "first") == "Running", timeout=90)
     record = sim.agent.pod_record(namespace, "first")
     assert record is not None
-    (container,) = record["containers"].values()  # type: ignore[union-attr]
+    containers = record["containers"]
+    assert isinstance(containers, dict)
+    (container,) = containers.values()
     claim = resource_api.read_namespaced_resource_claim(
         core.read_namespaced_pod("first", namespace)
         .status.resource_claim_statuses[0]
@@ -167,7 +179,9 @@ def test_pod_gets_gpus_and_frees_them(nodes, resource_api, core, namespace) -> N
     )
 
 
-def test_deleted_slice_is_restored(nodes, resource_api) -> None:  # type: ignore[no-untyped-def]
+def test_deleted_slice_is_restored(
+    nodes: dict[str, SimNode], resource_api: client.ResourceV1Api
+) -> None:
     sim = nodes["4x-h100"]
     (slc,) = node_slices(resource_api, sim.name)
     resource_api.delete_resource_slice(slc.metadata.name)
@@ -184,7 +198,9 @@ def test_deleted_slice_is_restored(nodes, resource_api) -> None:  # type: ignore
     assert again.spec.pool.generation > slc.spec.pool.generation
 
 
-def test_idle_node_makes_zero_slice_writes(nodes, resource_api) -> None:  # type: ignore[no-untyped-def]
+def test_idle_node_makes_zero_slice_writes(
+    nodes: dict[str, SimNode], resource_api: client.ResourceV1Api
+) -> None:
     sim = nodes["4x-h100"]
     listing = resource_api.list_resource_slice(field_selector=f"spec.nodeName={sim.name}")
     events: list[str] = []
@@ -208,8 +224,11 @@ def test_idle_node_makes_zero_slice_writes(nodes, resource_api) -> None:  # type
 
 
 def test_critical_xid_reaches_pod_status_and_taints_the_gpu(  # keep last: the GPU stays sick
-    nodes, resource_api, core, namespace
-) -> None:  # type: ignore[no-untyped-def]
+    nodes: dict[str, SimNode],
+    resource_api: client.ResourceV1Api,
+    core: client.CoreV1Api,
+    namespace: str,
+) -> None:
     sim = nodes["4x-h100"]
     tmpl = template(resource_api, namespace, 1)
     gpu_pod(core, namespace, "sick", sim.name, tmpl)

@@ -12,6 +12,7 @@ import signal
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -98,7 +99,7 @@ async def _until(predicate: Callable[[], bool]) -> None:
             await asyncio.sleep(0.02)
 
 
-def _claims(pb2, *claims: ClaimRef):
+def _claims(pb2: Any, *claims: ClaimRef) -> list[Any]:
     return [pb2.Claim(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
 
 
@@ -153,7 +154,7 @@ async def test_no_health_version_without_source(paths: SocketPaths) -> None:
 @pytest.mark.parametrize(
     "pb2,pb2_grpc", [(dra_v1_pb2, dra_v1_pb2_grpc), (dra_v1beta1_pb2, dra_v1beta1_pb2_grpc)]
 )
-async def test_prepare_unprepare_one_bad_claim(paths: SocketPaths, pb2, pb2_grpc) -> None:
+async def test_prepare_unprepare_one_bad_claim(paths: SocketPaths, pb2: Any, pb2_grpc: Any) -> None:
     handler = FakeHandler()
     servers = PluginServers(paths, handler)
     await servers.start()

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cluster import LocalCluster
 from kubernetes import client
 from simnode import PluginProcess, apply_plugin_rbac, build_nvml_mock
 
@@ -24,7 +25,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 
 @pytest.fixture
-def gpuless(local_cluster, core: client.CoreV1Api) -> Iterator[PluginProcess]:  # type: ignore[no-untyped-def]
+def gpuless(local_cluster: LocalCluster, core: client.CoreV1Api) -> Iterator[PluginProcess]:
     build_nvml_mock()
     apply_plugin_rbac(local_cluster.kubeconfig)
     node = unique("hp-node")
@@ -50,7 +51,9 @@ def gpus(resource_api: client.ResourceV1Api, node: str) -> list[client.V1Device]
     return [d for s in slices for d in s.spec.devices or [] if d.attributes["type"].string == "gpu"]
 
 
-def test_hot_added_gpu_is_published_and_removed(gpuless: PluginProcess, resource_api) -> None:  # type: ignore[no-untyped-def]
+def test_hot_added_gpu_is_published_and_removed(
+    gpuless: PluginProcess, resource_api: client.ResourceV1Api
+) -> None:
     node, host = gpuless.node_name, gpuless.host
     wait_for(
         "empty pool published",
@@ -77,7 +80,9 @@ def test_hot_added_gpu_is_published_and_removed(gpuless: PluginProcess, resource
     assert gpuless.alive
 
 
-def test_broken_event_source_takes_the_plugin_down(gpuless: PluginProcess, resource_api) -> None:  # type: ignore[no-untyped-def]
+def test_broken_event_source_takes_the_plugin_down(
+    gpuless: PluginProcess, resource_api: client.ResourceV1Api
+) -> None:
     # The hot-plug watch is vital (driver/node/hotplug.py): when its source
     # fails the task group fails and the process exits non-zero, for the
     # DaemonSet to restart it, instead of serving on without hot-plug. The

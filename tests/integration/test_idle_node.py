@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cluster import LocalCluster
 from kubernetes import client
 from simnode import PluginProcess, apply_plugin_rbac, build_nvml_mock
 
@@ -54,7 +55,9 @@ def two_gpus(model: str) -> Topology:
 
 
 @pytest.fixture(params=sorted(CASES))
-def idle(request, local_cluster, core: client.CoreV1Api) -> Iterator[tuple[PluginProcess, int]]:  # type: ignore[no-untyped-def]
+def idle(
+    request: pytest.FixtureRequest, local_cluster: LocalCluster, core: client.CoreV1Api
+) -> Iterator[tuple[PluginProcess, int]]:
     model, args, count = CASES[request.param]
     build_nvml_mock()
     apply_plugin_rbac(local_cluster.kubeconfig)
@@ -77,8 +80,8 @@ def idle(request, local_cluster, core: client.CoreV1Api) -> Iterator[tuple[Plugi
     shutil.rmtree(base, ignore_errors=True)
 
 
-def test_idle_node_does_not_rewrite_its_slices(  # type: ignore[no-untyped-def]
-    idle: tuple[PluginProcess, int], resource_api
+def test_idle_node_does_not_rewrite_its_slices(
+    idle: tuple[PluginProcess, int], resource_api: client.ResourceV1Api
 ) -> None:
     proc, count = idle
     selector = f"spec.nodeName={proc.node_name}"

@@ -15,9 +15,11 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
+from cluster import LocalCluster
 from kubernetes import client
 from simnode import PluginProcess, apply_plugin_rbac, build_nvml_mock
 
@@ -52,7 +54,9 @@ class Kubelet:
     def get_info(self) -> registration_pb2.PluginInfo:
         with grpc.insecure_channel(f"unix://{self.reg_socket()}") as ch:
             stub = registration_pb2_grpc.RegistrationStub(ch)
-            info = stub.GetInfo(registration_pb2.InfoRequest(), timeout=1)
+            info: registration_pb2.PluginInfo = stub.GetInfo(
+                registration_pb2.InfoRequest(), timeout=1
+            )
             stub.NotifyRegistrationStatus(
                 registration_pb2.RegistrationStatus(plugin_registered=True), timeout=1
             )
@@ -62,7 +66,7 @@ class Kubelet:
         ch = grpc.insecure_channel(f"unix://{endpoint}")
         return ch, dra_v1_pb2_grpc.DRAPluginStub(ch)
 
-    def prepare(self, endpoint: str, claims: list[tuple[str, str, str]]) -> dict[str, object]:
+    def prepare(self, endpoint: str, claims: list[tuple[str, str, str]]) -> dict[str, Any]:
         ch, stub = self._stub(endpoint)
         with ch:
             req = dra_v1_pb2.NodePrepareResourcesRequest(
@@ -70,7 +74,7 @@ class Kubelet:
             )
             return dict(stub.NodePrepareResources(req, timeout=45).claims)
 
-    def unprepare(self, endpoint: str, claims: list[tuple[str, str, str]]) -> dict[str, object]:
+    def unprepare(self, endpoint: str, claims: list[tuple[str, str, str]]) -> dict[str, Any]:
         ch, stub = self._stub(endpoint)
         with ch:
             req = dra_v1_pb2.NodeUnprepareResourcesRequest(
@@ -80,7 +84,7 @@ class Kubelet:
 
 
 @pytest.fixture
-def node(local_cluster, core: client.CoreV1Api) -> Iterator[str]:  # type: ignore[no-untyped-def]
+def node(local_cluster: LocalCluster, core: client.CoreV1Api) -> Iterator[str]:
     name = unique("int-node")
     core.create_node({"metadata": {"name": name}})
     yield name
@@ -88,7 +92,7 @@ def node(local_cluster, core: client.CoreV1Api) -> Iterator[str]:  # type: ignor
 
 
 @pytest.fixture
-def plugin(local_cluster, node: str) -> Iterator[PluginProcess]:  # type: ignore[no-untyped-def]
+def plugin(local_cluster: LocalCluster, node: str) -> Iterator[PluginProcess]:
     build_nvml_mock()
     apply_plugin_rbac(local_cluster.kubeconfig)
     kubeconfig = local_cluster.kubeconfig_for(
@@ -128,10 +132,12 @@ def wait_registered(proc: PluginProcess) -> Kubelet:
 
 
 def our_slices(resource_api: client.ResourceV1Api, node: str) -> list[client.V1ResourceSlice]:
-    return resource_api.list_resource_slice(field_selector=f"spec.nodeName={node}").items
+    return list(resource_api.list_resource_slice(field_selector=f"spec.nodeName={node}").items)
 
 
-def test_registration_and_slices(plugin: PluginProcess, resource_api, node: str) -> None:  # type: ignore[no-untyped-def]
+def test_registration_and_slices(
+    plugin: PluginProcess, resource_api: client.ResourceV1Api, node: str
+) -> None:
     kubelet = wait_registered(plugin)
     info = kubelet.get_info()
     assert info.type == "DRAPlugin" and info.name == "patchbay.dev"
@@ -150,8 +156,8 @@ def test_registration_and_slices(plugin: PluginProcess, resource_api, node: str)
 
 
 def test_batch_idempotency_and_isolation(
-    plugin: PluginProcess, resource_api, namespace: str, node: str
-) -> None:  # type: ignore[no-untyped-def]
+    plugin: PluginProcess, resource_api: client.ResourceV1Api, namespace: str, node: str
+) -> None:
     kubelet = wait_registered(plugin)
     endpoint = kubelet.get_info().endpoint
     good = allocated_claim(resource_api, namespace, "good", node, ["gpu-0"])
@@ -180,8 +186,8 @@ def test_batch_idempotency_and_isolation(
 
 @pytest.mark.parametrize("point", PREPARE_POINTS)
 def test_crash_at_each_prepare_step_converges(
-    point: str, plugin: PluginProcess, resource_api, namespace: str, node: str
-) -> None:  # type: ignore[no-untyped-def]
+    point: str, plugin: PluginProcess, resource_api: client.ResourceV1Api, namespace: str, node: str
+) -> None:
     kubelet = wait_registered(plugin)
     uid = allocated_claim(resource_api, namespace, "c", node, ["gpu-1"])
     claim = [(namespace, "c", uid)]
@@ -210,8 +216,8 @@ def test_crash_at_each_prepare_step_converges(
     assert leftovers == []
 
 
-def test_health_stream_reports_a_critical_xid(  # type: ignore[no-untyped-def]
-    plugin: PluginProcess, resource_api, node: str
+def test_health_stream_reports_a_critical_xid(
+    plugin: PluginProcess, resource_api: client.ResourceV1Api, node: str
 ) -> None:
     kubelet = wait_registered(plugin)
     info = kubelet.get_info()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from cluster import LocalCluster
 from kubernetes import client
 from simnode import PluginProcess, apply_plugin_rbac, build_nvml_mock
 
@@ -51,8 +52,8 @@ def call(endpoint: str, method: str, ns: str, name: str, uid: str) -> str:
 
 @pytest.fixture
 def two_pods(
-    local_cluster, core: client.CoreV1Api
-) -> Iterator[tuple[PluginProcess, PluginProcess]]:  # type: ignore[no-untyped-def]
+    local_cluster: LocalCluster, core: client.CoreV1Api
+) -> Iterator[tuple[PluginProcess, PluginProcess]]:
     build_nvml_mock()
     apply_plugin_rbac(local_cluster.kubeconfig)
     node = unique("ru-node")
@@ -78,7 +79,11 @@ def two_pods(
     shutil.rmtree(base, ignore_errors=True)
 
 
-def test_new_pod_unprepares_what_the_old_one_prepared(two_pods, resource_api, namespace) -> None:  # type: ignore[no-untyped-def]
+def test_new_pod_unprepares_what_the_old_one_prepared(
+    two_pods: tuple[PluginProcess, PluginProcess],
+    resource_api: client.ResourceV1Api,
+    namespace: str,
+) -> None:
     old, _new = two_pods
     node = old.node_name
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from driver.checkpoint import Checkpoint, CheckpointStore, ClaimRecord, ClaimState, DeviceRecord
 
 
@@ -65,7 +67,9 @@ def test_older_file_without_new_fields_loads(tmp_path: Path) -> None:
     assert CheckpointStore(path, "b").load().version == 1
 
 
-def test_corrupt_file_is_moved_aside_not_ignored(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+def test_corrupt_file_is_moved_aside_not_ignored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     path = tmp_path / "cp.json"
     path.write_text("{not json")
     store = CheckpointStore(path, "b")

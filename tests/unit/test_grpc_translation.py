@@ -4,6 +4,7 @@ servicer's failure isolation, without any socket."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,7 @@ GPU = PreparedDevice(
 )
 
 
-def _request(pb2, *claims: ClaimRef):
+def _request(pb2: Any, *claims: ClaimRef) -> Any:
     return pb2.NodePrepareResourcesRequest(
         claims=[pb2.Claim(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims]
     )
@@ -103,7 +104,7 @@ class _Raising:
 
 
 @pytest.mark.parametrize("pb2", [dra_v1_pb2, dra_v1beta1_pb2])
-async def test_batch_exception_becomes_per_claim_errors(pb2) -> None:
+async def test_batch_exception_becomes_per_claim_errors(pb2: Any) -> None:
     servicer = DraServicer(_Raising(), pb2, ClaimLock())
     resp = await servicer.NodePrepareResources(_request(pb2, A, B), None)
     assert set(resp.claims) == {A.uid, B.uid}

@@ -93,7 +93,9 @@ def env(tmp_path: Path) -> tuple[Reader, FlakyHandler, ClaimPreparer, Path]:
     return reader, handler, prep, tmp_path
 
 
-async def test_prepare_and_unprepare_roundtrip(env) -> None:  # type: ignore[no-untyped-def]
+async def test_prepare_and_unprepare_roundtrip(
+    env: tuple[Reader, FlakyHandler, ClaimPreparer, Path],
+) -> None:
     reader, _handler, prep, tmp = env
     ref = reader.add("c1", ["gpu-1"])
     res = (await prep.prepare([ref]))[ref.uid]
@@ -115,7 +117,9 @@ async def test_prepare_and_unprepare_roundtrip(env) -> None:  # type: ignore[no-
     assert prep.checkpoint.claims == {}
 
 
-async def test_batch_isolates_bad_claims(env) -> None:  # type: ignore[no-untyped-def]
+async def test_batch_isolates_bad_claims(
+    env: tuple[Reader, FlakyHandler, ClaimPreparer, Path],
+) -> None:
     reader, _handler, prep, _ = env
     good = reader.add("good", ["gpu-0"])
     missing_dev = reader.add("nodev", ["gpu-9"])
@@ -151,7 +155,9 @@ async def test_batch_isolates_bad_claims(env) -> None:  # type: ignore[no-untype
     assert set(prep.checkpoint.claims) == {good.uid}
 
 
-async def test_other_drivers_results_ignored_and_unallocated_refused(env) -> None:  # type: ignore[no-untyped-def]
+async def test_other_drivers_results_ignored_and_unallocated_refused(
+    env: tuple[Reader, FlakyHandler, ClaimPreparer, Path],
+) -> None:
     reader, _, prep, _ = env
     foreign = reader.add("foreign", ["gpu-0"], driver="gpu.nvidia.com")
     res = await prep.prepare([foreign])
@@ -161,7 +167,9 @@ async def test_other_drivers_results_ignored_and_unallocated_refused(env) -> Non
     assert "not allocated" in (await prep.prepare([ref]))[ref.uid].error
 
 
-async def test_device_held_by_another_claim_is_refused(env) -> None:  # type: ignore[no-untyped-def]
+async def test_device_held_by_another_claim_is_refused(
+    env: tuple[Reader, FlakyHandler, ClaimPreparer, Path],
+) -> None:
     reader, _, prep, _ = env
     a = reader.add("a", ["gpu-0"])
     b = reader.add("b", ["gpu-0"])
@@ -169,7 +177,9 @@ async def test_device_held_by_another_claim_is_refused(env) -> None:  # type: ig
     assert f"already prepared for claim {a.uid}" in (await prep.prepare([b]))[b.uid].error
 
 
-async def test_failure_rolls_back_everything(env) -> None:  # type: ignore[no-untyped-def]
+async def test_failure_rolls_back_everything(
+    env: tuple[Reader, FlakyHandler, ClaimPreparer, Path],
+) -> None:
     reader, handler, prep, tmp = env
     handler.fail_on = "gpu-1"
     ref = reader.add("two", ["gpu-0", "gpu-1"])
@@ -230,7 +240,9 @@ async def test_interrupted_prepare_is_undone_then_redone(tmp_path: Path) -> None
     assert CdiRegistry(tmp_path / "cdi").claim_uids() == {ref.uid}
 
 
-async def test_orphan_cdi_specs_are_collected(env) -> None:  # type: ignore[no-untyped-def]
+async def test_orphan_cdi_specs_are_collected(
+    env: tuple[Reader, FlakyHandler, ClaimPreparer, Path],
+) -> None:
     reader, _, prep, tmp = env
     ref = reader.add("c", ["gpu-0"])
     await prep.prepare([ref])
@@ -240,7 +252,9 @@ async def test_orphan_cdi_specs_are_collected(env) -> None:  # type: ignore[no-u
     assert CdiRegistry(tmp / "cdi").claim_uids() == {ref.uid}
 
 
-async def test_config_of_wrong_kind_for_device_fails_claim(env) -> None:  # type: ignore[no-untyped-def]
+async def test_config_of_wrong_kind_for_device_fails_claim(
+    env: tuple[Reader, FlakyHandler, ClaimPreparer, Path],
+) -> None:
     from driver.config import opaque
 
     class NicConfig(opaque.DeviceConfig):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
@@ -14,10 +15,10 @@ from driver.slices.diff import diff_pool, matches
 OWNER = {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "u-1"}
 
 
-def gpu(i: int, **extra: object) -> Device:
+def gpu(i: int, **extra: Any) -> Device:
     return Device(
         name=f"gpu-{i}", kind="gpu", local_id=f"GPU-{i}", attributes={"index": i}, **extra
-    )  # type: ignore[arg-type]
+    )
 
 
 def pool(devices: list[Device], sets: tuple[CounterSet, ...] = ()) -> PoolSpec:
@@ -94,7 +95,7 @@ def test_prefix_is_bounded() -> None:
     assert len(slice_name_prefix("n" * 300, "patchbay.dev")) <= 200
 
 
-def stored_from(p: PoolSpec, generation: int = 1) -> dict[str, dict]:
+def stored_from(p: PoolSpec, generation: int = 1) -> dict[str, dict[str, Any]]:
     desired = build_slices(p)
     return {d.name: slice_object(p, d, generation, len(desired)) for d in desired}
 

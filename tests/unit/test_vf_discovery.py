@@ -93,7 +93,7 @@ def test_infiniband_link_type_is_read_from_the_netdev(host: SimHost) -> None:
 )
 def test_selectors_pick_pfs(host: SimHost, selector: dict[str, str], pfs: list[str]) -> None:
     config = PfPoolConfig.model_validate({"pfs": [selector]})
-    found = {d.attributes["pfPciBusID"] for d in scan_vfs(host.sysfs_root, config)}
+    found = {str(d.attributes["pfPciBusID"]) for d in scan_vfs(host.sysfs_root, config)}
     assert sorted(found) == pfs
 
 
