@@ -8,8 +8,8 @@
 # missing: runc (1.1.5 works with our cgroup v1 hosts), the CNI plugins
 # (bridge, host-local, loopback), iptables and conntrack for kube-proxy,
 # buildah (builds the plugin image from hack/image/Dockerfile without a
-# daemon), debootstrap (the image's Debian base) and busybox-static (the
-# workload image).
+# daemon), debootstrap (the image's Debian base), busybox-static (the
+# workload image) and a static libc for the pause image.
 
 CONTAINERD_MOD_DIR := hack/containerd
 CONTAINERD_VERSION := $(shell awk '$$1 == "github.com/containerd/containerd/v2" && $$2 ~ /^v/ {print $$2; exit}' $(CONTAINERD_MOD_DIR)/go.mod)
@@ -18,9 +18,10 @@ CONTAINERD_LDFLAGS := -s -w -X github.com/containerd/containerd/v2/version.Versi
 CONTAINERD_TAGS := no_btrfs
 CONTAINERD_HASH := $(shell { cat $(CONTAINERD_MOD_DIR)/go.sum; echo '$(CONTAINERD_LDFLAGS) $(CONTAINERD_TAGS)'; } 2>/dev/null | sha256sum | cut -c1-8)
 CONTAINERD_BIN_DIR := $(K8S_CACHE_ROOT)/containerd-$(CONTAINERD_VERSION)-$(CONTAINERD_HASH)/bin
-NODE_DEBIAN_PKGS := runc containernetworking-plugins iptables conntrack buildah debootstrap busybox-static
-# command that proves each package is installed (same order as above)
-NODE_DEBIAN_PROBES := /usr/sbin/runc /usr/lib/cni/bridge /usr/sbin/iptables /usr/sbin/conntrack /usr/bin/buildah /usr/sbin/debootstrap /bin/busybox
+NODE_DEBIAN_PKGS := runc containernetworking-plugins iptables conntrack buildah debootstrap busybox-static gcc libc6-dev
+# a file that proves each package is installed (same order as above); gcc and
+# libc6-dev build the static pause binary
+NODE_DEBIAN_PROBES := /usr/sbin/runc /usr/lib/cni/bridge /usr/sbin/iptables /usr/sbin/conntrack /usr/bin/buildah /usr/sbin/debootstrap /bin/busybox /usr/bin/gcc /usr/lib/x86_64-linux-gnu/libc.a
 
 containerd-bins: ## build (or reuse) containerd, its runc shim and ctr in the cache
 	@set -e; dir='$(CONTAINERD_BIN_DIR)'; missing=; \

@@ -99,6 +99,8 @@ class RealNode:
 
     def host_path(self, inside: str) -> Path:
         """The host path of a path inside the node (below a private mount)."""
+        if inside == "/var/run" or inside.startswith("/var/run/"):  # a link to /run
+            inside = inside[len("/var") :]
         for target in net.PRIVATE_MOUNTS:
             if inside == target or inside.startswith(target + "/"):
                 rest = inside[len(target) :].lstrip("/")
@@ -304,6 +306,7 @@ class RealCluster:
         self.images: dict[str, str] = {}
         self.image_archives: dict[str, Path] = {}
         self._state = self.run_dir / "realnodes.json"
+        self.ready_seconds: dict[str, float] = {}  # node start (namespaces) to Ready
         self.sysctls = net.SysctlGuard()
 
     @property
@@ -353,7 +356,12 @@ class RealCluster:
                 self.nodes[spec.name] = node
                 t0 = time.monotonic()
                 node.start()
-                log.info("node %s Ready in %.1fs", spec.name, time.monotonic() - t0)
+                self.ready_seconds[spec.name] = time.monotonic() - t0
+                log.info("node %s Ready in %.1fs", spec.name, self.ready_seconds[spec.name])
+            for node in self.nodes.values():  # pod-to-pod traffic across nodes
+                assert node.holder is not None
+                others = [n.index for n in self.nodes.values() if n is not node]
+                net.route_pods(self.net, node.holder, others)
         except BaseException:
             self.down()
             raise

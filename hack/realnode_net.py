@@ -180,6 +180,17 @@ def link_node(net: Network, holder: int, i: int) -> str:
     return ip
 
 
+def route_pods(net: Network, holder: int, others: list[int]) -> None:
+    """Routes from one node to the pod subnets of the ``others`` (node indices).
+
+    The nodes share the bridge's L2 segment, so each reaches another node's
+    pods through that node's address (as kind's kindnet does); the host
+    forwards nothing and its ``ip_forward`` stays as it was.
+    """
+    for j in others:
+        _run(*nsenter(holder), "ip", "route", "replace", net.pod_cidr(j), "via", net.node_ip(j))
+
+
 def _same_ns(pid: int, kind: str, ref: str) -> bool:
     with contextlib.suppress(OSError):
         return str(Path(f"/proc/{pid}/ns/{kind}").readlink()) == ref

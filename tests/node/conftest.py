@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,23 +48,30 @@ def tier() -> Iterator[Tier]:
     import realnode
     import realnode_chart
 
+    keep = os.environ.get("PATCHBAY_NODE_KEEP") == "1"  # leave it running to look around
     cluster = realnode.RealCluster(RUN_DIR, realnode.DEFAULT_NODES)
     try:
-        cluster.up()
+        cluster.up(detach=keep)
     except (realnode.ComponentError, realnode.PrerequisiteError, realnode.net.NetError) as err:
         cluster.down()
         pytest.fail(f"real nodes did not start: {err}", pytrace=False)
     record_startup("real nodes (control plane + 2 nodes Ready)", cluster.startup_seconds)
     release = realnode_chart.Release(cluster.kubeconfig, RUN_DIR / "chart", "node-c")
     t = Tier(cluster, {n: Node(cluster.nodes[n]) for n in cluster.nodes}, release)
+    (RUN_DIR / "figures.json").unlink(missing_ok=True)
+    for name, seconds in cluster.ready_seconds.items():
+        t.record(f"{name} start to Ready", f"{seconds:.1f}s (namespaces, containerd, kubelet)")
     try:
+        started = time.monotonic()
         try:
             release.install()
         except realnode_chart.HelmError as err:
             pytest.fail(f"{err}\n{cluster.log_tails()}", pytrace=False)
+        t.record("helm install --wait (plugin, controller, fabric Ready)",
+                 f"{time.monotonic() - started:.1f}s")  # fmt: skip
         yield t
     finally:
-        if os.environ.get("PATCHBAY_NODE_KEEP") != "1":
+        if not keep:
             cluster.down()
 
 
@@ -76,6 +84,6 @@ def namespace(tier: Tier) -> Iterator[str]:
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:  # pragma: no cover - reporting
     path = RUN_DIR / "figures.json"
-    if path.exists():
+    if path.exists():  # written by the session; the run dir is removed only at the next start
         for key, value in json.loads(path.read_text()).items():
             terminalreporter.write_line(f"real nodes: {key}: {value}")

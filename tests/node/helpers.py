@@ -69,6 +69,14 @@ class Tier:
     nodes: dict[str, Node]
     release: Any  # realnode_chart.Release
 
+    # -- figures (printed at the end of the run, never asserted) -----------------
+
+    def record(self, name: str, value: str) -> None:
+        path = self.cluster.run_dir / "figures.json"
+        data = json.loads(path.read_text()) if path.exists() else {}
+        data[name] = value
+        path.write_text(json.dumps(data, indent=1) + "\n")
+
     # -- clients ----------------------------------------------------------------
 
     def kubectl(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
@@ -159,5 +167,7 @@ def seen(lines: list[str]) -> tuple[dict[str, str], set[str]]:
 
 
 def attr(device: dict[str, Any], name: str) -> Any:
-    value = device["attributes"][name]
+    """An attribute's value; our own (patchbay.dev/...) are stored without the domain."""
+    attrs = device["attributes"]
+    value = attrs.get(name) or attrs[name.removeprefix("patchbay.dev/")]
     return next(iter(value.values()))

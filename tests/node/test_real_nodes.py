@@ -7,7 +7,9 @@ directory and the plugin's checkpoint.
 
 from __future__ import annotations
 
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -16,7 +18,8 @@ import pytest
 from plugin.proto import registration_pb2, registration_pb2_grpc
 from tests.node.helpers import RELEASE_NS, Tier, attr, example, seen, wait_for
 
-pytestmark = pytest.mark.node
+# The first test also waits for the session: image build, nodes, helm install.
+pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
 
 UUID = "patchbay.dev/uuid"
 ROOT = "resource.kubernetes.io/pcieRoot"
@@ -43,11 +46,15 @@ def test_plugin_pods_ready_registered_publishing(tier: Tier) -> None:
         assert "kubelet opened a health stream" in logs, logs[-2000:]
         # The registration socket carries the pod UID (rolling-update names).
         uid = pod["metadata"]["uid"]
-        sock = node.real.host_path(f"/var/lib/kubelet/plugins_registry/patchbay.dev-{uid}-reg.sock")
-        with grpc.insecure_channel(f"unix://{sock}") as ch:
-            info = registration_pb2_grpc.RegistrationStub(ch).GetInfo(
-                registration_pb2.InfoRequest(), timeout=5
-            )
+        registry = node.real.host_path("/var/lib/kubelet/plugins_registry")
+        # The host path is too long for a socket address: connect through a short link.
+        with tempfile.TemporaryDirectory(dir="/tmp", prefix="pb") as short:
+            link = Path(short) / "r"
+            link.symlink_to(registry)
+            with grpc.insecure_channel(f"unix://{link}/patchbay.dev-{uid}-reg.sock") as ch:
+                info = registration_pb2_grpc.RegistrationStub(ch).GetInfo(
+                    registration_pb2.InfoRequest(), timeout=5
+                )
         assert info.type == "DRAPlugin"
         assert {"v1.DRAPlugin", "v1beta1.DRAPlugin"} <= set(info.supported_versions)
     slices = tier.get("resourceslices")["items"]
@@ -67,10 +74,12 @@ def on_node(docs: list[dict[str, Any]], node: str) -> list[dict[str, Any]]:
 
 def test_gpu_pods_see_exactly_their_gpus(tier: Tier, namespace: str) -> None:
     ns = namespace
+    started = time.monotonic()
     tier.apply(ns, on_node(example("single-gpu.yaml") + example("two-gpus.yaml"), "node-a"))
     node = tier.nodes["node-a"]
     for pod, count in (("gpu-job", 1), ("two-gpu-job", 2)):
         tier.running(ns, pod)
+        tier.record(f"{pod}: apply to Running (real kubelet)", f"{time.monotonic() - started:.2f}s")
         got = allocated(tier, ns, pod)
         assert len(got) == count
         env, nodes = seen(tier.logs(ns, pod))
@@ -181,7 +190,7 @@ def test_helm_upgrade_rolls_plugin_pods_overlapping(tier: Tier, namespace: str) 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     # A plugin setting change: the DaemonSet's pod template changes, pods roll.
-    tier.release.upgrade("kubeletPlugin.logLevel=info")
+    tier.release.upgrade("kubeletPlugin.logLevel=debug")
     tier.apply(namespace, [_gpu_pod("during", "single-gpu", node.name)])
     tier.running(namespace, "during", timeout=180)
     wait_for("the new plugin pod alone on the node", lambda: (
