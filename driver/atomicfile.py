@@ -1,8 +1,13 @@
-"""Crash-safe file replacement: write a temp file, fsync, rename, fsync dir.
+"""Atomic file replacement: write a temp file, rename it over the target.
 
-After a crash at any point the target holds either its old content or the
-new content, never a mix; a leftover temp file is the only possible debris
-and is named so it is recognisably ours (``.<name>.tmp-<pid>``).
+After a crash of the process at any point the target holds either its old
+content or the new content, never a mix: the rename is atomic and what was
+written before it is in the kernel's page cache, which outlives the process.
+Nothing here calls ``fsync``: only power loss or a kernel crash loses
+unsynced data, both mean a reboot, and everything patchbay writes describes
+state a reboot undoes anyway (docs/design.md, "Failure model"). A leftover
+temp file is the only possible debris and is named so it is recognisably
+ours (``.<name>.tmp-<pid>``).
 """
 
 from __future__ import annotations
@@ -13,17 +18,19 @@ from pathlib import Path
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``data`` atomically and durably."""
+    """Replace ``path`` with ``data`` atomically (not synced to disk)."""
     directory = path.parent
-    directory.mkdir(parents=True, exist_ok=True)
     tmp = directory / f".{path.name}.tmp-{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    except FileNotFoundError:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
     try:
         view = memoryview(data)
         while view:
             written = os.write(fd, view)
             view = view[written:]
-        os.fsync(fd)
     finally:
         os.close(fd)
     try:
@@ -32,25 +39,15 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         raise
-    fsync_dir(directory)
 
 
-def remove_durably(path: Path) -> bool:
-    """Remove ``path`` if present and persist the removal; True if it existed."""
+def remove_file(path: Path) -> bool:
+    """Remove ``path`` if present; True if it existed."""
     try:
         path.unlink()
     except FileNotFoundError:
         return False
-    fsync_dir(path.parent)
     return True
-
-
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def remove_stale_temps(directory: Path) -> int:

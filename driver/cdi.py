@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from driver.atomicfile import remove_durably, write_atomic
+from driver.atomicfile import remove_file, write_atomic
 from driver.errors import CdiError
 
 CDI_VERSION = "0.6.0"
@@ -107,6 +107,17 @@ class CdiRegistry:
         common: ContainerEdits | None = None,
     ) -> list[str]:
         """Write the claim's spec atomically; the CDI IDs of its devices, in order."""
+        spec = self.claim_spec(claim_uid, devices, common)
+        self.write_spec(claim_uid, spec)
+        return [self.device_id(claim_uid, d.name) for d in devices]
+
+    def claim_spec(
+        self,
+        claim_uid: str,
+        devices: Sequence[CdiDevice],
+        common: ContainerEdits | None = None,
+    ) -> dict[str, Any]:
+        """The claim's spec as JSON data (what :meth:`write_spec` writes)."""
         uid = canonical_claim_uid(claim_uid)
         spec: dict[str, Any] = {
             "cdiVersion": CDI_VERSION,
@@ -117,15 +128,22 @@ class CdiRegistry:
         }
         if common is not None and common.to_json():
             spec["containerEdits"] = common.to_json()
+        return spec
+
+    def write_spec(self, claim_uid: str, spec: Mapping[str, Any]) -> None:
+        """Write (or re-create) a claim's spec from its JSON data, atomically."""
+        uid = canonical_claim_uid(claim_uid)
         try:
             write_atomic(self.spec_path(uid), json.dumps(spec, indent=1).encode())
         except OSError as exc:
             raise CdiError(f"cannot write CDI spec for claim {uid}: {exc}") from exc
-        return [self.device_id(uid, d.name) for d in devices]
+
+    def has_spec(self, claim_uid: str) -> bool:
+        return self.spec_path(claim_uid).is_file()
 
     def remove_claim_spec(self, claim_uid: str) -> bool:
         try:
-            return remove_durably(self.spec_path(claim_uid))
+            return remove_file(self.spec_path(claim_uid))
         except OSError as exc:
             raise CdiError(f"cannot remove CDI spec for claim {claim_uid}: {exc}") from exc
 

@@ -3,7 +3,9 @@
 The kubelet may call unprepare after the claim object is gone, and a
 crashed plugin must finish or undo what it started, so every prepare is
 recorded in two phases: ``PrepareStarted`` (written before any side effect,
-listing the devices about to be touched) and ``PrepareCompleted``.
+listing the devices about to be touched) and ``PrepareCompleted``, which
+carries the claim's CDI spec so start-up can re-create a spec that went
+missing.
 
 The file is a versioned pydantic model written atomically. Newer versions may
 add fields with defaults and unknown fields are kept, so an upgrade or a
@@ -11,7 +13,9 @@ rollback never loses information (there is deliberately no checksum, which
 would break on added fields). A file that cannot be parsed is moved aside
 under a ``.corrupt-<time>`` name and reported, never silently ignored. When
 the node's boot id changes every record is dropped: a reboot undid the
-devices' state.
+devices' state. That rule is why nothing here is fsynced: only a reboot
+(power loss, kernel crash) loses unsynced writes, and after one the file is
+dropped whatever it holds (docs/design.md, "Failure model").
 """
 
 from __future__ import annotations
@@ -62,6 +66,9 @@ class ClaimRecord(BaseModel):
     state: ClaimState
     devices: list[DeviceRecord] = Field(default_factory=list)
     updated: float = Field(default_factory=time.time)
+    # The CDI spec written for the claim (set with PrepareCompleted), so that
+    # start-up can re-create it; None in records of older versions.
+    cdi_spec: dict[str, Any] | None = None
 
 
 class Checkpoint(BaseModel):
@@ -87,7 +94,6 @@ class CheckpointStore:
         checkpoint returned; the caller learns of it from the log and the
         ``moved_aside`` attribute.
         """
-        remove_stale_temps(self.path.parent)
         self.moved_aside = None
         try:
             raw = self.path.read_bytes()
@@ -103,7 +109,8 @@ class CheckpointStore:
             self.moved_aside = aside
             log.error(
                 "checkpoint %s is corrupt and was moved to %s; starting empty. "
-                "Claims prepared before cannot be unprepared automatically: %s",
+                "Claims prepared before cannot be unprepared automatically "
+                "(after power loss this is expected: a reboot undid them): %s",
                 self.path,
                 aside,
                 exc.errors()[0].get("msg", exc),
@@ -126,6 +133,11 @@ class CheckpointStore:
                 )
             checkpoint = Checkpoint(boot_id=self.boot_id)
         return checkpoint
+
+    def remove_debris(self) -> int:
+        """Remove temp files a crash left in the middle of a save. Only while
+        no other process may be saving (start-up, under the claim lock)."""
+        return remove_stale_temps(self.path.parent)
 
     def save(self, checkpoint: Checkpoint) -> None:
         data = checkpoint.model_dump_json(indent=1).encode()

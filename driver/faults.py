@@ -1,9 +1,10 @@
 """Named crash points for proving crash safety.
 
 Setting ``PATCHBAY_CRASH_POINT=<name>`` makes the process kill itself with
-SIGKILL when it reaches that point, exactly as a node losing power or an
-OOM kill would stop it. Tests use it to crash the plugin at each step of a
-prepare and check that the next call converges with nothing leaked. Unset
+SIGKILL when it reaches that point, exactly as an OOM kill or a crash would
+stop it (what it wrote stays; power loss is a reboot, see docs/design.md).
+Tests use it to crash the plugin at each step of a prepare and an unprepare
+and check that the next call converges with nothing leaked. Unset
 (the default) it costs one dictionary lookup.
 """
 
@@ -24,7 +25,10 @@ PREPARE_POINTS = (
     "prepare-cdi-written",  # the CDI spec is on disk, state still PrepareStarted
     "prepare-completed",  # PrepareCompleted is on disk, answer not sent
 )
-UNPREPARE_POINTS = ("unprepare-devices-undone",)
+UNPREPARE_POINTS = (
+    "unprepare-devices-undone",  # the handlers undid the devices, the record is still there
+    "unprepare-recorded",  # the record is gone from disk, the CDI spec not yet
+)
 
 
 def crash_point(name: str) -> None:

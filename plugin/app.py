@@ -162,7 +162,8 @@ class NodePlugin:
         self.owner = owner_reference(node)
         await self.rescan()
         paths, preparer, lock = self.claim_serving()
-        await preparer.collect_garbage()
+        async with lock:  # another plugin pod may be preparing (rolling update)
+            await preparer.recover()
         self.preparer = preparer
         preparer.on_change = self.report_fabric
         self.report_fabric()

@@ -123,14 +123,36 @@ class ClaimPreparer:
         """(kind, local id) of every device some claim holds or is preparing."""
         return {(d.kind, d.local_id) for c in self.checkpoint.claims.values() for d in c.devices}
 
-    async def collect_garbage(self) -> int:
-        """Remove CDI specs that no checkpointed claim owns (debris of a crash)."""
+    async def recover(self) -> tuple[int, int]:
+        """Start-up: make the CDI directory agree with the checkpoint.
+
+        Re-creates the spec of every prepared claim whose spec is missing
+        (from the copy its record keeps) and removes specs no checkpointed
+        claim owns (debris of a crash); also removes temp files of an
+        interrupted save. Run it under the plugin's claim lock: another
+        plugin process may be preparing. Returns (re-created, removed).
+        """
         async with self._lock:
-            orphans = self._cdi.claim_uids() - set(self.checkpoint.claims)
-            for uid in orphans:
-                log.info("removing orphaned CDI spec of claim %s", uid)
-                self._cdi.remove_claim_spec(uid)
-            return len(orphans)
+            self._reload_if_shared()
+            return await asyncio.to_thread(self._recover_sync)
+
+    def _recover_sync(self) -> tuple[int, int]:
+        self._store.remove_debris()
+        restored = 0
+        for uid, record in self.checkpoint.claims.items():
+            if record.state is not ClaimState.PREPARE_COMPLETED or self._cdi.has_spec(uid):
+                continue
+            if record.cdi_spec is None:
+                log.error("claim %s: its CDI spec is missing and its record has no copy", uid)
+                continue
+            log.warning("claim %s: re-creating its missing CDI spec", uid)
+            self._cdi.write_spec(uid, record.cdi_spec)
+            restored += 1
+        orphans = self._cdi.claim_uids() - set(self.checkpoint.claims)
+        for uid in orphans:
+            log.info("removing orphaned CDI spec of claim %s", uid)
+            self._cdi.remove_claim_spec(uid)
+        return restored, len(orphans)
 
     # -- prepare ----------------------------------------------------------
 
@@ -187,9 +209,9 @@ class ClaimPreparer:
             devices=[p[0] for p in planned],
         )
         self.checkpoint.claims[ref.uid] = record
-        # PrepareStarted must be durable before a handler changes hardware
+        # PrepareStarted must be on disk before a handler changes hardware
         # (MIG instances, driver binding); CDI-only devices have nothing to
-        # undo but a spec file, which start-up garbage collection removes.
+        # undo but a spec file, which start-up recovery removes.
         if any(self._handlers[device.kind].has_side_effects for _, device, _ in planned):
             self._store.save(self.checkpoint)
         crash_point("prepare-recorded")
@@ -228,11 +250,15 @@ class ClaimPreparer:
         env = tuple(f"{k}={','.join(dict.fromkeys(v))}" for k, v in lists.items())
         if env:
             common.append(ContainerEdits(env=env))
-        ids = self._cdi.write_claim_spec(ref.uid, _unique(cdi_devices), _merge(common))
+        unique = _unique(cdi_devices)
+        spec = self._cdi.claim_spec(ref.uid, unique, _merge(common))
+        self._cdi.write_spec(ref.uid, spec)
         crash_point("prepare-cdi-written")
-        by_name = dict(zip([d.name for d in _unique(cdi_devices)], ids, strict=True))
         for device_record in record.devices:
-            device_record.cdi_device_ids = [by_name[device_record.device_name]]
+            device_record.cdi_device_ids = [self._cdi.device_id(ref.uid, device_record.device_name)]
+        # The spec is on disk before the record says completed, and the record
+        # keeps a copy: a prepared claim never points at a missing spec.
+        record.cdi_spec = spec
         record.state = ClaimState.PREPARE_COMPLETED
         self._store.save(self.checkpoint)
         crash_point("prepare-completed")
@@ -294,9 +320,12 @@ class ClaimPreparer:
                 raise ClaimError(f"claim {record.uid}: no handler for device type {device.kind}")
             handler.unprepare(device.kind, device.local_id, device.undo)
         crash_point("unprepare-devices-undone")
-        self._cdi.remove_claim_spec(record.uid)
+        # The record goes before the spec: a spec without a record is debris
+        # start-up removes, a prepared record without its spec must not be.
         del self.checkpoint.claims[record.uid]
         self._store.save(self.checkpoint)
+        crash_point("unprepare-recorded")
+        self._cdi.remove_claim_spec(record.uid)
         PREPARED_CLAIMS.set(len(self.checkpoint.claims))
 
 

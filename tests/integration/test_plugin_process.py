@@ -23,7 +23,7 @@ from cluster import LocalCluster
 from kubernetes import client
 from simnode import PluginProcess, apply_plugin_rbac, build_nvml_mock
 
-from driver.faults import PREPARE_POINTS
+from driver.faults import PREPARE_POINTS, UNPREPARE_POINTS
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
 from plugin.proto import (
@@ -202,6 +202,7 @@ def test_crash_at_each_prepare_step_converges(
     plugin.start()
     kubelet = wait_registered(plugin)
     endpoint = kubelet.get_info().endpoint
+    assert_specs_match_checkpoint(plugin)
     result = kubelet.prepare(endpoint, claim)[uid]
     assert result.error == ""
     assert [d.device_name for d in result.devices] == ["gpu-1"]
@@ -214,6 +215,44 @@ def test_crash_at_each_prepare_step_converges(
     assert checkpoint["claims"] == {}
     leftovers = [p.name for p in plugin.plugin_dir.iterdir() if ".tmp-" in p.name]
     assert leftovers == []
+
+
+@pytest.mark.parametrize("point", UNPREPARE_POINTS)
+def test_crash_at_each_unprepare_step_converges(
+    point: str, plugin: PluginProcess, resource_api: client.ResourceV1Api, namespace: str, node: str
+) -> None:
+    kubelet = wait_registered(plugin)
+    uid = allocated_claim(resource_api, namespace, "c", node, ["gpu-1"])
+    claim = [(namespace, "c", uid)]
+    wait_for("devices discovered", lambda: len(our_slices(resource_api, node)) == 1, timeout=30)
+    plugin.stop()
+    plugin.start(PATCHBAY_CRASH_POINT=point)
+    kubelet = wait_registered(plugin)
+    endpoint = kubelet.get_info().endpoint
+    assert kubelet.prepare(endpoint, claim)[uid].error == ""
+    with pytest.raises(grpc.RpcError):
+        kubelet.unprepare(endpoint, claim)
+    assert plugin.wait_exit(10) != 0, "the plugin should have been killed at the crash point"
+    plugin.start()
+    kubelet = wait_registered(plugin)
+    endpoint = kubelet.get_info().endpoint
+    assert_specs_match_checkpoint(plugin)
+    assert kubelet.unprepare(endpoint, claim)[uid].error == ""
+    assert list(plugin.cdi_root.iterdir()) == []
+    checkpoint = json.loads((plugin.plugin_dir / "checkpoint.json").read_text())
+    assert checkpoint["claims"] == {}
+
+
+def assert_specs_match_checkpoint(plugin: PluginProcess) -> None:
+    """After a restart: every prepared claim has its CDI spec, no spec is left
+    without its claim's record (start-up recovery ran before registration)."""
+    path = plugin.plugin_dir / "checkpoint.json"
+    claims = json.loads(path.read_text())["claims"] if path.exists() else {}
+    prepared = {u for u, c in claims.items() if c["state"] == "PrepareCompleted"}
+    prefix = "k8s.patchbay.dev-claim_"
+    specs = {p.name[len(prefix) : -len(".json")] for p in plugin.cdi_root.glob(f"{prefix}*.json")}
+    assert prepared <= specs, "a prepared claim lost its CDI spec"
+    assert specs <= set(claims), "a CDI spec outlived its claim"
 
 
 def test_health_stream_reports_a_critical_xid(

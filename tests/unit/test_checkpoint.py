@@ -82,5 +82,10 @@ def test_corrupt_file_is_moved_aside_not_ignored(
 
 def test_stale_temp_from_crash_is_cleaned(tmp_path: Path) -> None:
     (tmp_path / ".cp.json.tmp-1234").write_text("half")
-    CheckpointStore(tmp_path / "cp.json", "b").load()
+    store = CheckpointStore(tmp_path / "cp.json", "b")
+    store.load()
+    # Loading leaves it (another process may be saving right now)...
+    assert (tmp_path / ".cp.json.tmp-1234").exists()
+    # ... start-up recovery, under the claim lock, removes it.
+    assert store.remove_debris() == 1
     assert not (tmp_path / ".cp.json.tmp-1234").exists()

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -19,61 +17,7 @@ from driver.config.opaque import DeviceConfig
 from driver.devices.handler import Preparation
 from driver.devices.inventory import NodeInventory
 from driver.devices.model import Device
-from driver.errors import ApiError, DeviceError
-from driver.gpu.prepare import GpuHandler
-
-NODE = "node-a"
-
-
-class Reader:
-    def __init__(self) -> None:
-        self.claims: dict[tuple[str, str], dict[str, Any]] = {}
-        self.reads = 0
-
-    async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any]:
-        self.reads += 1
-        try:
-            return self.claims[(namespace, name)]
-        except KeyError:
-            raise ApiError(f"resourceclaims {name} not found") from None
-
-    def add(
-        self,
-        name: str,
-        devices: list[str],
-        *,
-        driver: str = "patchbay.dev",
-        pool: str = NODE,
-        config: list[dict[str, Any]] | None = None,
-    ) -> ClaimRef:
-        uid = str(uuid.uuid4())
-        results = [
-            {"request": f"req-{i}", "driver": driver, "pool": pool, "device": d}
-            for i, d in enumerate(devices)
-        ]
-        self.claims[("ns", name)] = {
-            "metadata": {"namespace": "ns", "name": name, "uid": uid},
-            "status": {"allocation": {"devices": {"results": results, "config": config or []}}},
-        }
-        return ClaimRef("ns", name, uid)
-
-
-class FlakyHandler(GpuHandler):
-    """A GPU handler that records side effects and can fail on a device."""
-
-    def __init__(self, dev_root: Path) -> None:
-        super().__init__(dev_root)
-        self.active: set[str] = set()
-        self.fail_on: str | None = None
-
-    def prepare(self, device: Device, claim_uid: str, config: DeviceConfig | None) -> Preparation:
-        self.active.add(device.local_id)
-        if device.name == self.fail_on:
-            raise DeviceError(f"{device.name} broke")
-        return super().prepare(device, claim_uid, config)
-
-    def unprepare(self, kind: str, local_id: str, undo: Mapping[str, Any]) -> None:
-        self.active.discard(local_id)
+from tests.claims_doubles import NODE, FlakyHandler, OnceHandler, Reader
 
 
 @pytest.fixture
@@ -190,28 +134,6 @@ async def test_failure_rolls_back_everything(
     assert not (tmp / "cdi").exists() or list((tmp / "cdi").iterdir()) == []
 
 
-class OnceHandler(FlakyHandler):
-    """Hardware that cannot be set up twice (like a MIG placement or a driver
-    binding): a prepare is refused while the device is still set up, and
-    every call is logged. ``active`` is the hardware, which outlives a crash."""
-
-    has_side_effects = True
-
-    def __init__(self, dev_root: Path) -> None:
-        super().__init__(dev_root)
-        self.calls: list[tuple[str, str]] = []
-
-    def prepare(self, device: Device, claim_uid: str, config: DeviceConfig | None) -> Preparation:
-        if device.local_id in self.active:
-            raise DeviceError(f"{device.local_id} is still set up")
-        self.calls.append(("prepare", device.local_id))
-        return super().prepare(device, claim_uid, config)
-
-    def unprepare(self, kind: str, local_id: str, undo: Mapping[str, Any]) -> None:
-        self.calls.append(("unprepare", local_id))
-        super().unprepare(kind, local_id, undo)
-
-
 async def test_interrupted_prepare_is_undone_then_redone(tmp_path: Path) -> None:
     inv = NodeInventory()
     inv.replace_pool(NODE, [Device(name="gpu-0", kind="gpu", local_id="GPU-0")])
@@ -248,7 +170,7 @@ async def test_orphan_cdi_specs_are_collected(
     await prep.prepare([ref])
     orphan = str(uuid.uuid4())
     CdiRegistry(tmp / "cdi").write_claim_spec(orphan, [], ContainerEdits())
-    assert await prep.collect_garbage() == 1
+    assert await prep.recover() == (0, 1)
     assert CdiRegistry(tmp / "cdi").claim_uids() == {ref.uid}
 
 
