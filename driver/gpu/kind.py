@@ -11,15 +11,15 @@ only through the :class:`Partitions` protocol.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from driver.devices.handler import DeviceHandler
 from driver.devices.kind import Discovery
-from driver.devices.model import Device
 from driver.gpu.prepare import GpuHandler, WholeGpuGuard
-from driver.gpu.scan import GpuSource, SysfsTopology, scan_gpus
+from driver.gpu.scan import FullGpus, GpuSource, SysfsTopology, devices_of, scan_gpus
 from driver.health.xid import XidWatcher
 
 if TYPE_CHECKING:
@@ -37,7 +37,10 @@ class Partitions(Protocol):
     def guard(self) -> WholeGpuGuard: ...
     @property
     def handler(self) -> DeviceHandler: ...
-    def extend(self, gpus: Sequence[Device]) -> Discovery: ...
+    def discover(self, full_gpus: FullGpus) -> Discovery:
+        """One scan: enumerate NVML once, turn it into full-GPU devices with
+        ``full_gpus``, and add the partitions."""
+        ...
 
 
 class GpuType:
@@ -59,7 +62,7 @@ class GpuType:
         if self._mig is None:
             return Discovery(devices=tuple(scan_gpus(self._source, self._topology)))
         with self._mig.lock:
-            return self._mig.extend(scan_gpus(self._source, self._topology))
+            return self._mig.discover(partial(devices_of, topology=self._topology))
 
     def xid_watcher(self, on_xid: Callable[[str, int], None]) -> XidWatcher | None:
         """A watcher of these GPUs' XIDs (None without an event source); not started."""

@@ -1,16 +1,17 @@
 """Enumerate the node's devices from NVML and sysfs into one device list.
 
-A scan initialises NVML, reads every GPU, and shuts NVML down again, so
-each scan sees GPUs that arrived or left since the last one (NVML only
-enumerates at init). Scans block: the plugin runs them in a worker thread.
-A GPU whose sysfs entry is missing is still published, without topology
-attributes, and the gap is logged.
+A scan initialises NVML, reads every GPU once, and shuts NVML down again,
+so each scan sees GPUs that arrived or left since the last one (NVML only
+enumerates at init); with dynamic MIG the MIG family runs that one
+enumeration in its session and builds on its facts. Scans block: the plugin
+runs them in a worker thread. A GPU whose sysfs entry is missing is still
+published, without topology attributes, and the gap is logged.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -61,8 +62,19 @@ def scan_gpus(source: GpuSource, topology: SysfsTopology) -> list[Device]:
     """Every GPU NVML reports now, as devices of the node pool."""
     source.init()
     try:
-        info = source.system_info()
-        system = SystemFacts(info.driver_version, info.cuda_driver_version)
-        return gpu_devices(source.gpus(), system, topology)
+        return devices_of(source.system_info(), source.gpus(), topology)
     finally:
         source.shutdown()
+
+
+def devices_of(
+    info: SystemVersions, gpus: Sequence[GpuFacts], topology: SysfsTopology
+) -> list[Device]:
+    """The node pool's GPU devices from one enumeration's facts."""
+    system = SystemFacts(info.driver_version, info.cuda_driver_version)
+    return gpu_devices(gpus, system, topology)
+
+
+FullGpus = Callable[[SystemVersions, Sequence[GpuFacts]], list[Device]]
+"""Turns one NVML enumeration into the full-GPU devices (what
+:class:`driver.gpu.kind.Partitions` calls inside its own NVML session)."""

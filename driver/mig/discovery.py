@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from driver.checkpoint import Checkpoint, CheckpointStore, read_boot_id
 from driver.devices.kind import Discovery
 from driver.devices.model import CounterSet, Device
+from driver.gpu.scan import FullGpus
 from driver.mig.guard import MigGuard
 from driver.mig.handler import MigHandler
 from driver.mig.layout import counter_set, full_gpu, mig_devices
@@ -55,13 +56,16 @@ class MigSupport:
         """The NVML session lock (``driver.gpu.kind.Partitions``)."""
         return self.session.lock
 
-    def extend(self, gpus: Sequence[Device]) -> Discovery:
-        """The full GPUs plus MIG counter sets and devices, in preference order."""
+    def discover(self, full_gpus: FullGpus) -> Discovery:
+        """The full GPUs plus MIG counter sets and devices, in preference order,
+        from one enumeration of NVML."""
         sets: list[CounterSet] = []
         migs: list[Device] = []
         full: list[Device] = []
         with self.session.open() as nvml:
-            infos = {g.uuid: g for g in nvml.gpus()}
+            listed = nvml.gpus()
+            gpus = full_gpus(nvml.system_info(), listed)
+            infos = {g.uuid: g for g in listed}
             managed = [g for g in infos.values() if self.policy.partitionable(g)]
             if not self._started:
                 owned = ownership(self._load_checkpoint())

@@ -40,11 +40,9 @@ class NvmlSession:
 
 
 def find_gpu(nvml: NvmlBackend, uuid: str) -> GpuInfo | None:
-    """The GPU with ``uuid`` as NVML reports it now, or None when it is gone."""
-    for gpu in nvml.gpus():
-        if gpu.uuid == uuid:
-            return gpu
-    return None
+    """The GPU with ``uuid`` as NVML reports it now, or None when it is gone:
+    one lookup by UUID, not an enumeration of every GPU."""
+    return nvml.gpu(uuid)
 
 
 def toggles_mig_mode(gpu: GpuInfo) -> bool:

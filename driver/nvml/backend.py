@@ -133,6 +133,11 @@ class NvmlBackend(Protocol):
         """Every reachable GPU in NVML index order (lost GPUs are left out)."""
         ...
 
+    def gpu(self, uuid: str) -> GpuInfo | None:
+        """One GPU by UUID (one handle lookup, not an enumeration); None when
+        NVML does not know it (since its init) or it is lost."""
+        ...
+
     def set_mig_mode(self, uuid: str, enabled: bool) -> tuple[bool, bool]:
         """Ask for MIG on/off; returns (current, pending) afterwards."""
         ...

@@ -90,34 +90,42 @@ class FakeNvml:
         self._require_init()
         self._fail("nvmlDeviceGetCount_v2")
         out = []
-        for index, uuid in enumerate(self._devices):
+        for uuid in self._devices:
             try:
-                gpu = self._gpu(uuid, "nvmlDeviceGetHandleByIndex_v2")
-                for function in _GPU_QUERIES:
-                    self._fail(function, uuid)
+                out.append(self._info(uuid, "nvmlDeviceGetHandleByIndex_v2"))
             except NvmlError as exc:
                 if exc.code != NvmlReturn.GPU_IS_LOST:
                     raise
-                continue
-            m = gpu.model
-            out.append(
-                GpuInfo(
-                    index=index,
-                    minor=gpu.minor,
-                    uuid=gpu.uuid,
-                    serial=gpu.serial,
-                    product_name=m.product_name,
-                    brand=m.brand,
-                    architecture=m.architecture,
-                    cuda_compute_capability=m.cuda_compute_capability,
-                    memory_bytes=m.memory_mib << 20,
-                    pci_bus_id=gpu.pci_bus_id,
-                    mig_capable=m.mig_capable,
-                    mig_mode_current=gpu.mig_current and m.mig_capable,
-                    mig_mode_pending=gpu.mig_pending and m.mig_capable,
-                )
-            )
         return out
+
+    def gpu(self, uuid: str) -> GpuInfo | None:
+        try:
+            return self._info(uuid, "nvmlDeviceGetHandleByUUID")
+        except NvmlError as exc:
+            if exc.code in (NvmlReturn.NOT_FOUND, NvmlReturn.GPU_IS_LOST):
+                return None
+            raise
+
+    def _info(self, uuid: str, lookup: str) -> GpuInfo:
+        gpu = self._gpu(uuid, lookup)
+        for function in _GPU_QUERIES:
+            self._fail(function, uuid)
+        m = gpu.model
+        return GpuInfo(
+            index=self._devices.index(uuid),
+            minor=gpu.minor,
+            uuid=gpu.uuid,
+            serial=gpu.serial,
+            product_name=m.product_name,
+            brand=m.brand,
+            architecture=m.architecture,
+            cuda_compute_capability=m.cuda_compute_capability,
+            memory_bytes=m.memory_mib << 20,
+            pci_bus_id=gpu.pci_bus_id,
+            mig_capable=m.mig_capable,
+            mig_mode_current=gpu.mig_current and m.mig_capable,
+            mig_mode_pending=gpu.mig_pending and m.mig_capable,
+        )
 
     def set_mig_mode(self, uuid: str, enabled: bool) -> tuple[bool, bool]:
         gpu = self._gpu(uuid)

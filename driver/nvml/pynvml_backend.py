@@ -103,8 +103,18 @@ class PynvmlBackend:
                 log.warning("GPU %d is lost; leaving it out", index)
         return out
 
+    def gpu(self, uuid: str) -> GpuInfo | None:
+        try:
+            return self._info(self._handle(uuid))
+        except NvmlError as exc:
+            if exc.code in (NvmlReturn.NOT_FOUND, NvmlReturn.GPU_IS_LOST):
+                return None
+            raise
+
     def _gpu(self, index: int) -> GpuInfo:
-        h = call(pynvml.nvmlDeviceGetHandleByIndex, index)
+        return self._info(call(pynvml.nvmlDeviceGetHandleByIndex, index))
+
+    def _info(self, h: Any) -> GpuInfo:
         major, minor = call(pynvml.nvmlDeviceGetCudaComputeCapability, h)
         memory = call(pynvml.nvmlDeviceGetMemoryInfo, h, pynvml.nvmlMemory_v2)
         try:

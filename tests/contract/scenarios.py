@@ -301,6 +301,26 @@ def failure_injection(world: World) -> None:
     b.shutdown()
 
 
+def lookup_by_uuid(world: World) -> None:
+    """One GPU by UUID (what MIG prepare, unprepare and a full-GPU acquire use)
+    is the GPU the enumeration reports; unknown, removed or lost: None."""
+    b = world.backend()
+    raises("UNINITIALIZED", b.gpu, H100.uuid)
+    b.init()
+    for listed in b.gpus():
+        assert b.gpu(listed.uuid) == listed
+    assert b.gpu("GPU-00000000-0000-0000-0000-000000000000") is None
+    world.remove_gpu(H100.uuid)
+    world.set_lost(A100.uuid)
+    assert b.gpu(H100.uuid) is None
+    assert b.gpu(A100.uuid) is None
+    assert b.gpu(L40S.uuid) is not None
+    b.shutdown()
+    b.init()
+    assert b.gpu(H100.uuid) is None
+    b.shutdown()
+
+
 def hot_add(world: World) -> None:
     b = started(world)
     world.add_gpu(NEW)
@@ -365,6 +385,7 @@ SCENARIOS: dict[str, Callable[[World], None]] = {
         occupied_placement,
         persistence,
         failure_injection,
+        lookup_by_uuid,
         hot_add,
         removed_lost,
         events,

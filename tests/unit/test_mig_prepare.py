@@ -190,3 +190,36 @@ def test_device_nodes_and_common_edits(tmp_path: Path) -> None:
     assert prep.edits.device_nodes[0].major == 195
     common = handler.common_edits()
     assert common is not None and "/dev/nvidiactl" in {x.path for x in common.device_nodes}
+
+
+def nvml_calls(machine: FakeMachine, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every NVML function the fake is asked for from now on (its failure hook)."""
+    calls: list[str] = []
+    take = machine.take_failure
+
+    def record(function: str, uuid: str | None) -> object:
+        calls.append(function)
+        return take(function, uuid)
+
+    monkeypatch.setattr(machine, "take_failure", record)
+    return calls
+
+
+def test_mig_prepare_and_full_gpu_acquire_look_the_gpu_up_by_uuid(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    n = Node()
+    calls = nvml_calls(n.machine, monkeypatch)
+    undo, _ = n.prepare("gpu-0-mig-1g-10gb-6")
+    n.unprepare("gpu-0-mig-1g-10gb-6", undo)
+    n.handlers["gpu"].prepare(n.devices["gpu-1"], "claim", None)
+    assert "nvmlDeviceGetCount_v2" not in calls, "no enumeration of every GPU"
+    assert calls.count("nvmlDeviceGetHandleByUUID") >= 3
+
+
+def test_a_scan_enumerates_nvml_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    n = Node()
+    calls = nvml_calls(n.machine, monkeypatch)
+    n.type.discover()
+    assert calls.count("nvmlDeviceGetCount_v2") == 1
+    assert calls.count("nvmlDeviceGetHandleByIndex_v2") == 2  # one per GPU
