@@ -86,6 +86,20 @@ class CheckpointStore:
         self.path = path
         self.boot_id = boot_id
         self.moved_aside: Path | None = None
+        self._seen: tuple[int, int, int] | None = None  # the file we last read or wrote
+
+    def _identity(self) -> tuple[int, int, int] | None:
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def changed(self) -> bool:
+        """Whether the file is another than the one this store last read or
+        wrote (inode, size, mtime): only then must a shared checkpoint be
+        read again. Every save replaces the file, so its inode changes."""
+        return self._identity() != self._seen
 
     def load(self) -> Checkpoint:
         """The stored checkpoint, an empty one if there is none.
@@ -95,9 +109,11 @@ class CheckpointStore:
         ``moved_aside`` attribute.
         """
         self.moved_aside = None
+        self._seen = self._identity()
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
+            self._seen = None
             return Checkpoint(boot_id=self.boot_id)
         except OSError as exc:
             raise CheckpointError(f"cannot read checkpoint {self.path}: {exc}") from exc
@@ -107,6 +123,7 @@ class CheckpointStore:
             aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
             self.path.rename(aside)
             self.moved_aside = aside
+            self._seen = None
             log.error(
                 "checkpoint %s is corrupt and was moved to %s; starting empty. "
                 "Claims prepared before cannot be unprepared automatically "
@@ -145,6 +162,7 @@ class CheckpointStore:
             write_atomic(self.path, data, mode=0o600)
         except OSError as exc:
             raise CheckpointError(f"cannot write checkpoint {self.path}: {exc}") from exc
+        self._seen = self._identity()
 
 
 def read_boot_id(path: Path = Path("/proc/sys/kernel/random/boot_id")) -> str:

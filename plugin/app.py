@@ -62,6 +62,7 @@ class NodePlugin:
         self.health = HealthMonitor()
         self.health.on_change = self.publish
         self._counter_sets: tuple[CounterSet, ...] = ()
+        self._published = False
         self.xid = xid_watcher(self.device_types, self.health.report_xid)
         self._serving = False
         self._hotplug_ended = False
@@ -76,25 +77,30 @@ class NodePlugin:
         async with self._scan_lock:
             found = await asyncio.to_thread(scan_all, self.device_types)
         devices = list(found.devices)
-        self._counter_sets = found.counter_sets
         if self.fabric is not None and self.fabric_report is not None:
             # Fabric-attached GPUs are prepared from the fabric pool, never offered locally.
             devices, attached = await asyncio.to_thread(self.fabric.split, devices)
             self.inventory.replace_pool(self.settings.fabric_pool, attached)
             self.report_fabric()
         changed = self.inventory.replace_pool(self.pool_name, devices)
+        if found.counter_sets != self._counter_sets:
+            self._counter_sets = found.counter_sets
+            changed = True
+        if not changed and self._published:
+            return  # nothing to rebuild or diff: the publisher holds this pool already
         self.health.set_devices(
             {p: self.inventory.devices(p) for p in (self.pool_name, self.settings.fabric_pool)}
         )
         if self.xid is not None:
             self.xid.set_gpus(self.health.gpus())
-        if changed or self.owner is not None:
+        if self.owner is not None:
             self.publish()
         if changed:
             log.info("node pool now has %d devices", len(devices))
 
     def publish(self) -> None:
         """Declare the node pool as the inventory and device health say."""
+        self._published = True
         self.publisher.set_pool(
             PoolSpec(
                 driver=DRIVER_NAME,

@@ -58,7 +58,7 @@ class ClaimPreparer:
         self._lock = asyncio.Lock()
         # During a rolling update two plugin processes share the checkpoint
         # (their calls are serialised by the plugin's cross-process lock), so
-        # each call starts from what is on disk.
+        # each call starts from what is on disk (re-read when it changed).
         self._shared = shared_checkpoint
         self.checkpoint: Checkpoint = store.load()
         PREPARED_CLAIMS.set(len(self.checkpoint.claims))
@@ -157,7 +157,9 @@ class ClaimPreparer:
     # -- prepare ----------------------------------------------------------
 
     def _reload_if_shared(self) -> None:
-        if self._shared:
+        """Another plugin process may have written the shared checkpoint; read
+        it again only if the file changed since this process read or wrote it."""
+        if self._shared and self._store.changed():
             self.checkpoint = self._store.load()
 
     async def _fetch(

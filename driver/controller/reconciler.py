@@ -29,8 +29,8 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from driver.backoff import Backoff
 from driver.controller import claims as cl
-from driver.controller.cache import ObjectCache
 from driver.controller.holds import FailedHolds
 from driver.controller.pool import Variant, build_pool
 from driver.controller.reports import NodeReports
@@ -42,6 +42,7 @@ from driver.errors import FabricApiError, FabricUnavailable
 from driver.fabricclient.client import FabricClient
 from driver.fabricclient.model import FabricInventory
 from driver.kube.api import RESOURCE_V1, KubeApi
+from driver.kube.cache import ObjectCache
 from driver.slices.publisher import SlicePublisher
 
 log = logging.getLogger(__name__)
@@ -104,20 +105,19 @@ class Reconciler:
 
     async def _event_loop(self) -> None:
         """Re-read the fabric on each of its events (polling stays as a safety net)."""
-        delay = 0.5
+        backoff = Backoff(0.5)
         while True:
             try:
                 async for origins in self.fabric.events():
                     log.debug("fabric event: %s", origins or "subscribed")
                     self.refresh_fabric()
-                    delay = 0.5
+                    backoff.reset()
             except FabricUnavailable as exc:
-                log.info("fabric event stream lost (%s): reconnecting in %.1fs", exc, delay)
+                log.info("fabric event stream lost (%s): reconnecting in %.1fs", exc, backoff.delay)
             except FabricApiError as exc:
                 log.warning("fabric has no event stream (%s): polling only", exc)
                 return
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 30.0)
+            await backoff.sleep()
 
     def refresh_fabric(self) -> None:
         self._refresh.set()

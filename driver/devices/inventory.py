@@ -20,9 +20,11 @@ class NodeInventory:
         self._pools: dict[str, dict[str, Device]] = {}
 
     def replace_pool(self, pool: str, devices: Iterable[Device]) -> bool:
-        """Set the devices of ``pool``; True when anything changed."""
+        """Set the devices of ``pool``; True when anything changed, their
+        order included (the order is the scheduler's preference)."""
         new = {d.name: d for d in devices}
-        changed = self._pools.get(pool) != new
+        old = self._pools.get(pool)
+        changed = old is None or list(old.items()) != list(new.items())
         self._pools[pool] = new
         return changed
 

@@ -27,6 +27,7 @@ import logging
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
+from driver.backoff import Backoff
 from driver.devices.model import ATTACHMENT, PCI_BUS_ID, Device
 from driver.errors import ApiError, ConfigError
 from driver.fabric_devices.naming import NODE_ANNOTATION, NodeFabric, variant_name
@@ -185,7 +186,7 @@ class AnnotationPublisher:
             self._dirty.set()
 
     async def run(self) -> None:
-        delay = 0.2
+        backoff = Backoff()
         while True:
             await self._dirty.wait()
             self._dirty.clear()
@@ -196,12 +197,11 @@ class AnnotationPublisher:
                 patch = {"metadata": {"annotations": {NODE_ANNOTATION: want}}}
                 await self._api.merge_patch(self._path, patch)
                 self._written = want
-                delay = 0.2
+                backoff.reset()
                 log.info("node fabric report written: %s", want)
             except ApiError as exc:
                 log.warning(
-                    "writing the node fabric report failed (retry in %.1fs): %s", delay, exc
+                    "writing the node fabric report failed (retry in %.1fs): %s", backoff.delay, exc
                 )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+                await backoff.sleep()
                 self._dirty.set()

@@ -17,6 +17,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
+from driver.backoff import Backoff
 from driver.errors import PatchbayError
 from driver.nvml.backend import EventWatcher, NvmlBackend
 
@@ -57,7 +58,7 @@ class XidWatcher:
         self._thread.join(timeout=5)
 
     def _run(self) -> None:
-        delay = BACKOFF_S[0]
+        backoff = Backoff(*BACKOFF_S)
         while not self._stop.is_set():
             with self._changed:
                 uuids = self._wanted
@@ -66,11 +67,10 @@ class XidWatcher:
                     continue
             try:
                 self._watch(uuids)
-                delay = BACKOFF_S[0]
+                backoff.reset()
             except (PatchbayError, OSError) as exc:
-                log.warning("XID watch failed (retry in %.0fs): %s", delay, exc)
-                self._stop.wait(delay)
-                delay = min(delay * 2, BACKOFF_S[1])
+                log.warning("XID watch failed (retry in %.0fs): %s", backoff.delay, exc)
+                self._stop.wait(backoff.next())
 
     def _watch(self, uuids: tuple[str, ...]) -> None:
         with self._lock:

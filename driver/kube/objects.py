@@ -6,11 +6,11 @@ ownerReference our slices carry so that deleting the Node deletes them.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping
 from typing import Any
 
+from driver.backoff import Backoff
 from driver.errors import ApiError, ApiStatusError, ClaimError
 from driver.kube.api import KubeApi, claim_path
 
@@ -44,11 +44,10 @@ def owner_reference(node: Mapping[str, Any]) -> dict[str, Any]:
 
 async def wait_for_node(api: KubeApi, name: str, max_delay: float = 10.0) -> dict[str, Any]:
     """The Node object; waits (with backoff) until it exists."""
-    delay = 0.2
+    backoff = Backoff(cap=max_delay)
     while True:
         try:
             return await api.get(f"/api/v1/nodes/{name}")
         except ApiError as exc:
             log.info("waiting for Node %s: %s", name, exc)
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, max_delay)
+        await backoff.sleep()

@@ -1,7 +1,8 @@
 """Keep one pool's ResourceSlices in the apiserver equal to what we want.
 
 Concurrency: runs as two tasks on the process's asyncio loop. A watch task
-lists and then watches our slices into a cache; a reconcile task compares the
+lists and then watches our slices into a cache (``driver.kube.cache``); a
+reconcile task compares the
 cache with the desired pool whenever either side changes and writes only the
 difference. Nothing runs on a timer: an idle node makes no writes, and a
 slice that someone edits or deletes (the kubelet wipes a node's slices when
@@ -16,10 +17,12 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from driver.backoff import Backoff
 from driver.errors import ApiError, ApiStatusError
 from driver.kube.api import KubeApi, slice_path
+from driver.kube.cache import ObjectCache
 from driver.metrics import SLICE_WRITES
-from driver.slices.build import PoolSpec, build_slices, slice_object
+from driver.slices.build import DesiredSlice, PoolSpec, build_slices, slice_object
 from driver.slices.diff import diff_pool
 
 log = logging.getLogger(__name__)
@@ -44,27 +47,37 @@ class SlicePublisher:
         self._query = dict(query)
         self._pool_name = pool_name
         self._field_manager = field_manager
-        self._cache: dict[str, dict[str, Any]] = {}
+        self._dirty = asyncio.Event()
+        # The stored slices of our pool (list+watch), plus what we wrote.
+        self._stored = ObjectCache(
+            api, slice_path(), self._dirty.set, query, accept=self._ours, on_listed=self._listed
+        )
         self._desired: PoolSpec | None = None
+        self._built: tuple[PoolSpec, list[DesiredSlice]] | None = None
         self._generation = 0
         # Consecutive rewrites of one unchanged desired pool: the apiserver does
         # not keep what we write (a field dropped by a disabled feature gate,
         # someone fighting us). We back off instead of writing in a hot loop.
         self._rewrites = 0
         self._last_written: PoolSpec | None = None
-        self._dirty = asyncio.Event()
-        self._synced = asyncio.Event()
-        self.synced = self._synced  # set once the first listing is in the cache
+        self.synced = self._stored.synced  # set once the first listing is in the cache
         self.in_sync = asyncio.Event()
         # Called on the loop after every (re)listing, the first one included:
         # an owner that waits for ``synced`` learns of it without polling.
         self.on_listed: Callable[[], None] | None = None
 
     def set_pool(self, pool: PoolSpec) -> None:
-        """Declare what the pool should hold; the reconcile task does the rest."""
+        """Declare what the pool should hold; the reconcile task does the rest.
+        The same pool again changes nothing (no rebuild, no diff)."""
+        if pool == self._desired:
+            return
         self._desired = pool
         self.in_sync.clear()
         self._dirty.set()
+
+    @property
+    def _cache(self) -> dict[str, dict[str, Any]]:
+        return self._stored.objects
 
     def stored(self) -> dict[str, dict[str, Any]]:
         return dict(self._cache)
@@ -72,54 +85,19 @@ class SlicePublisher:
     async def run(self) -> None:
         """Run watch and reconcile until cancelled."""
         async with asyncio.TaskGroup() as group:
-            group.create_task(self._watch_loop(), name=f"slices-watch-{self._pool_name}")
+            group.create_task(self._stored.run(), name=f"slices-watch-{self._pool_name}")
             group.create_task(self._reconcile_loop(), name=f"slices-reconcile-{self._pool_name}")
 
     def _ours(self, obj: Mapping[str, Any]) -> bool:
-        return bool(obj.get("spec", {}).get("pool", {}).get("name") == self._pool_name)
+        return bool((obj.get("spec") or {}).get("pool", {}).get("name") == self._pool_name)
 
-    async def _watch_loop(self) -> None:
-        delay = BACKOFF_START
-        while True:
-            try:
-                listing = await self._api.get(slice_path(), self._query)
-                self._cache = {
-                    o["metadata"]["name"]: o for o in listing.get("items", []) if self._ours(o)
-                }
-                self._synced.set()
-                self._dirty.set()
-                if self.on_listed is not None:
-                    self.on_listed()
-                rv = listing["metadata"]["resourceVersion"]
-                delay = BACKOFF_START
-                while True:
-                    rv = await self._watch_once(rv)
-            except asyncio.CancelledError:
-                raise
-            except (ApiError, OSError, ValueError, KeyError) as exc:
-                log.warning("slice watch failed, retrying in %.1fs: %s", delay, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, BACKOFF_MAX)
-
-    async def _watch_once(self, rv: str) -> str:
-        async for event in self._api.watch(slice_path(), {**self._query, "resourceVersion": rv}):
-            kind, obj = event.get("type"), event.get("object", {})
-            if kind == "ERROR":
-                raise ApiError(f"watch error: {obj.get('message', obj)}")
-            rv = obj.get("metadata", {}).get("resourceVersion", rv)
-            if kind == "BOOKMARK" or not self._ours(obj):
-                continue
-            name = obj["metadata"]["name"]
-            if kind == "DELETED":
-                self._cache.pop(name, None)
-            else:
-                self._cache[name] = obj
-            self._dirty.set()
-        return rv
+    def _listed(self) -> None:
+        if self.on_listed is not None:
+            self.on_listed()
 
     async def _reconcile_loop(self) -> None:
-        await self._synced.wait()
-        delay = BACKOFF_START
+        await self.synced.wait()
+        backoff = Backoff(BACKOFF_START, BACKOFF_MAX)
         while True:
             await self._dirty.wait()
             self._dirty.clear()
@@ -127,19 +105,21 @@ class SlicePublisher:
                 continue
             try:
                 await self._reconcile(self._desired)
-                delay = BACKOFF_START
+                backoff.reset()
             except asyncio.CancelledError:
                 raise
             except (ApiError, OSError) as exc:
                 log.warning(
-                    "publishing pool %s failed, retrying in %.1fs: %s", self._pool_name, delay, exc
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, BACKOFF_MAX)
+                    "publishing pool %s failed, retrying in %.1fs: %s",
+                    self._pool_name, backoff.delay, exc,
+                )  # fmt: skip
+                await backoff.sleep()
                 self._dirty.set()
 
     async def _reconcile(self, pool: PoolSpec) -> None:
-        desired = build_slices(pool)
+        if self._built is None or self._built[0] is not pool:
+            self._built = (pool, build_slices(pool))  # once per pool, not per watch event
+        desired = self._built[1]
         diff = diff_pool(desired, self._cache, pool.owner, self._generation)
         if diff.in_sync:
             self.in_sync.set()

@@ -89,3 +89,23 @@ def test_stale_temp_from_crash_is_cleaned(tmp_path: Path) -> None:
     # ... start-up recovery, under the claim lock, removes it.
     assert store.remove_debris() == 1
     assert not (tmp_path / ".cp.json.tmp-1234").exists()
+
+
+def test_changed_only_when_another_writer_replaced_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "cp.json"
+    ours, theirs = CheckpointStore(path, "b"), CheckpointStore(path, "b")
+    assert not ours.changed()  # no file yet, none read
+    cp = ours.load()
+    cp.claims["a"] = record("a")
+    ours.save(cp)
+    assert not ours.changed(), "our own write is not a change"
+    assert theirs.changed()
+    other = theirs.load()
+    assert not theirs.changed()
+    other.claims["b"] = record("b")
+    theirs.save(other)
+    assert ours.changed()
+    assert set(ours.load().claims) == {"a", "b"}
+    assert not ours.changed()
+    path.unlink()
+    assert ours.changed()

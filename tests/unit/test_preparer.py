@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from driver.cdi import CdiRegistry, ContainerEdits
-from driver.checkpoint import CheckpointStore, ClaimState
+from driver.checkpoint import Checkpoint, CheckpointStore, ClaimState
 from driver.claims.model import ClaimRef
 from driver.claims.preparer import ClaimPreparer
 from driver.config.opaque import DeviceConfig
@@ -230,3 +230,38 @@ async def test_started_state_is_durable_before_hardware_changes(tmp_path: Path) 
     ref = reader.add("c", ["gpu-0"])
     assert (await prep.prepare([ref]))[ref.uid].error == ""
     assert seen == ["PrepareStarted"]
+
+
+async def test_shared_checkpoint_is_read_again_only_after_another_process_wrote_it(
+    tmp_path: Path,
+) -> None:
+    inv = NodeInventory()
+    inv.replace_pool(
+        NODE, [Device(name=f"gpu-{i}", kind="gpu", local_id=f"GPU-{i}") for i in (0, 1)]
+    )
+    reader = Reader()
+    loads: list[str] = []
+
+    class CountingStore(CheckpointStore):
+        def load(self) -> Checkpoint:
+            loads.append(self.boot_id)
+            return super().load()
+
+    def process() -> ClaimPreparer:  # a plugin pod of a rolling update
+        store = CountingStore(tmp_path / "cp.json", "boot")
+        handlers = {"gpu": FlakyHandler(tmp_path / "dev")}
+        return ClaimPreparer(
+            reader, inv, handlers, store, CdiRegistry(tmp_path / "cdi"), shared_checkpoint=True
+        )
+
+    old, new = process(), process()
+    a, b = reader.add("a", ["gpu-0"]), reader.add("b", ["gpu-1"])
+    loads.clear()
+    assert (await old.prepare([a]))[a.uid].error == ""
+    assert (await old.prepare([a]))[a.uid].error == ""
+    assert loads == [], "its own writes do not make a process read the file again"
+    assert (await new.prepare([b]))[b.uid].error == ""
+    assert len(loads) == 1  # the new pod reads what the old one wrote
+    assert set(new.checkpoint.claims) == {a.uid, b.uid}
+    assert (await old.unprepare([a]))[a.uid] == ""
+    assert len(loads) == 2 and set(old.checkpoint.claims) == {b.uid}

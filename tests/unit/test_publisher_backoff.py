@@ -12,8 +12,11 @@ import copy
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import pytest
+
 from driver.devices.model import Device, DeviceTaint
-from driver.slices.build import PoolSpec
+from driver.slices import publisher as publisher_module
+from driver.slices.build import DesiredSlice, PoolSpec, build_slices
 from driver.slices.publisher import SlicePublisher
 
 
@@ -63,3 +66,37 @@ async def test_a_dropped_field_does_not_make_a_hot_write_loop() -> None:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     assert 2 <= api.writes <= 5, api.writes
+
+
+async def test_the_same_pool_again_is_neither_rebuilt_nor_rediffed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    api = DroppingApi()
+    builds: list[PoolSpec] = []
+    real_build = build_slices
+
+    def build(pool: PoolSpec) -> list[DesiredSlice]:
+        builds.append(pool)
+        return real_build(pool)
+
+    monkeypatch.setattr(publisher_module, "build_slices", build)
+    publisher = SlicePublisher(api, {}, "node-a")  # type: ignore[arg-type]
+    device = Device("gpu-0", "gpu", "GPU-0")
+
+    def pool() -> PoolSpec:  # a fresh but equal spec, as each rescan makes
+        return PoolSpec("patchbay.dev", "node-a", "node-a-patchbay", {"nodeName": "node-a"},
+                        (device,))  # fmt: skip
+
+    publisher.set_pool(pool())
+    task = asyncio.create_task(publisher.run())
+    try:
+        await asyncio.wait_for(publisher.in_sync.wait(), 5)
+        for _ in range(3):
+            publisher.set_pool(pool())
+        await asyncio.sleep(0.2)  # the write's watch echo arrives meanwhile
+        assert publisher.in_sync.is_set()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert api.writes == 1
+    assert len(builds) == 1, "one build for the pool, none per equal set_pool or watch event"

@@ -1,11 +1,12 @@
-"""A list+watch cache of one kind of API object.
+"""A list+watch cache of one kind of API object: the one list+watch loop.
 
-Why: the controller reacts to ResourceClaims and Nodes as they change and
-must never poll the apiserver. Concurrency: :meth:`ObjectCache.run` is one
-asyncio task that lists, then watches from the list's resourceVersion,
-re-listing after an expired or broken watch (backing off exponentially);
-``on_change`` is called on the loop after every change so the owner can mark
-itself dirty.
+Why: the controller reacts to ResourceClaims and Nodes as they change, and
+the slice publisher keeps its pool's stored slices, and none of them may
+poll the apiserver. Concurrency: :meth:`ObjectCache.run` is one asyncio task
+that lists, then watches from the list's resourceVersion, re-listing after
+an expired or broken watch (backing off exponentially); ``on_change`` is
+called on the loop after every listing and every change so the owner can
+mark itself dirty, ``on_listed`` after every (re)listing.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from driver.backoff import Backoff
 from driver.errors import ApiError
 from driver.kube.api import KubeApi
 
@@ -22,7 +24,11 @@ log = logging.getLogger(__name__)
 
 
 class ObjectCache:
-    """Objects of one list path, keyed by ``namespace/name`` (or name)."""
+    """Objects of one list path, keyed by ``namespace/name`` (or name).
+
+    ``accept`` keeps only the objects it returns True for (e.g. the slices of
+    one pool); the owner may also put what it wrote into ``objects`` itself.
+    """
 
     def __init__(
         self,
@@ -30,11 +36,16 @@ class ObjectCache:
         path: str,
         on_change: Callable[[], None],
         query: Mapping[str, str] | None = None,
+        *,
+        accept: Callable[[Mapping[str, Any]], bool] | None = None,
+        on_listed: Callable[[], None] | None = None,
     ) -> None:
         self._api = api
         self._path = path
         self._query = dict(query or {})
         self._on_change = on_change
+        self._accept = accept or (lambda _obj: True)
+        self._on_listed = on_listed
         self.objects: dict[str, dict[str, Any]] = {}
         self.synced = asyncio.Event()
 
@@ -45,23 +56,28 @@ class ObjectCache:
         return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
 
     async def run(self) -> None:
-        delay = 0.2
+        backoff = Backoff()
         while True:
             try:
                 listing = await self._api.get(self._path, self._query)
-                self.objects = {self.key(o): o for o in listing.get("items") or ()}
+                self.objects = {
+                    self.key(o): o for o in listing.get("items") or () if self._accept(o)
+                }
                 self.synced.set()
                 self._on_change()
+                if self._on_listed is not None:
+                    self._on_listed()
                 rv = listing["metadata"]["resourceVersion"]
-                delay = 0.2
+                backoff.reset()
                 while True:
                     rv = await self._watch(rv)
             except asyncio.CancelledError:
                 raise
             except (ApiError, OSError, ValueError, KeyError) as exc:
-                log.warning("watch of %s failed, re-listing in %.1fs: %s", self._path, delay, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 30.0)
+                log.warning(
+                    "watch of %s failed, re-listing in %.1fs: %s", self._path, backoff.delay, exc
+                )
+                await backoff.sleep()
 
     async def _watch(self, rv: str) -> str:
         async for event in self._api.watch(self._path, {**self._query, "resourceVersion": rv}):
@@ -69,7 +85,7 @@ class ObjectCache:
             if kind == "ERROR":
                 raise ApiError(f"watch error: {obj.get('message', obj)}")
             rv = (obj.get("metadata") or {}).get("resourceVersion", rv)
-            if kind == "BOOKMARK":
+            if kind == "BOOKMARK" or not self._accept(obj):
                 continue
             if kind == "DELETED":
                 self.objects.pop(self.key(obj), None)
