@@ -167,8 +167,14 @@ def test_default_render_applies_server_side(
     host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
     assert host_paths == {
         "/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins/patchbay.dev",
-        "/var/run/cdi", "/sys", "/dev",
+        "/var/run/cdi", "/sys", "/dev", "/",
     }  # fmt: skip
+    # The driver root (a host install: "/") is mounted read-only where the plugin looks.
+    mounts = {m["name"]: m for m in ctr["volumeMounts"]}
+    assert mounts["driver-root"] == {"name": "driver-root", "mountPath": "/driver-root",
+                                     "readOnly": True}  # fmt: skip
+    assert env["DRIVER_ROOT"]["value"] == "/driver-root"
+    assert ctr["readinessProbe"]["httpGet"]["path"] == "/healthz"
     pod["nodeSelector"] = NO_NODE  # see NO_NODE: the only change to the default render
     for doc in docs:
         applier.apply(doc, namespace)
