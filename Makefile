@@ -68,8 +68,10 @@ test: lint nvml-mock k8s-bins helm-bin node-bins images ## every tier (what CI r
 	$(PYTEST) -q -p no:cacheprovider tests/contract tests/integration tests/e2e
 	$(PYTEST) -q -p no:cacheprovider -m node tests/node
 
-bench: venv nvml-mock k8s-bins ## benchmarks: print figures, assert nothing
-	PYTHONPATH=.:hack $(PY) -m tests.bench
+# REFERENCE_PLUGIN=<dra-example-kubeletplugin binary> adds the reference
+# driver's columns to the plugin figures (tests/bench/reference.py).
+bench: venv nvml-mock k8s-bins ## benchmarks: print figures, assert nothing (REFERENCE_PLUGIN=<path>: side by side)
+	REFERENCE_PLUGIN="$(REFERENCE_PLUGIN)" PYTHONPATH=.:hack $(PY) -m tests.bench
 
 clean: ## remove build outputs in the tree (not the binary cache)
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache hack/nvml-mock/build run

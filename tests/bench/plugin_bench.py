@@ -1,43 +1,39 @@
-"""Node plugin figures: prepare/unprepare latency over the real socket,
-slice writes per minute at rest, and the plugin's resident memory.
+"""Node plugin figures: prepare/unprepare latency over the real socket, CPU
+and fsyncs per pair, resident memory, and slice writes per minute at rest;
+side by side with the reference driver when one is given.
 
-Setting: the local control plane (real apiserver), one plugin process on a
-simulated 4-GPU host with NVML through pynvml and the C mock; this script
-plays the kubelet. Each iteration prepares one single-GPU claim and
-unprepares it again. Figures only: nothing here asserts a timing.
+Setting: the local control plane (real apiserver), our plugin on a simulated
+4-GPU host with NVML through pynvml and the C mock; this script plays the
+kubelet. Each pair prepares one single-GPU claim and unprepares it again.
+With ``REFERENCE_PLUGIN=<binary>`` (or ``--reference``; see
+``tests/bench/reference.py``) the reference driver's kubelet plugin runs in
+the same control plane twice, with its client QPS as shipped (5, burst 10)
+and raised (``--raised-qps``), under the same identity and ClusterRole as
+ours, on nodes of their own; the three take turns in rounds. Without it the
+table has our column only (CI has no checkout of the reference). Figures
+only: nothing here asserts a timing.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
-import statistics
+import os
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
 import cluster as localk8s
-import grpc
-from cluster_proc import free_port
+from cluster_proc import free_port, stop_group
 from kubernetes import client, config
-from simnode import PluginProcess, apply_plugin_rbac, build_nvml_mock
+from simnode import PluginProcess, build_nvml_mock
 
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
-from plugin.proto import dra_v1_pb2, dra_v1_pb2_grpc, registration_pb2, registration_pb2_grpc
-from tests.kube.claims import allocated_claim
+from tests.bench import reference
+from tests.bench.contenders import Contender, alternate, registered_endpoint, rss_mb, table
 
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def rss_mb(pid: int) -> float:
-    text = Path(f"/proc/{pid}/status").read_text()
-    match = re.search(r"VmRSS:\s+(\d+) kB", text)
-    return int(match.group(1)) / 1024 if match else float("nan")
+NS = "bench"
 
 
 def writes_total(port: int) -> float:
@@ -49,92 +45,92 @@ def writes_total(port: int) -> float:
     )
 
 
-def wait_plugin(proc: PluginProcess) -> str:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        for sock in proc.registry_dir.glob("*.sock"):
-            try:
-                with grpc.insecure_channel(f"unix://{sock}") as ch:
-                    info = registration_pb2_grpc.RegistrationStub(ch).GetInfo(
-                        registration_pb2.InfoRequest(), timeout=1
-                    )
-                    return str(info.endpoint)
-            except grpc.RpcError:
-                pass
-        time.sleep(0.2)
-    raise RuntimeError(f"plugin did not come up:\n{proc.log_tail()}")
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="plugin_bench")
+    parser.add_argument("--iterations", type=int, default=200, help="timed pairs per plugin")
+    parser.add_argument("--round", type=int, default=20, help="pairs per turn")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed pairs first")
+    parser.add_argument("--fsync-pairs", type=int, default=20, help="untimed pairs under strace")
+    parser.add_argument("--idle-seconds", type=int, default=60)
+    parser.add_argument("--log-level", default="info")
+    parser.add_argument(
+        "--reference",
+        type=Path,
+        default=Path(os.environ["REFERENCE_PLUGIN"])
+        if os.environ.get("REFERENCE_PLUGIN")
+        else None,
+        help="dra-example-kubeletplugin binary (default: $REFERENCE_PLUGIN)",
+    )
+    parser.add_argument("--raised-qps", type=float, default=1000.0)
+    parser.add_argument("--raised-burst", type=int, default=2000)
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="bench")
-    parser.add_argument("--iterations", type=int, default=200)
-    parser.add_argument("--idle-seconds", type=int, default=60)
-    parser.add_argument("--log-level", default="info")
-    args = parser.parse_args(argv)
-
+    args = parse(argv)
     build_nvml_mock()
     run = Path(tempfile.mkdtemp(prefix="pbb-", dir="/tmp"))
     cluster = localk8s.LocalCluster(run / "k8s", localk8s.bin_dir(build=True)).up()
-    proc = None
+    ours_proc: PluginProcess | None = None
+    others: list[int] = []
     try:
         api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
         core, res = client.CoreV1Api(api), client.ResourceV1Api(api)
+        core.create_namespace({"metadata": {"name": NS}})
+        reference.apply_bench_rbac(api)
+        kubeconfig = cluster.kubeconfig_for("bench-plugin", "bench-plugin", (reference.GROUP,))
         core.create_node({"metadata": {"name": "bench"}})
-        core.create_namespace({"metadata": {"name": "bench"}})
-        apply_plugin_rbac(cluster.kubeconfig)
-        kubeconfig = cluster.kubeconfig_for("plugin", "patchbay-plugin", ("patchbay:plugins",))
         host = SimHost.build(TOPOLOGIES["4x-h100"](), run / "host", name="bench")
         port = free_port()
-        proc = PluginProcess(
-            "bench",
-            host,
-            kubeconfig,
-            registry_dir=run / "reg",
-            plugin_dir=run / "plug",
-            cdi_root=run / "cdi",
-            log_path=run / "plugin.log",
+        ours_proc = PluginProcess(
+            "bench", host, kubeconfig, registry_dir=run / "reg", plugin_dir=run / "plug",
+            cdi_root=run / "cdi", log_path=run / "plugin.log",
             extra_args=(f"--metrics-port={port}", f"--log-level={args.log_level}"),
-        ).start()
-        endpoint = wait_plugin(proc)
-        claims = [
-            allocated_claim(res, "bench", f"c{i}", "bench", ["gpu-0"])
-            for i in range(args.iterations)
-        ]
-        prep, unprep = [], []
-        with grpc.insecure_channel(f"unix://{endpoint}") as ch:
-            stub = dra_v1_pb2_grpc.DRAPluginStub(ch)
-            for i, uid in enumerate(claims):
-                claim = [dra_v1_pb2.Claim(namespace="bench", name=f"c{i}", uid=uid)]
-                t0 = time.perf_counter()
-                out = stub.NodePrepareResources(
-                    dra_v1_pb2.NodePrepareResourcesRequest(claims=claim)
+        ).start()  # fmt: skip
+        assert ours_proc.proc is not None
+        pid = ours_proc.proc.pid
+        ours = Contender("ours", pid, registered_endpoint(run / "reg", pid), "patchbay.dev",
+                         "bench", NS, rss_start_mb=rss_mb(pid))  # fmt: skip
+        contenders = [ours]
+        if args.reference is not None:
+            print(f"reference: {reference.describe(args.reference)}", flush=True)
+            for label, (qps, burst) in (
+                (f"ref qps {reference.SHIPPED_QPS[0]:g}", reference.SHIPPED_QPS),
+                (f"ref qps {args.raised_qps:g}", (args.raised_qps, args.raised_burst)),
+            ):
+                node = f"bench-ref-{len(contenders)}"
+                core.create_node({"metadata": {"name": node}})
+                proc, registry = reference.start_reference(
+                    args.reference, run / node, kubeconfig, node, qps, burst
                 )
-                t1 = time.perf_counter()
-                assert out.claims[uid].error == "", out.claims[uid].error
-                stub.NodeUnprepareResources(dra_v1_pb2.NodeUnprepareResourcesRequest(claims=claim))
-                t2 = time.perf_counter()
-                prep.append((t1 - t0) * 1000)
-                unprep.append((t2 - t1) * 1000)
-        print(
-            f"NodePrepareResources   n={len(prep)} median {statistics.median(prep):.2f} ms"
-            f"  p99 {percentile(prep, 0.99):.2f} ms"
-        )
-        print(
-            f"NodeUnprepareResources n={len(unprep)} median {statistics.median(unprep):.2f} ms"
-            f"  p99 {percentile(unprep, 0.99):.2f} ms"
-        )
+                others.append(proc.pid)
+                endpoint = registered_endpoint(registry, proc.pid)
+                contenders.append(Contender(label, proc.pid, endpoint, reference.DRIVER, node,
+                                            NS, rss_start_mb=rss_mb(proc.pid)))  # fmt: skip
+        need = args.iterations + args.warmup + args.fsync_pairs
+        for c in contenders:
+            c.make_claims(res, need)
+            c.run(args.warmup, record=False)
+        alternate(contenders, args.iterations, args.round)
+        for c in contenders:
+            c.count_fsyncs(args.fsync_pairs)
+        pairs = len(ours.prepare_ms)
+        print(f"{pairs} pairs per plugin, rounds of {args.round}, alternating; "
+              f"fsyncs: {ours.fsync_method}, {args.fsync_pairs} untimed pairs")  # fmt: skip
+        print(table(contenders, [c.label for c in contenders[1:]]), flush=True)
         before = writes_total(port)
         time.sleep(args.idle_seconds)
         after = writes_total(port)
         per_min = (after - before) * 60 / args.idle_seconds
         print(
-            f"slice writes at rest: {after - before:.0f} in {args.idle_seconds}s"
+            f"slice writes at rest (ours): {after - before:.0f} in {args.idle_seconds}s"
             f" ({per_min:.1f} per minute; {before:.0f} writes since start)"
         )
-        print(f"plugin RSS: {rss_mb(proc.proc.pid):.1f} MB")  # type: ignore[union-attr]
     finally:
-        if proc is not None:
-            proc.stop()
+        for other in others:
+            stop_group(other, "reference plugin")
+        if ours_proc is not None:
+            ours_proc.stop()
         cluster.down()
 
 
