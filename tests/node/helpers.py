@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,21 +19,12 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.e2e.helpers import wait_for
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "deviceclasses" / "examples"
 RELEASE_NS = "patchbay"
 PLUGIN_LABELS = "app.kubernetes.io/component=plugin"
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float = 90.0, every: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}", pytrace=False)
-        time.sleep(every)
 
 
 class Node:

@@ -16,7 +16,8 @@ import grpc
 import pytest
 
 from plugin.proto import registration_pb2, registration_pb2_grpc
-from tests.node.helpers import RELEASE_NS, Tier, attr, example, seen, wait_for
+from tests.e2e.helpers import wait_for
+from tests.node.helpers import RELEASE_NS, Tier, attr, example, seen
 
 # The first test also waits for the session: image build, nodes, helm install.
 pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
