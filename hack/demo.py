@@ -52,8 +52,9 @@ def docs(name: str, node: str | None) -> list[dict[str, Any]]:
 
 
 def bad_config() -> list[dict[str, Any]]:
-    """A claim whose GpuConfig has a field that does not exist."""
-    tmpl, pod = docs("single-gpu.yaml", "node-a")
+    """A claim whose GpuConfig has a field that does not exist (node-a's GPUs are
+    taken by then: it gets the fabric's last GPU on node-c)."""
+    tmpl, pod = docs("single-gpu.yaml", "node-c")
     tmpl["metadata"]["name"] = "typo"
     tmpl["spec"]["spec"]["devices"]["config"] = [{"opaque": {"driver": "patchbay.dev",
         "parameters": {"apiVersion": "patchbay.dev/v1alpha1", "kind": "GpuConfig",
@@ -123,9 +124,12 @@ def up() -> int:
             break
         time.sleep(1)
     report(cluster, pods)
-    events = cluster.kubectl("get", "events", "-n", NS, "--field-selector",
-                             "involvedObject.name=typo-job,reason=FailedPrepareDynamicResources",
-                             "-o", "jsonpath={.items[0].message}").stdout  # fmt: skip
+    events = ""
+    while not events and time.monotonic() < deadline + 60:
+        events = cluster.kubectl("get", "events", "-n", NS, "--field-selector",
+                                 "involvedObject.name=typo-job,reason=FailedPrepareDynamicResources",
+                                 "-o", "jsonpath={.items[*].message}").stdout  # fmt: skip
+        time.sleep(1)
     print(f"\ntypo-job (GpuConfig with a misspelt field) stays Pending:\n  {events or '-'}")
     print(f"\nexport KUBECONFIG={cluster.kubeconfig}")
     print(f"export PATH={cluster.k8s_bins}:$PATH   # kubectl {cluster.k8s_bins / 'kubectl'}")
