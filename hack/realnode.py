@@ -94,6 +94,7 @@ class RealNode:
         self.cgroup_root = f"/pb{cluster.net.index}-{spec.name}"
         self.holder: int | None = None
         self.components: dict[str, Component] = {}
+        self.kubelet_ready_seconds = 0.0  # kubelet start to Node Ready, last start
 
     # -- paths as the host sees them ------------------------------------------
 
@@ -241,8 +242,10 @@ class RealNode:
             "--node-labels=" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())),
             "--v=2",
         ])  # fmt: skip
+        started = time.monotonic()
         try:
             comp.wait_ready(lambda: self.cluster.node_ready(self.name), timeout)
+            self.kubelet_ready_seconds = time.monotonic() - started
         finally:
             # The kubelet rewrites host-wide sysctls once per start: put them back.
             deadline = time.monotonic() + 3

@@ -61,6 +61,8 @@ def tier() -> Iterator[Tier]:
     (RUN_DIR / "figures.json").unlink(missing_ok=True)
     for name, seconds in cluster.ready_seconds.items():
         t.record(f"{name} start to Ready", f"{seconds:.1f}s (namespaces, containerd, kubelet)")
+        kubelet = cluster.nodes[name].kubelet_ready_seconds
+        t.record(f"{name} kubelet start to Node Ready", f"{kubelet:.2f}s")
     try:
         started = time.monotonic()
         try:
