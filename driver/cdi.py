@@ -15,13 +15,14 @@ of one variable override each other in the container (docs/design.md).
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from driver.atomicfile import remove_file, write_atomic
+from driver.atomicfile import create_from_spare, remove_stale_temps, retire
 from driver.errors import CdiError
 
 CDI_VERSION = "0.6.0"
@@ -93,6 +94,16 @@ class CdiRegistry:
     def __init__(self, root: Path) -> None:
         self.root = root
 
+    def _spare(self) -> Path:
+        # One file recycled between specs (driver.atomicfile.retire); its name
+        # ends in neither .json nor .yaml, so runtimes never read it as a spec.
+        return self.root / f".{VENDOR}-{CLASS}.spare.tmp-{os.getpid()}"
+
+    def remove_debris(self) -> int:
+        """Temp files and spares of ours a crash or another process left (only
+        while no other process may write: start-up, under the claim lock)."""
+        return remove_stale_temps(self.root, f"{VENDOR}-{CLASS}")
+
     def spec_path(self, claim_uid: str) -> Path:
         return self.root / f"{FILE_PREFIX}{canonical_claim_uid(claim_uid)}.json"
 
@@ -134,7 +145,9 @@ class CdiRegistry:
         """Write (or re-create) a claim's spec from its JSON data, atomically."""
         uid = canonical_claim_uid(claim_uid)
         try:
-            write_atomic(self.spec_path(uid), json.dumps(spec, indent=1).encode())
+            create_from_spare(
+                self.spec_path(uid), json.dumps(spec, separators=(",", ":")).encode(), self._spare()
+            )
         except OSError as exc:
             raise CdiError(f"cannot write CDI spec for claim {uid}: {exc}") from exc
 
@@ -143,7 +156,7 @@ class CdiRegistry:
 
     def remove_claim_spec(self, claim_uid: str) -> bool:
         try:
-            return remove_file(self.spec_path(claim_uid))
+            return retire(self.spec_path(claim_uid), self._spare())
         except OSError as exc:
             raise CdiError(f"cannot remove CDI spec for claim {claim_uid}: {exc}") from exc
 

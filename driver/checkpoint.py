@@ -117,6 +117,13 @@ class CheckpointStore:
             return Checkpoint(boot_id=self.boot_id)
         except OSError as exc:
             raise CheckpointError(f"cannot read checkpoint {self.path}: {exc}") from exc
+        if not raw:
+            # Only power loss leaves it so (its data never written back): the
+            # reboot undid what it recorded.
+            log.warning(
+                "checkpoint %s is empty (lost in a power failure?); starting empty", self.path
+            )
+            return Checkpoint(boot_id=self.boot_id)
         try:
             checkpoint = Checkpoint.model_validate_json(raw)
         except ValidationError as exc:
@@ -154,12 +161,12 @@ class CheckpointStore:
     def remove_debris(self) -> int:
         """Remove temp files a crash left in the middle of a save. Only while
         no other process may be saving (start-up, under the claim lock)."""
-        return remove_stale_temps(self.path.parent)
+        return remove_stale_temps(self.path.parent, self.path.name)
 
     def save(self, checkpoint: Checkpoint) -> None:
-        data = checkpoint.model_dump_json(indent=1).encode()
+        data = checkpoint.model_dump_json().encode()
         try:
-            write_atomic(self.path, data, mode=0o600)
+            write_atomic(self.path, data, mode=0o600, keep_spare=True)
         except OSError as exc:
             raise CheckpointError(f"cannot write checkpoint {self.path}: {exc}") from exc
         self._seen = self._identity()

@@ -1,8 +1,9 @@
 """What each device type does at prepare and unprepare time.
 
 A handler exists per device type (``gpu``, ``mig``, ``vf``). The claim
-preparer calls it from a worker thread (handlers may block on NVML or
-sysfs). Handlers must be idempotent: unprepare may run twice, and prepare
+preparer calls a handler that may block (NVML, sysfs, a lock it shares with
+scans: ``blocking``) from a worker thread, one that only computes CDI edits
+on the event loop. Handlers must be idempotent: unprepare may run twice, and prepare
 may run again after a crash left a half-done preparation behind.
 """
 
@@ -41,6 +42,9 @@ class DeviceHandler(Protocol):
     # True when prepare changes the device itself (not only CDI edits), so
     # the claim must be checkpointed as PrepareStarted before it runs.
     has_side_effects: bool
+    # True when prepare or unprepare may block (NVML, sysfs, a lock shared
+    # with scans): the preparer then runs the claim in a worker thread.
+    blocking: bool
 
     def plan_undo(self, device: Device) -> dict[str, Any]:
         """What unprepare needs, known before any side effect happens (it is

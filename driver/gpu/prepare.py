@@ -50,6 +50,9 @@ class GpuHandler:
     def __init__(self, dev_root: Path = Path("/dev"), guard: WholeGpuGuard | None = None) -> None:
         self._dev_root = dev_root
         self._guard = guard
+        # Only the MIG guard blocks (NVML, the session lock scans hold); a
+        # plain GPU's prepare is a few stat calls.
+        self.blocking = guard is not None
 
     def node(self, name: str, default_minor: int | None) -> DeviceNode | None:
         host = self._dev_root / name

@@ -57,6 +57,7 @@ class MigHandler:
 
     kind = KIND
     has_side_effects = True
+    blocking = True
 
     def __init__(self, session: NvmlSession, guard: MigGuard, dev_root: Path) -> None:
         self._session = session

@@ -49,6 +49,7 @@ class VfHandler:
 
     kind = "vf"
     has_side_effects = True
+    blocking = True
 
     def __init__(self, sysfs_root: Path, dev_root: Path, timeout: float = 10.0) -> None:
         self._sysfs = sysfs_root

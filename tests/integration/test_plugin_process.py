@@ -181,7 +181,7 @@ def test_batch_idempotency_and_isolation(
     assert spec["containerEdits"]["env"] == [visible]
     assert kubelet.unprepare(endpoint, claims[:1])[good].error == ""
     assert kubelet.unprepare(endpoint, claims[:1])[good].error == ""
-    assert list(plugin.cdi_root.iterdir()) == []
+    assert list(plugin.cdi_root.glob("*.json")) == []
 
 
 @pytest.mark.parametrize("point", PREPARE_POINTS)
@@ -208,13 +208,18 @@ def test_crash_at_each_prepare_step_converges(
     assert [d.device_name for d in result.devices] == ["gpu-1"]
     checkpoint = json.loads((plugin.plugin_dir / "checkpoint.json").read_text())
     assert checkpoint["claims"][uid]["state"] == "PrepareCompleted"
-    assert [p.name for p in plugin.cdi_root.iterdir()] == [f"k8s.patchbay.dev-claim_{uid}.json"]
+    assert [p.name for p in plugin.cdi_root.glob("*.json")] == [
+        f"k8s.patchbay.dev-claim_{uid}.json"
+    ]
     assert kubelet.unprepare(endpoint, claim)[uid].error == ""
-    assert list(plugin.cdi_root.iterdir()) == []
+    assert list(plugin.cdi_root.glob("*.json")) == []
     checkpoint = json.loads((plugin.plugin_dir / "checkpoint.json").read_text())
     assert checkpoint["claims"] == {}
+    # No temp debris: only the running plugin's spare of the checkpoint.
+    assert plugin.proc is not None
+    spare = f".checkpoint.json.tmp-{plugin.proc.pid}"
     leftovers = [p.name for p in plugin.plugin_dir.iterdir() if ".tmp-" in p.name]
-    assert leftovers == []
+    assert set(leftovers) <= {spare}
 
 
 @pytest.mark.parametrize("point", UNPREPARE_POINTS)
@@ -238,7 +243,7 @@ def test_crash_at_each_unprepare_step_converges(
     endpoint = kubelet.get_info().endpoint
     assert_specs_match_checkpoint(plugin)
     assert kubelet.unprepare(endpoint, claim)[uid].error == ""
-    assert list(plugin.cdi_root.iterdir()) == []
+    assert list(plugin.cdi_root.glob("*.json")) == []
     checkpoint = json.loads((plugin.plugin_dir / "checkpoint.json").read_text())
     assert checkpoint["claims"] == {}
 

@@ -54,3 +54,17 @@ def test_gpu_handler_edits(tmp_path: Path) -> None:
     common = handler.common_edits()
     assert common is not None
     assert [n.path for n in common.device_nodes] == ["/dev/nvidiactl"]
+
+
+def test_debris_removal_touches_only_our_files(tmp_path: Path) -> None:
+    reg = CdiRegistry(tmp_path)
+    reg.write_claim_spec(UID, [CdiDevice("gpu-0")])
+    reg.remove_claim_spec(UID)  # leaves the spare
+    (tmp_path / f".k8s.patchbay.dev-claim_{UID}.json.tmp-77").write_text("half")
+    (tmp_path / ".nvidia.com-gpu.json.tmp-5").write_text("another writer's")
+    (tmp_path / "nvidia.yaml").write_text("kind: nvidia.com/gpu")
+    assert reg.remove_debris() == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".nvidia.com-gpu.json.tmp-5",
+        "nvidia.yaml",
+    ]

@@ -109,3 +109,11 @@ def test_changed_only_when_another_writer_replaced_the_file(tmp_path: Path) -> N
     assert not ours.changed()
     path.unlink()
     assert ours.changed()
+
+
+def test_an_empty_file_starts_empty_without_a_corrupt_copy(tmp_path: Path) -> None:
+    # What power loss can leave of an unsynced save (docs/design.md, "Failure model").
+    path = tmp_path / "cp.json"
+    path.write_bytes(b"")
+    store = CheckpointStore(path, "b")
+    assert store.load().claims == {} and store.moved_aside is None

@@ -54,7 +54,10 @@ class Node:
         return prep
 
     def leftovers(self) -> list[Path]:
-        return [p for p in self.tmp.rglob("*") if ".tmp-" in p.name]
+        """Temp debris: anything temp but this process's spares (the
+        checkpoint's and the CDI directory's, kept for the next write)."""
+        spares = {f".cp.json.tmp-{os.getpid()}", f".k8s.patchbay.dev-claim.spare.tmp-{os.getpid()}"}
+        return [p for p in self.tmp.rglob("*") if ".tmp-" in p.name and p.name not in spares]
 
     def on_disk(self) -> dict[str, str]:
         """Claim UID -> state, as a restarted plugin reads the checkpoint."""

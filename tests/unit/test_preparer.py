@@ -57,7 +57,7 @@ async def test_prepare_and_unprepare_roundtrip(
     assert reader.reads == reads
     assert (await prep.unprepare([ref]))[ref.uid] == ""
     assert (await prep.unprepare([ref]))[ref.uid] == ""
-    assert list((tmp / "cdi").iterdir()) == []
+    assert list((tmp / "cdi").glob("*.json")) == []
     assert prep.checkpoint.claims == {}
 
 
@@ -131,7 +131,7 @@ async def test_failure_rolls_back_everything(
     assert "gpu-1 broke" in res[ref.uid].error
     assert handler.active == set()
     assert prep.checkpoint.claims == {}
-    assert not (tmp / "cdi").exists() or list((tmp / "cdi").iterdir()) == []
+    assert not (tmp / "cdi").exists() or list((tmp / "cdi").glob("*.json")) == []
 
 
 async def test_interrupted_prepare_is_undone_then_redone(tmp_path: Path) -> None:
