@@ -10,17 +10,21 @@ line by line.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
+import sys
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import aiohttp
-from kubernetes.aio import config as kconfig
-from kubernetes.aio.client import api_client, configuration
 
 from driver.errors import ApiError, ApiStatusError
+
+if TYPE_CHECKING:
+    from kubernetes.aio.client import api_client
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +41,26 @@ def slice_path(name: str | None = None) -> str:
     return base if name is None else f"{base}/{name}"
 
 
+def _client_modules() -> tuple[ModuleType, ModuleType, ModuleType]:
+    """The aio client's config, api_client and configuration modules, imported
+    on first use and without the package's ``__init__`` files: those import
+    the whole synchronous client, its watch, stream (websocket), dynamic and
+    informer packages, about 8 MB resident that the aio part never uses.
+    Bare package modules stand in for ``kubernetes`` and ``kubernetes.aio``
+    unless a process imported the package already (the tests' clients)."""
+    for name in ("kubernetes", "kubernetes.aio"):
+        if name in sys.modules:
+            continue
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.submodule_search_locations is None:
+            break  # not the layout we know: import it the ordinary way
+        sys.modules[name] = importlib.util.module_from_spec(spec)  # not executed
+    from kubernetes.aio import config as kconfig
+    from kubernetes.aio.client import api_client, configuration
+
+    return kconfig, api_client, configuration
+
+
 class KubeApi:
     """A thin asynchronous JSON client on top of the official one."""
 
@@ -47,6 +71,7 @@ class KubeApi:
     @classmethod
     async def connect(cls, kubeconfig: str | None) -> KubeApi:
         """Load a kubeconfig file, or the in-cluster config when none is given."""
+        kconfig, api_client, configuration = _client_modules()
         conf = configuration.Configuration()
         try:
             if kubeconfig:
