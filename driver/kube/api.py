@@ -69,13 +69,16 @@ class KubeApi:
         self._session: aiohttp.ClientSession | None = None
 
     @classmethod
-    async def connect(cls, kubeconfig: str | None) -> KubeApi:
-        """Load a kubeconfig file, or the in-cluster config when none is given."""
+    async def connect(cls, kubeconfig: str | None, context: str | None = None) -> KubeApi:
+        """Load a kubeconfig file (``context`` in it, or its current one), or
+        the in-cluster config when none is given."""
         kconfig, api_client, configuration = _client_modules()
         conf = configuration.Configuration()
         try:
             if kubeconfig:
-                await kconfig.load_kube_config(config_file=kubeconfig, client_configuration=conf)
+                await kconfig.load_kube_config(
+                    config_file=kubeconfig, context=context, client_configuration=conf
+                )
             else:
                 kconfig.load_incluster_config(client_configuration=conf)
         except Exception as exc:

@@ -1,0 +1,184 @@
+"""The ``kubectl patchbay`` renderers on recorded API objects (no cluster).
+
+Slices and claims are written as the apiserver returns them: unqualified
+attribute keys in the driver's domain, counters as ``{"value": "1"}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from driver.inspect.nodes import nodes_view, render_nodes
+from driver.inspect.topology import render_topology, topology_view
+
+NODE = "node-a"
+JsonObj = dict[str, Any]
+
+
+def attrs(**values: Any) -> JsonObj:
+    out: JsonObj = {}
+    for key, value in values.items():
+        key = {"pcieRoot": "resource.kubernetes.io/pcieRoot",
+               "numaNode": "resource.kubernetes.io/numaNode"}.get(key, key)  # fmt: skip
+        kind = "int" if isinstance(value, int) else "string"
+        out[key] = {kind: value}
+    return out
+
+
+def counters(cset: str, *names: str) -> list[JsonObj]:
+    return [{"counterSet": cset, "counters": {n: {"value": "1"} for n in names}}]
+
+
+def gpu(index: int, root: str = "pci0000:3a", numa: int = 0) -> JsonObj:
+    slots = [f"mem{s}" for s in range(8)]
+    return {
+        "name": f"gpu-{index}",
+        "attributes": attrs(
+            type="gpu", uuid=f"GPU-{index}", index=index, pcieRoot=root, numaNode=numa
+        ),
+        "consumesCounters": counters(f"gpu-{index}-mig", *slots),
+    }
+
+
+def mig(index: int, profile: str, start: int, slots: int) -> JsonObj:
+    mem = [f"mem{s}" for s in range(start, start + slots)]
+    slug = profile.replace(".", "-")
+    return {
+        "name": f"gpu-{index}-mig-{slug}-{start}",
+        "attributes": attrs(
+            type="mig",
+            profile=profile,
+            parentUUID=f"GPU-{index}",
+            parentIndex=index,
+            pcieRoot="pci0000:3a",
+            numaNode=0,
+        ),
+        "consumesCounters": counters(f"gpu-{index}-mig", *mem),
+    }
+
+
+def vf(name: str, root: str, numa: int, pf: str = "ens1f0") -> JsonObj:
+    a = attrs(type="vf", pfName=pf, pfPciBusID=f"{root[3:]}:00.0", pcieRoot=root, numaNode=numa)
+    return {"name": name, "attributes": a}
+
+
+def local_slice(devices: list[JsonObj], shared: list[JsonObj] | None = None) -> JsonObj:
+    spec: JsonObj = {"driver": "patchbay.dev", "nodeName": NODE, "pool": {"name": NODE}}
+    spec |= {"devices": devices} if shared is None else {"sharedCounters": shared}
+    return {"metadata": {"name": f"{NODE}-{len(devices)}"}, "spec": spec}
+
+
+def counter_set(index: int) -> JsonObj:
+    return {"name": f"gpu-{index}-mig", "counters": {f"mem{s}": {"value": "1"} for s in range(8)}}
+
+
+def claim(name: str, *devices: str, pod: str | None = None) -> JsonObj:
+    results = [{"request": "dev", "driver": "patchbay.dev", "pool": NODE, "device": d}
+               for d in devices]  # fmt: skip
+    status: JsonObj = {"allocation": {"devices": {"results": results}}}
+    if pod:
+        status["reservedFor"] = [{"resource": "pods", "name": pod, "uid": "u"}]
+    return {"metadata": {"namespace": "team", "name": name}, "status": status}
+
+
+def mig_cluster() -> tuple[list[JsonObj], list[JsonObj]]:
+    placements = [("1g.10gb", s, 1) for s in range(7)] + [("3g.40gb", s, 4) for s in (0, 4)]
+    devices = [gpu(0), gpu(1)] + [mig(0, p, s, n) for p, s, n in placements]
+    devices.append(vf("vf-0", "pci0000:3a", 0))
+    slices = [local_slice([], [counter_set(0), counter_set(1)]), local_slice(devices)]
+    claims = [
+        claim("big", "gpu-0-mig-3g-40gb-0", pod="train"),
+        claim("small-a", "gpu-0-mig-1g-10gb-6"),
+        claim("small-b", "gpu-0-mig-1g-10gb-5"),
+    ]
+    return slices, claims
+
+
+def test_mig_bar_of_a_gpu_with_a_3g_and_two_1g() -> None:
+    slices, claims = mig_cluster()
+    (view,) = nodes_view(slices, claims)
+    bars = {g["gpu"]: g["bar"] for g in view["mig"]}
+    assert bars == {"gpu-0": "[3g······]··[1g][1g]··", "gpu-1": "················"}
+    # gpu-0 is cut, so neither used nor free; of its slices only the 1g at 4
+    # still fits (slot 7 is free, but no 1g placement starts there).
+    assert view["devices"]["gpu"] == {"total": 2, "used": 0, "free": 1}
+    assert view["devices"]["mig"] == {"total": 9, "used": 3, "free": 1}
+    parts = {p["device"]: (p["slots"], p["claim"]) for p in view["mig"][0]["partitions"]}
+    assert parts["gpu-0-mig-3g-40gb-0"] == ([0, 1, 2, 3], "team/big")
+    text = render_nodes([view], wide=True)
+    assert (
+        "gpu-0      [3g······]··[1g][1g]··   3g.40gb@0 team/big, 1g.10gb@5 team/small-b, "
+        "1g.10gb@6 team/small-a"
+    ) in text
+    assert text.splitlines()[1].split() == [NODE, "0/1/2", "3/1/9", "0/1/1"]
+
+
+def test_whole_gpu_taints_and_fabric_devices() -> None:
+    slices, _ = mig_cluster()
+    slices[1]["spec"]["devices"][1]["taints"] = [
+        {"key": "patchbay.dev/unhealthy", "value": "xid-79", "effect": "NoSchedule"}
+    ]
+    fab = {
+        "name": "gpu-7-a",
+        "nodeName": NODE,
+        "attributes": attrs(type="gpu", attachment="fabric"),
+    }
+    slices.append({"metadata": {"name": "fabric"}, "spec": {
+        "driver": "patchbay.dev", "perDeviceNodeSelection": True, "pool": {"name": "fabric"},
+        "devices": [fab]}})  # fmt: skip
+    held = claim("whole", "gpu-0")
+    held["status"]["allocation"]["devices"]["results"].append(
+        {"request": "f", "driver": "patchbay.dev", "pool": "fabric", "device": "gpu-7-a"}
+    )
+    (view,) = nodes_view(slices, [held])
+    assert view["mig"][0]["bar"] == "[gpu··············]"
+    assert view["tainted"] == [
+        {"device": "gpu-1", "taints": ["patchbay.dev/unhealthy=xid-79:NoSchedule"]}
+    ]
+    assert [f["device"] for f in view["fabric"]] == ["gpu-7-a"]
+    assert view["devices"]["gpu"]["total"] == 2, "fabric devices are counted apart"
+    text = render_nodes([view])
+    assert "tainted    gpu-1: patchbay.dev/unhealthy=xid-79:NoSchedule" in text
+    assert "fabric     gpu-7-a (gpu)" in text
+
+
+def test_topology_groups_roots_and_marks_pairable() -> None:
+    devices = [
+        gpu(0, "pci0000:3a", 0),
+        gpu(1, "pci0000:85", 1),
+        vf("vf-0", "pci0000:3a", 0),
+        vf("vf-1", "pci0000:3a", 0),
+        vf("vf-2", "pci0000:85", 1, pf="ens2f0"),
+    ]
+    slices = [local_slice(devices)]
+    claims = [claim("pair", "gpu-1", "vf-2", pod="job-0"), claim("nic", "vf-0")]
+    view = topology_view(slices, claims, NODE)
+    roots = {r["pcieRoot"]: r for r in view["roots"]}
+    assert list(roots) == ["pci0000:3a", "pci0000:85"], "by NUMA node"
+    assert roots["pci0000:3a"]["pairable"] and not roots["pci0000:85"]["pairable"]
+    assert [v["device"] for n in roots["pci0000:3a"]["nics"] for v in n["vfs"]] == ["vf-0", "vf-1"]
+    assert roots["pci0000:85"]["gpus"][0]["claim"] == "team/pair"
+    assert render_topology(view).splitlines() == [
+        f"node {NODE}",
+        "  numa 0",
+        "    pci0000:3a  [pairable: free GPU + free VF]",
+        "      gpu gpu-0 free",
+        "      nic ens1f0 (0000:3a:00.0)",
+        "        vf vf-0 used team/nic",
+        "        vf vf-1 free",
+        "  numa 1",
+        "    pci0000:85",
+        "      gpu gpu-1 used team/pair pod job-0",
+        "      nic ens2f0 (0000:85:00.0)",
+        "        vf vf-2 used team/pair pod job-0",
+    ]
+
+
+def test_topology_puts_allocated_mig_under_its_gpu() -> None:
+    slices, claims = mig_cluster()
+    (root,) = topology_view(slices, claims, NODE)["roots"]
+    g0 = root["gpus"][0]
+    assert [(m["profile"], m["claim"]) for m in g0["mig"]] == [
+        ("1g.10gb", "team/small-b"), ("1g.10gb", "team/small-a"), ("3g.40gb", "team/big")
+    ]  # fmt: skip
+    assert root["pairable"], "gpu-0 is cut, but gpu-1 and vf-0 are free"
