@@ -84,7 +84,9 @@ def node_view(inv: Inventory, node: str) -> dict[str, Any]:
         used = sum(d.state == USED for d in of_type)
         free = sum(d.state == FREE for d in of_type)
         counts[t] = {"total": len(of_type), "used": used, "free": free}
-    gpus = [g for g in local if g.type == "gpu"]
+    gpus = sorted(
+        (g for g in local if g.type == "gpu"), key=lambda g: (str(g.attr("index")), g.name)
+    )
     mig = [v for g in gpus if (v := _gpu_view(g, local)) is not None]
     tainted = [
         {"device": d.name, "taints": [_taint(t) for t in d.taints]} for d in local if d.taints
