@@ -7,6 +7,7 @@ its state and, when allocated, the claim and the pods reserving it. A root
 holding a free GPU and a free VF is marked ``pairable``: a GPU+VF request
 pair with ``matchAttribute: pcieRoot`` can land there now. Fabric devices
 attached to the node sit under the adapter's root, as the node sees them.
+``-o wide`` adds each device's PCI bus ID.
 """
 
 from __future__ import annotations
@@ -16,9 +17,13 @@ from typing import Any
 
 from driver.inspect.inventory import FREE, NUMA_NODE, PCIE_ROOT, USED, Dev, JsonObj, build
 
+PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
+
 
 def _entry(d: Dev) -> dict[str, Any]:
     out: dict[str, Any] = {"device": d.name, "type": d.type, "state": d.state}
+    if d.attr(PCI_BUS_ID):
+        out["pciBusID"] = d.attr(PCI_BUS_ID)
     if d.fabric:
         out["attachment"] = "fabric"
     if d.holder is not None:
@@ -70,8 +75,10 @@ def topology_view(
     return {"node": node, "roots": out}
 
 
-def _line(e: dict[str, Any]) -> str:
+def _line(e: dict[str, Any], wide: bool) -> str:
     text = f"{e['device']} {e['state']}"
+    if wide and e.get("pciBusID"):
+        text = f"{e['device']} [{e['pciBusID']}] {e['state']}"
     if e.get("attachment"):
         text += " (fabric)"
     if "claim" in e:
@@ -91,10 +98,10 @@ def render_topology(view: dict[str, Any], wide: bool = False) -> str:
         mark = "  [pairable: free GPU + free VF]" if r["pairable"] else ""
         lines.append(f"    {r['pcieRoot']}{mark}")
         for g in r["gpus"]:
-            lines.append(f"      gpu {_line(g)}")
-            lines.extend(f"        mig {m['profile']} {_line(m)}" for m in g["mig"])
+            lines.append(f"      gpu {_line(g, wide)}")
+            lines.extend(f"        mig {m['profile']} {_line(m, wide)}" for m in g["mig"])
         for n in r["nics"]:
             bdf = f" ({n['pfPciBusID']})" if n["pfPciBusID"] else ""
             lines.append(f"      nic {n['pf']}{bdf}")
-            lines.extend(f"        vf {_line(v)}" for v in n["vfs"])
+            lines.extend(f"        vf {_line(v, wide)}" for v in n["vfs"])
     return "\n".join(lines) + "\n"

@@ -6,8 +6,12 @@ attribute keys in the driver's domain, counters as ``{"value": "1"}``.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import yaml
+
+from driver.inspect.cli import parser, render
 from driver.inspect.nodes import nodes_view, render_nodes
 from driver.inspect.topology import render_topology, topology_view
 
@@ -182,3 +186,17 @@ def test_topology_puts_allocated_mig_under_its_gpu() -> None:
         ("1g.10gb", "team/small-b"), ("1g.10gb", "team/small-a"), ("3g.40gb", "team/big")
     ]  # fmt: skip
     assert root["pairable"], "gpu-0 is cut, but gpu-1 and vf-0 are free"
+
+
+def test_cli_renders_json_yaml_and_wide() -> None:
+    slices, claims = mig_cluster()
+    slices[1]["spec"]["devices"][0]["attributes"] |= attrs(
+        **{"resource.kubernetes.io/pciBusID": "0000:3b:00.0"}
+    )
+    args = parser().parse_args(["--context", "lab", "-n", "team", "nodes", "-o", "json"])
+    (view,) = json.loads(render(args, slices, claims))
+    assert view["mig"][0]["bar"] == "[3g······]··[1g][1g]··"
+    args = parser().parse_args(["topology", NODE, "-o", "yaml"])
+    assert yaml.safe_load(render(args, slices, claims))["roots"][0]["pcieRoot"] == "pci0000:3a"
+    args = parser().parse_args(["topology", NODE, "-o", "wide"])
+    assert "      gpu gpu-0 [0000:3b:00.0] blocked" in render(args, slices, claims).splitlines()
