@@ -1,29 +1,36 @@
-"""MIG packing: how many large partitions still fit after random churn,
-patchbay's device order versus plain name order.
+"""MIG figures that cannot be gamed: at the same offered load, how much
+work each device order serves and how often it refuses a request that one
+GPU had room for.
 
 Setting: an 8 x H200 node as our discovery publishes it (NVML fake), split
-into slices by our slice builder. A faithful model of the scheduler's
-first fit (``FirstFit``) replays one random stream of MIG requests and
-releases: like the allocator it walks the pool's slices in a random order
-each time (the scheduler's informer lists them unordered), the devices of a
-slice in order, and takes the first device of the asked profile whose
-counters all stay non-negative. The model is validated against the real
-scheduler in ``tests/e2e/test_mig_e2e.py``. After the churn we count how many
-3g, 4g and 7g requests (each on its own, from the same state) still fit.
-Figures only: nothing here asserts.
+into slices by our slice builder. A faithful model of the scheduler's first
+fit (``FirstFit``) replays one random stream of MIG requests and releases:
+like the allocator it walks the pool's slices in a random order each time
+(the scheduler's informer lists them unordered), the devices of a slice in
+order, and takes the first device of the asked profile whose counters all
+stay non-negative. The model is validated against the real scheduler in
+``tests/e2e/test_mig_e2e.py``. Every order sees the same stream; reported
+per order: the share of requests served, the compute slices served, and
+fragmentation refusals (a request refused although one GPU had the free
+memory slots and compute for it). Orders: name order, ours (static,
+``driver.mig.order.preference_order``) and two state-aware ones
+(``tests/bench/mig_state.py``: the pool re-published after every MIG
+prepare and unprepare, ranked for the occupancy then), with the pool
+rewrites and slice writes that re-publishing costs. Figures only: nothing
+here asserts.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from driver.checkpoint import Checkpoint
 from driver.devices.kind import Discovery
+from driver.devices.model import Device
 from driver.gpu.kind import GpuType
 from driver.mig.discovery import MigSupport
 from driver.mig.handler import MigHandler
@@ -32,11 +39,11 @@ from driver.mig.session import NvmlSession
 from driver.nvml.fake import FakeNvml
 from driver.nvml.fake_state import FakeMachine
 from driver.slices.build import PoolSpec, build_slices
+from tests.bench.mig_state import StateOrder
 
 Attrs = Mapping[str, Any]
-# A request stream's mix (H200 profile names) and the large profiles measured.
+# A request stream's mix (H200 profile names).
 MIX = {"1g.18gb": 35, "1g.35gb": 10, "2g.35gb": 25, "3g.71gb": 20, "4g.71gb": 5, "7g.141gb": 5}
-LARGE = ("3g.71gb", "4g.71gb", "7g.141gb")
 
 
 def attr(device: Mapping[str, Any], name: str) -> Any:
@@ -86,6 +93,12 @@ class FirstFit:
         self.taken.discard(device["name"])
         self._apply(device, -1)
 
+    def reorder_by(self, rank: Mapping[str, int]) -> None:
+        """The pool re-published with each slice's devices in ``rank`` order
+        (devices not ranked keep their place in front)."""
+        for devices in self.slices:
+            devices.sort(key=lambda d: rank.get(d["name"], -1))
+
 
 def profile_is(name: str) -> Callable[[Mapping[str, Any]], bool]:
     return lambda d: attr(d, "type") == "mig" and attr(d, "profile") == name
@@ -105,13 +118,6 @@ def discovery(gpus: int = 8, model: str = "H200-SXM5-141GB") -> Discovery:
     return GpuType(backend, Path("/nonexistent"), Path("/nonexistent"), mig=support).discover()
 
 
-def specs(found: Discovery, by_name: bool) -> list[dict[str, Any]]:
-    devices = tuple(sorted(found.devices, key=lambda d: d.name)) if by_name else found.devices
-    pool = PoolSpec("patchbay.dev", "n", "n-patchbay", {"nodeName": "n"}, devices,
-                    found.counter_sets)  # fmt: skip
-    return [s.spec for s in build_slices(pool)]
-
-
 def stream(seed: int, steps: int, release_p: float) -> list[tuple[str, float]]:
     rng = random.Random(seed)
     names, weights = list(MIX), list(MIX.values())
@@ -122,53 +128,128 @@ def stream(seed: int, steps: int, release_p: float) -> list[tuple[str, float]]:
     ]  # fmt: skip
 
 
-def replay(slice_specs: list[dict[str, Any]], ops: list[tuple[str, float]], seed: int) -> FirstFit:
-    model = FirstFit(slice_specs, random.Random(seed))
-    held: list[Mapping[str, Any]] = []
+class Served:
+    """What one order did with one stream."""
+
+    def __init__(self) -> None:
+        self.requests = self.served = self.compute = self.fragmentation = 0
+        self.rewrites = self.slice_writes = self.mig_ops = 0
+
+    def add(self, other: Served) -> None:
+        for k, v in vars(other).items():
+            setattr(self, k, getattr(self, k) + v)
+
+
+def had_room(model: FirstFit, slots: int, compute: int) -> bool:
+    """Whether one GPU had ``slots`` free memory slots and ``compute`` left."""
+    return any(
+        sum(v for k, v in left.items() if k.startswith("mem")) >= slots
+        and left.get("compute", 0) >= compute
+        for left in model.left.values()
+    )
+
+
+def serve(found: Discovery, order: str, ops: list[tuple[str, float]], seed: int) -> Served:
+    """Replay ``ops`` on the pool published in ``order``: ``name``, ``static``
+    (ours) or ``state:<ranking>`` (re-published after each MIG op)."""
+    devices = (
+        tuple(sorted(found.devices, key=lambda d: d.name)) if order == "name" else found.devices
+    )
+    sizes = {str(d.attributes["profile"]): (_int(d, "memorySlots"), _int(d, "computeSlices"))
+             for d in found.devices if d.kind == "mig"}  # fmt: skip
+    published = layout(found, devices)
+    model = FirstFit(published, random.Random(seed))
+    ranking = StateOrder(devices, order.split(":", 1)[1]) if order.startswith("state") else None
+    out, held = Served(), list[Mapping[str, Any]]()
+    current: dict[str, int] = {}
+
+    def republish() -> None:  # after a MIG prepare or unprepare
+        nonlocal current
+        out.mig_ops += 1
+        if ranking is None:
+            return
+        fresh = ranking.rank(model.left)
+        if fresh != current:
+            if current:  # the first ranking is the initial publish
+                out.rewrites += 1
+                out.slice_writes += len(published)
+            current = fresh
+            model.reorder_by(fresh)
+
+    republish()
+    out.mig_ops = 0
     for op, u in ops:
         if op == "release":
             if held:
                 model.release(held.pop(int(u * len(held))))
-        elif (device := model.allocate(profile_is(op))) is not None:
-            held.append(device)
-    return model
+                republish()
+            continue
+        out.requests += 1
+        device = model.allocate(profile_is(op))
+        if device is None:
+            out.fragmentation += had_room(model, *sizes[op])
+            continue
+        held.append(device)
+        out.served += 1
+        out.compute += sizes[op][1]
+        republish()
+    return out
 
 
-def still_fit(model: FirstFit, profile: str) -> int:
-    count, taken = 0, []
-    while (device := model.allocate(profile_is(profile))) is not None:
-        count += 1
-        taken.append(device)
-    for device in taken:
-        model.release(device)
-    return count
+def _int(device: Device, name: str) -> int:
+    value = device.attributes.get(name, 0)
+    return value if isinstance(value, int) else 0
 
 
-def main(argv: Sequence[str] = ()) -> dict[str, dict[str, float]]:
+def layout(found: Discovery, devices: tuple[Device, ...]) -> list[dict[str, Any]]:
+    pool = PoolSpec("patchbay.dev", "n", "n-patchbay", {"nodeName": "n"}, devices,
+                    found.counter_sets)  # fmt: skip
+    return [s.spec for s in build_slices(pool)]
+
+
+ORDERS = {
+    "name": "name order",
+    "static": "patchbay order",
+    "state:damage": "state: damage",
+    "state:damage-all": "state: damage-all",
+    "state:best-fit": "state: best-fit",
+}
+
+
+def main(argv: Sequence[str] = ()) -> dict[str, Served]:
     parser = argparse.ArgumentParser(prog="mig_bench")
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--steps", type=int, default=400)
-    parser.add_argument("--release-p", type=float, default=0.4)
+    parser.add_argument("--release-p", type=float, nargs="+", default=[0.4, 0.45])
     args, _ = parser.parse_known_args(list(argv))
     found = discovery()
-    layouts = {"patchbay order": specs(found, False), "name order": specs(found, True)}
-    figures: dict[str, dict[str, float]] = {k: {p: 0.0 for p in LARGE} for k in layouts}
-    for run in range(args.runs):
-        ops = stream(run, args.steps, args.release_p)
-        for label, layout in layouts.items():
-            model = replay(layout, ops, run)
-            for profile in LARGE:
-                figures[label][profile] += still_fit(model, profile) / args.runs
-    print(f"MIG packing, 8 x H200, {args.runs} runs x {args.steps} steps "
-          f"(release p={args.release_p}): large requests that still fit, mean per run")  # fmt: skip
-    ours, plain = figures["patchbay order"], figures["name order"]
-    for profile in LARGE:
-        gain = (ours[profile] / plain[profile] - 1) * 100 if plain[profile] else float("inf")
-        print(f"  {profile:9s} patchbay {ours[profile]:5.2f}  name order {plain[profile]:5.2f}"
-              f"  ({gain:+.0f} %)")  # fmt: skip
-    total_ours, total_plain = statistics.fmean(ours.values()), statistics.fmean(plain.values())
-    print(f"  all large: {(total_ours / total_plain - 1) * 100:+.0f} %")
-    return figures
+    results: dict[str, Served] = {}
+    for release_p in args.release_p:
+        totals = {k: Served() for k in ORDERS}
+        for run in range(args.runs):
+            ops = stream(run, args.steps, release_p)
+            for key in ORDERS:
+                totals[key].add(serve(found, key, ops, run))
+        print(f"MIG, 8 x H200, {args.runs} runs x {args.steps} steps (release p={release_p}), "
+              "the same requests for every order:")  # fmt: skip
+        print(f"  {'order':18s} {'served':>7s} {'compute slices':>15s} {'fragmentation':>14s}"
+              f" {'pool rewrites':>14s} {'slice writes':>13s}")  # fmt: skip
+        for key, label in ORDERS.items():
+            t = totals[key]
+            per_op = t.rewrites / t.mig_ops if t.mig_ops else 0.0
+            n, served = args.runs, 100 * t.served / t.requests
+            print(f"  {label:18s} {served:6.1f}% {t.compute / n:15.1f} {t.fragmentation / n:14.2f}"
+                  f" {per_op:9.2f}/op {t.slice_writes / n:13.1f}")  # fmt: skip
+        name, ours = totals["name"].fragmentation, totals["static"].fragmentation
+        print(f"  fragmentation refusals: ours {pct(ours, name)} vs name order;" + "".join(
+            f" {ORDERS[k]} {pct(totals[k].fragmentation, ours)} vs ours,"
+            for k in ORDERS if k.startswith("state")))  # fmt: skip
+        results.update({f"{key}@{release_p}": totals[key] for key in ORDERS})
+    return results
+
+
+def pct(a: float, b: float) -> str:
+    return f"{(a / b - 1) * 100:+.0f} %" if b else "n/a"
 
 
 if __name__ == "__main__":
