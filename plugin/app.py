@@ -25,7 +25,7 @@ from driver.devices.model import CounterSet
 from driver.errors import Stopped
 from driver.fabric_devices.node import AnnotationPublisher, FabricNodeView
 from driver.health.monitor import HealthMonitor
-from driver.kube.api import KubeApi
+from driver.kube.client import KubeClient
 from driver.kube.objects import ApiClaimReader, owner_reference, wait_for_node
 from driver.node import hotplug
 from driver.slices.build import PoolSpec, slice_name_prefix
@@ -44,7 +44,7 @@ class NodePlugin:
     """The running plugin: discovery, publishing, kubelet servers."""
 
     def __init__(
-        self, settings: PluginSettings, api: KubeApi, device_types: Sequence[DeviceType]
+        self, settings: PluginSettings, api: KubeClient, device_types: Sequence[DeviceType]
     ) -> None:
         self.settings = settings
         self.api = api

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from driver.errors import ApiError, ApiStatusError
-from driver.kube.api import KubeApi
+from driver.kube.client import KubeClient
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def _parse(ts: str | None) -> float:
 
 
 class LeaderLease:
-    def __init__(self, api: KubeApi, namespace: str, name: str, identity: str, duration: float):
+    def __init__(self, api: KubeClient, namespace: str, name: str, identity: str, duration: float):
         self._api = api
         self._ns, self._name = namespace, name
         self._base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"

@@ -39,17 +39,18 @@ from driver.controller.status import ClaimStatusWriter
 from driver.controller.workers import Workers
 from driver.devices.model import Device
 from driver.errors import FabricApiError, FabricUnavailable
-from driver.fabricclient.client import FabricClient
 from driver.fabricclient.model import FabricInventory
-from driver.kube.api import RESOURCE_V1, KubeApi
+from driver.fabricclient.protocol import FabricApi
+from driver.kube.api import RESOURCE_V1
 from driver.kube.cache import ObjectCache
+from driver.kube.client import KubeClient
 from driver.slices.publisher import SlicePublisher
 
 log = logging.getLogger(__name__)
 
 
 class Reconciler:
-    def __init__(self, api: KubeApi, fabric: FabricClient, settings: ControllerSettings) -> None:
+    def __init__(self, api: KubeClient, fabric: FabricApi, settings: ControllerSettings) -> None:
         self.api = api
         self.fabric = fabric
         self.settings = settings

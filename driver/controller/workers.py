@@ -38,7 +38,7 @@ from driver.errors import (
     FabricUnavailable,
 )
 from driver.fabric_devices.naming import FAILED_CONDITION, READY_CONDITION
-from driver.fabricclient.client import FabricClient
+from driver.fabricclient.protocol import FabricApi
 from driver.metrics import REGISTRY
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ RETRY_S = 0.5
 class Workers:
     def __init__(
         self,
-        fabric: FabricClient,
+        fabric: FabricApi,
         status: ClaimStatusWriter,
         reports: NodeReports,
         holds: FailedHolds,

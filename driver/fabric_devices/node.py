@@ -31,7 +31,7 @@ from driver.backoff import Backoff
 from driver.devices.model import ATTACHMENT, PCI_BUS_ID, Device
 from driver.errors import ApiError, ConfigError
 from driver.fabric_devices.naming import NODE_ANNOTATION, NodeFabric, variant_name
-from driver.kube.api import KubeApi
+from driver.kube.client import KubeClient
 from driver.pci import sysfs
 
 log = logging.getLogger(__name__)
@@ -173,7 +173,7 @@ class FabricNodeView:
 class AnnotationPublisher:
     """Keeps the Node annotation equal to the latest report (one task)."""
 
-    def __init__(self, api: KubeApi, node_name: str) -> None:
+    def __init__(self, api: KubeClient, node_name: str) -> None:
         self._api = api
         self._path = f"/api/v1/nodes/{node_name}"
         self._want: str | None = None

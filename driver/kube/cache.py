@@ -18,7 +18,7 @@ from typing import Any
 
 from driver.backoff import Backoff
 from driver.errors import ApiError
-from driver.kube.api import KubeApi
+from driver.kube.client import KubeClient
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ class ObjectCache:
 
     def __init__(
         self,
-        api: KubeApi,
+        api: KubeClient,
         path: str,
         on_change: Callable[[], None],
         query: Mapping[str, str] | None = None,

@@ -12,7 +12,8 @@ from typing import Any
 
 from driver.backoff import Backoff
 from driver.errors import ApiError, ApiStatusError, ClaimError
-from driver.kube.api import KubeApi, claim_path
+from driver.kube.api import claim_path
+from driver.kube.client import KubeClient
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +21,7 @@ log = logging.getLogger(__name__)
 class ApiClaimReader:
     """GETs ResourceClaims for the preparer."""
 
-    def __init__(self, api: KubeApi) -> None:
+    def __init__(self, api: KubeClient) -> None:
         self._api = api
 
     async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any]:
@@ -42,7 +43,7 @@ def owner_reference(node: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-async def wait_for_node(api: KubeApi, name: str, max_delay: float = 10.0) -> dict[str, Any]:
+async def wait_for_node(api: KubeClient, name: str, max_delay: float = 10.0) -> dict[str, Any]:
     """The Node object; waits (with backoff) until it exists."""
     backoff = Backoff(cap=max_delay)
     while True:

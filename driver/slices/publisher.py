@@ -19,8 +19,9 @@ from typing import Any
 
 from driver.backoff import Backoff
 from driver.errors import ApiError, ApiStatusError
-from driver.kube.api import KubeApi, slice_path
+from driver.kube.api import slice_path
 from driver.kube.cache import ObjectCache
+from driver.kube.client import KubeClient
 from driver.metrics import SLICE_WRITES
 from driver.slices.build import DesiredSlice, PoolSpec, build_slices, slice_object
 from driver.slices.diff import diff_pool
@@ -38,7 +39,7 @@ class SlicePublisher:
 
     def __init__(
         self,
-        api: KubeApi,
+        api: KubeClient,
         query: Mapping[str, str],
         pool_name: str,
         field_manager: str = "patchbay",

@@ -16,6 +16,7 @@ from driver.controller import claims as cl
 from driver.controller.holds import FailedHolds
 from driver.controller.pool import Variant
 from driver.controller.reports import NodeReports
+from driver.controller.status import ClaimStatusWriter
 from driver.controller.workers import Workers
 from driver.fabric_devices.naming import (
     FAILED_CONDITION,
@@ -23,30 +24,50 @@ from driver.fabric_devices.naming import (
     READY_CONDITION,
     NodeFabric,
 )
-from driver.fabricclient.model import AttachResult
+from driver.fabricclient.memory import MemoryFabric
+from driver.fabricclient.model import FabricDevice, HostAdapter
+from driver.kube.api import RESOURCE_V1
+from driver.kube.memory import MemoryKube
 
 VARIANT = Variant("fgpu-1", "gpu-0", "gpu", "GPU-0", "node-a", "adapter0", "pci0000:15")
+ADAPTER = HostAdapter("node-a-a0", "pcie0", "sw0", "node-a", "adapter0")
+GPU = FabricDevice(
+    "gpu-0", "pcie0", "sw0", "gpu", "H100-SXM5-80GB", "S1", "GPU-0", 0x10DE, 0x2330,
+    "OK", True, False, (ADAPTER,), None,
+)  # fmt: skip
+CLAIM = {
+    "metadata": {"name": "claim", "uid": "uid-1"},
+    "status": {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {"request": "gpu", "driver": "patchbay.dev", "pool": "fabric",
+                     "device": "fgpu-1"}
+                ]
+            }
+        }
+    },
+}  # fmt: skip
 ALLOC = cl.FabricAllocation("uid-1", "default", "claim", "fgpu-1", ready=False, failed=False)
 
 
-class Fabric:
-    def __init__(self) -> None:
-        self.attached: list[tuple[str, str, str]] = []
+class Node:
+    """The controller's collaborators: the shipped in-memory fabric and API
+    (the claim lives there; the real status writer sets its conditions)."""
 
-    async def attach(self, device_id: str, node: str, adapter: str) -> AttachResult:
-        self.attached.append((device_id, node, adapter))
-        return AttachResult("/connections/1", None)
+    def __init__(self, timeout: float) -> None:
+        self.api, self.fabric = MemoryKube(), MemoryFabric([GPU])
+        self.api.add(f"{RESOURCE_V1}/namespaces/default/resourceclaims", CLAIM)
+        self.reports, self.done = NodeReports(), asyncio.Event()
+        self.holds = FailedHolds(300.0, lambda: None)
+        status = ClaimStatusWriter(self.api, "fabric")
+        self.workers = Workers(self.fabric, status, self.reports, self.holds, timeout,
+                               self.done.set)  # fmt: skip
 
-
-class Status:
-    def __init__(self) -> None:
-        self.written: list[str] = []
-
-    async def write(
-        self, a: cl.FabricAllocation, cond: dict[str, Any], data: dict[str, Any] | None
-    ) -> bool:
-        self.written.append(cond["type"])
-        return True
+    def conditions(self) -> list[str]:
+        claim = self.api.objects(f"{RESOURCE_V1}/namespaces/default/resourceclaims")[0]
+        entries = (claim.get("status") or {}).get("devices") or []
+        return [c["type"] for e in entries for c in e.get("conditions") or []]
 
 
 def node(gpus: dict[str, str]) -> dict[str, Any]:
@@ -54,48 +75,39 @@ def node(gpus: dict[str, str]) -> dict[str, Any]:
     return {"metadata": {"name": "node-a", "annotations": {NODE_ANNOTATION: report}}}
 
 
-def workers(
-    timeout: float,
-) -> tuple[Workers, Fabric, Status, NodeReports, FailedHolds, asyncio.Event]:
-    fabric, status, reports, done = Fabric(), Status(), NodeReports(), asyncio.Event()
-    holds = FailedHolds(300.0, lambda: None)
-    w = Workers(fabric, status, reports, holds, timeout, done.set)  # type: ignore[arg-type]
-    return w, fabric, status, reports, holds, done
-
-
 async def test_attach_is_ready_once_the_node_report_shows_the_device() -> None:
-    w, fabric, status, reports, holds, done = workers(timeout=60.0)
-    reports.refresh({"node-a": node({})})
-    w.attach(ALLOC, VARIANT)
+    n = Node(timeout=60.0)
+    n.reports.refresh({"node-a": node({})})
+    n.workers.attach(ALLOC, VARIANT)
     for _ in range(20):  # the worker runs, attaches, and waits for the node
         await asyncio.sleep(0)
-    assert fabric.attached == [("gpu-0", "node-a", "adapter0")]
-    assert w.busy("gpu-0") and status.written == []
-    reports.refresh({"node-a": node({"GPU-0": "adapter1"})})  # behind another adapter
+    assert n.fabric.attached == [("gpu-0", "node-a", "adapter0")]
+    assert n.workers.busy("gpu-0") and n.conditions() == []
+    n.reports.refresh({"node-a": node({"GPU-0": "adapter1"})})  # behind another adapter
     for _ in range(20):
         await asyncio.sleep(0)
-    assert w.busy("gpu-0") and status.written == []
-    reports.refresh({"node-a": node({"GPU-0": "adapter0"})})
-    await asyncio.wait_for(done.wait(), 10)
-    assert status.written == [READY_CONDITION]
-    assert "gpu-0" not in holds and not w.busy("gpu-0")
+    assert n.workers.busy("gpu-0") and n.conditions() == []
+    n.reports.refresh({"node-a": node({"GPU-0": "adapter0"})})
+    await asyncio.wait_for(n.done.wait(), 10)
+    assert n.conditions() == [READY_CONDITION]
+    assert "gpu-0" not in n.holds and not n.workers.busy("gpu-0")
 
 
 async def test_attach_the_node_never_reports_fails_and_holds_the_device() -> None:
-    w, _, status, reports, holds, done = workers(timeout=0.2)
-    reports.refresh({"node-a": node({})})
-    w.attach(ALLOC, VARIANT)
-    await asyncio.wait_for(done.wait(), 10)
-    assert status.written == [FAILED_CONDITION]
-    assert "gpu-0" in holds and holds.held() == {"gpu-0"}
+    n = Node(timeout=0.2)
+    n.reports.refresh({"node-a": node({})})
+    n.workers.attach(ALLOC, VARIANT)
+    await asyncio.wait_for(n.done.wait(), 10)
+    assert n.conditions() == [FAILED_CONDITION]
+    assert "gpu-0" in n.holds and n.holds.held() == {"gpu-0"}
 
 
 async def test_a_held_device_is_refused_without_asking_the_fabric() -> None:
-    w, fabric, status, _, holds, done = workers(timeout=60.0)
-    holds.hold("gpu-0")
-    w.attach(ALLOC, VARIANT)
-    await asyncio.wait_for(done.wait(), 10)
-    assert fabric.attached == [] and status.written == [FAILED_CONDITION]
+    n = Node(timeout=60.0)
+    n.holds.hold("gpu-0")
+    n.workers.attach(ALLOC, VARIANT)
+    await asyncio.wait_for(n.done.wait(), 10)
+    assert n.fabric.attached == [] and n.conditions() == [FAILED_CONDITION]
 
 
 async def test_reports_wake_only_on_a_change() -> None:

@@ -8,53 +8,33 @@ the guard that meant a rewrite per watch event, hundreds a second.
 from __future__ import annotations
 
 import asyncio
-import copy
-from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import pytest
 
 from driver.devices.model import Device, DeviceTaint
+from driver.kube.memory import MemoryKube
 from driver.slices import publisher as publisher_module
 from driver.slices.build import DesiredSlice, PoolSpec, build_slices
 from driver.slices.publisher import SlicePublisher
 
 
-class DroppingApi:
-    """Stores slices without their devices' taints and echoes each write as a watch event."""
+def dropping_api() -> MemoryKube:
+    """The shipped in-memory API, storing slices without their devices' taints
+    (as an apiserver with the DRADeviceTaints gate off does)."""
+    api = MemoryKube()
 
-    def __init__(self) -> None:
-        self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self.writes = 0
-        self._rv = 1
-
-    def _store(self, body: dict[str, Any]) -> dict[str, Any]:
-        self.writes += 1
-        self._rv += 1
-        stored = copy.deepcopy(body)
-        stored["metadata"]["resourceVersion"] = str(self._rv)
-        for d in stored["spec"].get("devices") or ():
+    def drop_taints(path: str, obj: dict[str, Any]) -> None:
+        for d in obj.get("spec", {}).get("devices") or ():
             d.pop("taints", None)
-        self.events.put_nowait({"type": "MODIFIED", "object": stored})
-        return stored
 
-    async def get(self, path: str, query: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        return {"items": [], "metadata": {"resourceVersion": "1"}}
-
-    async def watch(self, path: str, query: Mapping[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        while True:
-            yield await self.events.get()
-
-    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self._store(body)
-
-    async def replace(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        return self._store(body)
+    api.on_store = drop_taints
+    return api
 
 
 async def test_a_dropped_field_does_not_make_a_hot_write_loop() -> None:
-    api = DroppingApi()
-    publisher = SlicePublisher(api, {}, "node-a")  # type: ignore[arg-type]
+    api = dropping_api()
+    publisher = SlicePublisher(api, {}, "node-a")
     taint = DeviceTaint("patchbay.dev/unhealthy", "xid-48", "NoSchedule", "2026-11-30T07:00:00Z")
     device = Device("gpu-0", "gpu", "GPU-0", taints=(taint,))
     spec = PoolSpec("patchbay.dev", "node-a", "node-a-patchbay", {"nodeName": "node-a"}, (device,))
@@ -71,7 +51,7 @@ async def test_a_dropped_field_does_not_make_a_hot_write_loop() -> None:
 async def test_the_same_pool_again_is_neither_rebuilt_nor_rediffed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    api = DroppingApi()
+    api = MemoryKube()
     builds: list[PoolSpec] = []
     real_build = build_slices
 
@@ -80,7 +60,7 @@ async def test_the_same_pool_again_is_neither_rebuilt_nor_rediffed(
         return real_build(pool)
 
     monkeypatch.setattr(publisher_module, "build_slices", build)
-    publisher = SlicePublisher(api, {}, "node-a")  # type: ignore[arg-type]
+    publisher = SlicePublisher(api, {}, "node-a")
     device = Device("gpu-0", "gpu", "GPU-0")
 
     def pool() -> PoolSpec:  # a fresh but equal spec, as each rescan makes

@@ -1,0 +1,30 @@
+"""What the controller asks of the fabric: the :class:`FabricApi` protocol.
+
+Two implementations ship: :class:`driver.fabricclient.client.FabricClient`
+(the Redfish-shaped service over HTTP) and
+:class:`driver.fabricclient.memory.MemoryFabric` (in memory, for tests and
+benchmarks). Failures raise the fabric errors of :mod:`driver.errors`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from driver.fabricclient.model import AttachResult, FabricDevice, FabricInventory, FabricTask
+
+
+class FabricApi(Protocol):
+    async def inventory(self) -> FabricInventory: ...
+    async def device(self, device_id: str) -> FabricDevice: ...
+
+    def events(self, idle_timeout_s: float = 60.0) -> AsyncIterator[list[str]]:
+        """``[]`` once subscribed, then the origin URIs of each event."""
+        ...
+
+    async def attach(self, device_id: str, node: str, adapter: str) -> AttachResult: ...
+    async def detach(self, device_id: str) -> FabricTask | None: ...
+    async def task(self, task_uri: str) -> FabricTask: ...
+    async def wait(
+        self, task_uri: str, timeout_s: float, interval_s: float = 0.2
+    ) -> FabricTask: ...
