@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 from fabricsim import switch
+from realnode_node import make_path
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "helm" / "patchbay"
@@ -53,12 +54,6 @@ def fabric_values(node: str) -> dict[str, Any]:
     }
 
 
-def helm_binary() -> Path:
-    out = subprocess.run(["make", "-s", "--no-print-directory", "-C", str(REPO), "helm-path"],
-                         capture_output=True, text=True, check=True)  # fmt: skip
-    return Path(out.stdout.strip())
-
-
 class Release:
     """The patchbay release on one cluster: its values files and helm calls."""
 
@@ -72,7 +67,7 @@ class Release:
             self.values.append(extra)
 
     def helm(self, *args: str) -> str:
-        argv = [str(helm_binary()), f"--kubeconfig={self.kubeconfig}", *args]
+        argv = [str(make_path("helm-path")), f"--kubeconfig={self.kubeconfig}", *args]
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise HelmError(f"helm {args[0]}: {proc.stderr.strip() or proc.stdout.strip()}")

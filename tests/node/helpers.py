@@ -10,7 +10,6 @@ each test about its behaviour.
 from __future__ import annotations
 
 import json
-import subprocess
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,12 +68,10 @@ class Tier:
     # -- clients ----------------------------------------------------------------
 
     def kubectl(self, *args: str, check: bool = True, stdin: str | None = None) -> str:
-        argv = [str(self.cluster.k8s_bins / "kubectl"), f"--kubeconfig={self.cluster.kubeconfig}"]
-        proc = subprocess.run([*argv, *args], input=stdin, capture_output=True, text=True,
-                              check=False)  # fmt: skip
+        proc = self.cluster.kubectl(*args, check=False, stdin=stdin)
         if check and proc.returncode != 0:
             pytest.fail(f"kubectl {' '.join(args)}: {proc.stderr.strip()}", pytrace=False)
-        return proc.stdout
+        return str(proc.stdout)
 
     def get(self, *args: str) -> Any:
         return json.loads(self.kubectl("get", *args, "-o", "json"))
