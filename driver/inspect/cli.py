@@ -2,12 +2,16 @@
 ``kubectl patchbay``). Read-only; flags as kubectl spells them.
 
     kubectl patchbay nodes [-o wide|json|yaml]
-    kubectl patchbay topology NODE [-o wide|json|yaml]
+    kubectl patchbay topology NODE [-o wide|json|yaml] [--svg FILE]
+    kubectl patchbay claims [-n NS | -A] [-o wide|json|yaml]
+    kubectl patchbay fabric [--fabric-pool NAME] [-o wide|json|yaml]
 
 ``--kubeconfig`` / ``--context`` pick the cluster (``$KUBECONFIG`` and
-``~/.kube/config`` otherwise, in-cluster configuration last). ``-n`` is
-accepted for kubectl's sake; both views are cluster-wide because a device
-is used whichever namespace's claim holds it. One asyncio run per command.
+``~/.kube/config`` otherwise, in-cluster configuration last); they and
+``-n``/``-A`` go before or after the command, as with kubectl. ``claims``
+shows the context's namespace unless ``-n`` or ``-A`` says otherwise; the
+other views are cluster-wide (a device is used whichever namespace's claim
+holds it). One asyncio run per command.
 """
 
 from __future__ import annotations
@@ -17,42 +21,91 @@ import asyncio
 import json
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from driver.errors import ApiError
-from driver.inspect.fetch import snapshot
+from driver.fabric_devices.naming import FABRIC_POOL
+from driver.inspect.claims import claims_view, render_claims
+from driver.inspect.fabric import fabric_view, render_fabric
+from driver.inspect.fetch import Snapshot, Wants, default_namespace, snapshot
 from driver.inspect.nodes import nodes_view, render_nodes
+from driver.inspect.svg import render_svg
 from driver.inspect.topology import render_topology, topology_view
+
+COMMANDS = {
+    "nodes": "devices per node, MIG bars",
+    "topology": "PCIe tree of one node",
+    "claims": "claims with devices, binding state and last error",
+    "fabric": "the fabric pool as the controller sees it",
+}
+
+
+def _common(p: argparse.ArgumentParser, top: bool) -> None:
+    # Sub-commands take the same flags; SUPPRESS keeps theirs from hiding the top ones.
+    d: dict[str, Any] = {} if top else {"default": argparse.SUPPRESS}
+    p.add_argument("--kubeconfig", help="path to the kubeconfig file", **d)
+    p.add_argument("--context", help="the kubeconfig context to use", **d)
+    p.add_argument("-n", "--namespace", help="claims: the namespace to show", **d)
+    p.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="claims: every namespace", **d
+    )
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kubectl patchbay", description=__doc__.split("\n")[0])
-    p.add_argument("--kubeconfig", help="path to the kubeconfig file")
-    p.add_argument("--context", help="the kubeconfig context to use")
-    p.add_argument("-n", "--namespace", help="accepted; nodes and topology are cluster-wide")
+    _common(p, top=True)
     sub = p.add_subparsers(dest="command", required=True)
-    for name, text in (("nodes", "devices per node, MIG bars"), ("topology", "PCIe tree")):
+    for name, text in COMMANDS.items():
         s = sub.add_parser(name, help=text)
+        _common(s, top=False)
         if name == "topology":
             s.add_argument("node", help="the node's name")
+            s.add_argument("--svg", metavar="FILE", help="also write the tree as an SVG picture")
+        if name == "fabric":
+            s.add_argument("--fabric-pool", default=FABRIC_POOL, help="the fabric pool's name")
         s.add_argument("-o", "--output", choices=("wide", "json", "yaml"), help="output format")
     return p
 
 
-def render(
-    args: argparse.Namespace, slices: list[dict[str, Any]], claims: list[dict[str, Any]]
-) -> str:
-    """The command's output for recorded ``slices`` and ``claims``."""
+def wants(args: argparse.Namespace) -> Wants:
+    if args.command == "claims":
+        return Wants(events=True, namespace=namespace_of(args))
+    if args.command == "fabric":
+        return Wants(events=True, nodes=True)
+    return Wants()
+
+
+def namespace_of(args: argparse.Namespace) -> str | None:
+    """``claims``' namespace: None for ``-A``, else ``-n``, else the context's."""
+    if args.all_namespaces:
+        return None
+    return str(args.namespace or default_namespace(args.kubeconfig, args.context))
+
+
+def view_of(args: argparse.Namespace, snap: Snapshot, now: datetime) -> tuple[Any, str]:
+    """The command's view (plain data) and its text."""
     wide = args.output == "wide"
     if args.command == "nodes":
-        nodes = nodes_view(slices, claims)
-        view: Any = nodes
-        text = render_nodes(nodes, wide=wide)
-    else:
-        view = topology_view(slices, claims, args.node)
-        text = render_topology(view, wide=wide)
+        nodes = nodes_view(snap.slices, snap.claims)
+        return nodes, render_nodes(nodes, wide=wide)
+    if args.command == "topology":
+        tree = topology_view(snap.slices, snap.claims, args.node)
+        return tree, render_topology(tree, wide=wide)
+    if args.command == "claims":
+        ns = namespace_of(args)
+        rows = claims_view(snap.slices, snap.claims, snap.events, now, ns)
+        return rows, render_claims(rows, wide=wide, all_ns=ns is None)
+    fab = fabric_view(snap.slices, snap.claims, snap.nodes, snap.events, now, args.fabric_pool)
+    return fab, render_fabric(fab, wide=wide)
+
+
+def render(args: argparse.Namespace, snap: Snapshot, now: datetime | None = None) -> str:
+    """The command's output for a recorded snapshot."""
+    view, text = view_of(args, snap, now or datetime.now(UTC))
     if args.output == "json":
         return json.dumps(view, indent=2) + "\n"
     if args.output == "yaml":
@@ -63,16 +116,19 @@ def render(
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        slices, claims = asyncio.run(snapshot(args.kubeconfig, args.context))
+        snap = asyncio.run(snapshot(args.kubeconfig, args.context, wants(args)))
     except ApiError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    if args.command == "topology" and not any(
-        (s.get("spec") or {}).get("nodeName") == args.node for s in slices
-    ):
-        print(f"error: no patchbay devices published for node {args.node!r}", file=sys.stderr)
-        return 1
-    sys.stdout.write(render(args, slices, claims))
+    if args.command == "topology":
+        if not any((s.get("spec") or {}).get("nodeName") == args.node for s in snap.slices):
+            print(f"error: no patchbay devices published for node {args.node!r}", file=sys.stderr)
+            return 1
+        if args.svg:
+            Path(args.svg).write_text(
+                render_svg(topology_view(snap.slices, snap.claims, args.node))
+            )
+    sys.stdout.write(render(args, snap))
     return 0
 
 

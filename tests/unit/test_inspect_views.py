@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 from driver.inspect.cli import parser, render
+from driver.inspect.fetch import Snapshot
 from driver.inspect.nodes import nodes_view, render_nodes
 from driver.inspect.topology import render_topology, topology_view
 
@@ -194,9 +195,15 @@ def test_cli_renders_json_yaml_and_wide() -> None:
         **{"resource.kubernetes.io/pciBusID": "0000:3b:00.0"}
     )
     args = parser().parse_args(["--context", "lab", "-n", "team", "nodes", "-o", "json"])
-    (view,) = json.loads(render(args, slices, claims))
+    (view,) = json.loads(render(args, Snapshot(slices, claims)))
     assert view["mig"][0]["bar"] == "[3g······]··[1g][1g]··"
     args = parser().parse_args(["topology", NODE, "-o", "yaml"])
-    assert yaml.safe_load(render(args, slices, claims))["roots"][0]["pcieRoot"] == "pci0000:3a"
+    assert (
+        yaml.safe_load(render(args, Snapshot(slices, claims)))["roots"][0]["pcieRoot"]
+        == "pci0000:3a"
+    )
     args = parser().parse_args(["topology", NODE, "-o", "wide"])
-    assert "      gpu gpu-0 [0000:3b:00.0] blocked" in render(args, slices, claims).splitlines()
+    assert (
+        "      gpu gpu-0 [0000:3b:00.0] blocked"
+        in render(args, Snapshot(slices, claims)).splitlines()
+    )
