@@ -19,9 +19,12 @@ import (
 	"strings"
 	"syscall"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -133,7 +136,14 @@ func run(o options) error {
 	if err != nil {
 		return fmt.Errorf("DRA manager: %w", err)
 	}
-	pods, err := newPodWorker(client, o.nodeName, manager, o.stateDir, o.cdiRoot)
+	// The kubelet's own event recorder (cmd/kubelet/app/server.go): core/v1
+	// Events from source component "kubelet" on this host, deduplicated and
+	// rate-limited by client-go's correlator.
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubelet", Host: o.nodeName})
+	pods, err := newPodWorker(client, o.nodeName, manager, recorder, o.stateDir, o.cdiRoot)
 	if err != nil {
 		return err
 	}

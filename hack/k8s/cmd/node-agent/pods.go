@@ -3,7 +3,8 @@ package main
 // The pod lifecycle the kubelet would drive, minus containers: prepare a
 // pod's claims through the DRA manager, resolve its containers' CDI devices,
 // report it Running; complete it after `patchbay.dev/complete-after`;
-// unprepare and finalise deletion (grace 0) when it is deleted.
+// unprepare and finalise deletion (grace 0) when it is deleted. A failed
+// prepare records the kubelet's FailedPrepareDynamicResources Event on the pod.
 
 import (
 	"context"
@@ -18,9 +19,11 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/kubelet/cm/dra"
+	"k8s.io/kubernetes/pkg/kubelet/events"
 )
 
 const (
@@ -32,6 +35,7 @@ type podWorker struct {
 	client   kubernetes.Interface
 	nodeName string
 	manager  *dra.Manager
+	recorder record.EventRecorder
 	stateDir string
 	cdi      *cdiResolver
 	factory  informers.SharedInformerFactory
@@ -43,7 +47,7 @@ type podWorker struct {
 	done  map[types.UID]bool // pods whose claims are unprepared for good
 }
 
-func newPodWorker(client kubernetes.Interface, nodeName string, manager *dra.Manager, stateDir, cdiRoot string) (*podWorker, error) {
+func newPodWorker(client kubernetes.Interface, nodeName string, manager *dra.Manager, recorder record.EventRecorder, stateDir, cdiRoot string) (*podWorker, error) {
 	resolver, err := newCDIResolver(cdiRoot)
 	if err != nil {
 		return nil, err
@@ -51,7 +55,7 @@ func newPodWorker(client kubernetes.Interface, nodeName string, manager *dra.Man
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "spec.nodeName=" + nodeName }))
 	w := &podWorker{
-		client: client, nodeName: nodeName, manager: manager, stateDir: stateDir, cdi: resolver,
+		client: client, nodeName: nodeName, manager: manager, recorder: recorder, stateDir: stateDir, cdi: resolver,
 		factory: factory, informer: factory.Core().V1().Pods().Informer(),
 		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		known: map[string]*v1.Pod{}, done: map[types.UID]bool{},
@@ -153,6 +157,8 @@ func (w *podWorker) sync(ctx context.Context, key string) error {
 
 func (w *podWorker) start(ctx context.Context, key string, pod *v1.Pod) error {
 	if err := w.manager.PrepareResources(ctx, pod); err != nil {
+		// The kubelet's Event, word for word (pkg/kubelet/kuberuntime, SyncPod).
+		w.recorder.Eventf(pod, v1.EventTypeWarning, events.FailedPrepareDynamicResources, "Failed to prepare dynamic resources: %v", err)
 		if !alreadyWaiting(pod, "FailedPrepareDynamicResources", err.Error()) {
 			if serr := w.setStatus(ctx, pod, waitingStatus(pod, "FailedPrepareDynamicResources", err.Error())); serr != nil {
 				klog.ErrorS(serr, "status update failed", "pod", key)

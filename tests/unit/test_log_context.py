@@ -1,0 +1,69 @@
+"""Log lines carry their context: the JSON formatter writes the claim, pod,
+node and device a line is about (process fields, the per-operation context
+variable, a call's ``extra``) as fields; the text formatter appends them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from driver import logconfig
+from driver.logconfig import JsonFormatter, TextFormatter, bind_log_context, log_context
+
+
+def record(msg: str = "prepared %s", *args: object, **extra: object) -> logging.LogRecord:
+    rec = logging.getLogger("driver.test").makeRecord(
+        "driver.test", logging.INFO, __file__, 1, msg, args or ("x",), None, extra=extra
+    )
+    return rec
+
+
+@pytest.fixture(autouse=True)
+def no_process_fields() -> Iterator[None]:
+    saved = dict(logconfig._PROCESS)
+    logconfig._PROCESS.clear()
+    yield
+    logconfig._PROCESS.clear()
+    logconfig._PROCESS.update(saved)
+
+
+def test_json_carries_extra_and_context_fields() -> None:
+    fmt = JsonFormatter()
+    plain = json.loads(fmt.format(record()))
+    assert set(plain) == {"ts", "level", "logger", "msg"} and plain["msg"] == "prepared x"
+    logconfig.set_process_fields(node="node-a")
+    with log_context(claim="ns/c1", pod="ns/p"):
+        out = json.loads(fmt.format(record(device="gpu-0")))
+    assert {k: out[k] for k in ("claim", "pod", "node", "device")} == {
+        "claim": "ns/c1", "pod": "ns/p", "node": "node-a", "device": "gpu-0",
+    }  # fmt: skip
+    after = json.loads(fmt.format(record()))  # the block ended: its fields with it
+    assert "claim" not in after and after["node"] == "node-a"
+    odd = json.loads(fmt.format(record(devices=["a", "b"], count=2)))
+    assert odd["devices"] == "['a', 'b']" and odd["count"] == 2
+
+
+def test_text_appends_the_operation_context_only() -> None:
+    logconfig.set_process_fields(node="node-a")
+    fmt = TextFormatter()
+    assert fmt.format(record()).endswith("driver.test: prepared x")
+    with log_context(claim="ns/c1"):
+        assert fmt.format(record(device="gpu-0")).endswith("prepared x [claim=ns/c1 device=gpu-0]")
+
+
+async def test_each_task_has_its_own_context_and_threads_inherit_it() -> None:
+    fmt = JsonFormatter()
+
+    async def worker(claim: str) -> tuple[str, str]:
+        bind_log_context(claim=claim)
+        await asyncio.sleep(0)
+        in_thread = await asyncio.to_thread(lambda: fmt.format(record()))
+        return json.loads(fmt.format(record()))["claim"], json.loads(in_thread)["claim"]
+
+    got = await asyncio.gather(worker("ns/a"), worker("ns/b"))
+    assert list(got) == [("ns/a", "ns/a"), ("ns/b", "ns/b")]
+    assert "claim" not in json.loads(fmt.format(record()))  # the caller's context untouched
