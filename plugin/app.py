@@ -25,15 +25,17 @@ from driver.devices.model import CounterSet
 from driver.errors import Stopped
 from driver.fabric_devices.node import AnnotationPublisher, FabricNodeView
 from driver.health.monitor import HealthMonitor
+from driver.httpendpoint import serve_http
 from driver.kube.client import KubeClient
 from driver.kube.objects import ApiClaimReader, owner_reference, wait_for_node
+from driver.metrics import PLUGIN, PLUGIN_REGISTERED
 from driver.node import hotplug
 from driver.slices.build import PoolSpec, slice_name_prefix
 from driver.slices.publisher import SlicePublisher
+from plugin.device_metrics import DeviceCounts, export_device_counts
 from plugin.device_types import fabric_view, xid_watcher
 from plugin.flock import ClaimLock
 from plugin.grpc_server import PluginServers
-from plugin.http_server import serve_http
 from plugin.settings import PluginSettings
 from plugin.sockets import SocketPaths, socket_paths
 
@@ -146,6 +148,12 @@ class NodePlugin:
         )
         return paths, preparer, ClaimLock(paths.lock_file if rolling else None)
 
+    def device_counts(self) -> DeviceCounts:
+        """The device gauges' counts now (``plugin.device_metrics``)."""
+        pools = {p: self.inventory.devices(p) for p in (self.pool_name, self.settings.fabric_pool)}
+        held = self.preparer.prepared_devices() if self.preparer is not None else set()
+        return DeviceCounts(pools, self.settings.fabric_pool, self.health, held)
+
     def healthy(self) -> bool:
         """Ready once the pool has been published and the servers are up; no
         longer once the hot-plug watch has ended (the process is going down)."""
@@ -176,6 +184,8 @@ class NodePlugin:
         # Device health (KEP-4680) is served where NVML can deliver GPU XIDs.
         health = self.health if self.xid is not None else None
         servers = PluginServers(paths, preparer, health, lock=lock)
+        PLUGIN_REGISTERED.set_function(lambda: float(servers.registration.registered.is_set()))
+        export_device_counts(self.device_counts)
 
         async def serve() -> None:
             self._serving = True
@@ -190,7 +200,7 @@ class NodePlugin:
                     group.create_task(self.fabric_report.run(), name="fabric-report")
                 group.create_task(serve(), name="grpc-servers")
                 if s.metrics_port:
-                    group.create_task(serve_http(s.metrics_port, self.healthy), name="http")
+                    group.create_task(serve_http(s.metrics_port, PLUGIN, self.healthy), name="http")
                 events = hotplug.open_source(s.hotplug_source, s.sysfs_root)
                 if events is not None:
                     group.create_task(self.watch_hotplug(events), name="hotplug")

@@ -13,10 +13,11 @@ from pathlib import Path
 from pydantic import ConfigDict, Field
 
 from driver.fabric_devices.settings import FabricPoolSettings
+from driver.httpendpoint import MetricsPortSettings
 from driver.process import ProcessSettings
 
 
-class PluginSettings(ProcessSettings, FabricPoolSettings):
+class PluginSettings(ProcessSettings, FabricPoolSettings, MetricsPortSettings):
     """patchbay node plugin: publishes this node's devices and prepares claims."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -75,7 +76,6 @@ class PluginSettings(ProcessSettings, FabricPoolSettings):
         "(a node-local file with that list; absent: none); GPUs behind them are "
         "fabric-attached (never offered as local) and reported in the Node annotation",
     )
-    metrics_port: int = Field(default=0, description="port for /metrics and /healthz; 0 disables")
 
     @property
     def rolling_update(self) -> bool:

@@ -33,7 +33,13 @@ from driver.config import opaque
 from driver.devices.handler import DeviceHandler, Inventory
 from driver.errors import ClaimError, ConfigError, PatchbayError
 from driver.faults import crash_point
-from driver.metrics import PREPARE_CALLS, PREPARED_CLAIMS, UNPREPARE_CALLS
+from driver.metrics import (
+    PREPARE_CALLS,
+    PREPARE_SECONDS,
+    PREPARED_CLAIMS,
+    UNPREPARE_CALLS,
+    UNPREPARE_SECONDS,
+)
 
 log = logging.getLogger(__name__)
 
@@ -83,30 +89,33 @@ class ClaimPreparer:
 
     async def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
         results: dict[str, PrepareResult] = {}
+        started = time.perf_counter()
         async with self._lock:
             self._reload_if_shared()
             fetched = await self._fetch(claims)
             for ref in claims:
                 try:
                     results[ref.uid] = await self._prepare_one(ref, fetched.get(ref.uid))
-                    PREPARE_CALLS.inc(result="ok")
+                    PREPARE_CALLS.labels(result="ok").inc()
                 except PatchbayError as exc:
                     log.warning(
                         "prepare %s/%s (%s) failed: %s", ref.namespace, ref.name, ref.uid, exc
                     )
                     results[ref.uid] = PrepareResult(error=str(exc))
-                    PREPARE_CALLS.inc(result="error")
+                    PREPARE_CALLS.labels(result="error").inc()
                 except Exception as exc:
                     log.exception(
                         "prepare %s/%s (%s): internal error", ref.namespace, ref.name, ref.uid
                     )
                     results[ref.uid] = PrepareResult(error=f"internal error: {exc!r}")
-                    PREPARE_CALLS.inc(result="error")
+                    PREPARE_CALLS.labels(result="error").inc()
+        PREPARE_SECONDS.observe(time.perf_counter() - started)
         self._changed()
         return results
 
     async def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:
         results: dict[str, str] = {}
+        started = time.perf_counter()
         async with self._lock:
             self._reload_if_shared()
             for ref in claims:
@@ -117,13 +126,14 @@ class ClaimPreparer:
                     else:
                         await asyncio.to_thread(self._unprepare_sync, ref.uid)
                     results[ref.uid] = ""
-                    UNPREPARE_CALLS.inc(result="ok")
+                    UNPREPARE_CALLS.labels(result="ok").inc()
                 except Exception as exc:
                     log.warning(
                         "unprepare %s/%s (%s) failed: %s", ref.namespace, ref.name, ref.uid, exc
                     )
                     results[ref.uid] = str(exc)
-                    UNPREPARE_CALLS.inc(result="error")
+                    UNPREPARE_CALLS.labels(result="error").inc()
+        UNPREPARE_SECONDS.observe(time.perf_counter() - started)
         self._changed()
         return results
 

@@ -2,7 +2,9 @@
 
 Concurrency model: one asyncio loop. The replica first waits for the leader
 Lease; once it holds it, the reconciler (watches, publisher, fabric refresh,
-attach/detach tasks) and the lease renewal run in one TaskGroup. Losing the
+attach/detach tasks) and the lease renewal run in one TaskGroup. The HTTP
+endpoint (``--metrics-port``: ``/metrics``, ``/healthz``) serves from the
+start, also while the replica waits as a follower. Losing the
 lease ends the process with exit code 5 (``driver.errors.LeaseLost``) so
 its supervisor restarts it as a follower: state is rebuilt from the API and
 the fabric, never carried over. SIGTERM/SIGINT stop everything; the lease
@@ -19,6 +21,8 @@ from collections.abc import Sequence
 
 from driver.controller.settings import ControllerSettings
 from driver.errors import LeaseLost, Stopped
+from driver.httpendpoint import serve_http
+from driver.metrics import CONTROLLER, CONTROLLER_LEADER
 from driver.process import run_process
 
 log = logging.getLogger(__name__)
@@ -53,7 +57,11 @@ async def _run(settings: ControllerSettings) -> None:
             try:
                 async with asyncio.TaskGroup() as group:
                     group.create_task(until_stopped())
+                    if settings.metrics_port:  # followers are scraped and probed too
+                        http = serve_http(settings.metrics_port, CONTROLLER, lambda: True)
+                        group.create_task(http, name="http")
                     await lease.acquire()
+                    CONTROLLER_LEADER.set(1)
                     group.create_task(keep_lease(), name="lease")
                     group.create_task(Reconciler(api, fabric, settings).run(), name="reconciler")
             except* Stopped:

@@ -210,3 +210,26 @@ def build_pool(
         slice_of={d.name: node_index[variants[d.name].node] for d in devices},
     )
     return spec, variants
+
+
+def device_states(
+    inventory: FabricInventory | None, held: Collection[str]
+) -> list[tuple[tuple[str, str], float]]:
+    """``patchbay_fabric_devices`` samples: (type, state) and a count, every
+    state of each type present. A device is attached (a connection, also one
+    on its way in or out), else held (after a failed attach), else
+    unavailable (another tenant's, or health Critical), else free."""
+    counts: dict[tuple[str, str], int] = {}
+    for d in inventory.devices if inventory is not None else ():
+        if d.connection is not None:
+            state = "attached"
+        elif d.id in held:
+            state = "held"
+        elif not d.available or d.health == "Critical":
+            state = "unavailable"
+        else:
+            state = "free"
+        counts[(d.kind, state)] = counts.get((d.kind, state), 0) + 1
+    kinds = sorted({k for k, _ in counts})
+    states = ("free", "attached", "held", "unavailable")
+    return [((k, s), float(counts.get((k, s), 0))) for k in kinds for s in states]

@@ -32,7 +32,7 @@ from typing import Any
 from driver.backoff import Backoff
 from driver.controller import claims as cl
 from driver.controller.holds import FailedHolds
-from driver.controller.pool import Variant, build_pool
+from driver.controller.pool import Variant, build_pool, device_states
 from driver.controller.reports import NodeReports
 from driver.controller.settings import ControllerSettings
 from driver.controller.status import ClaimStatusWriter
@@ -44,6 +44,7 @@ from driver.fabricclient.protocol import FabricApi
 from driver.kube.api import RESOURCE_V1
 from driver.kube.cache import ObjectCache
 from driver.kube.client import KubeClient
+from driver.metrics import FABRIC_DEVICES, FABRIC_POOL_DEVICES
 from driver.slices.publisher import SlicePublisher
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ class Reconciler:
             settings.attach_timeout,
             self._operation_done,
         )
+        FABRIC_DEVICES.source = lambda: device_states(self.inventory, self.holds.held())
 
     def mark(self) -> None:
         self._dirty.set()
@@ -162,6 +164,7 @@ class Reconciler:
         self.variants.update(variants)
         self.published.update({d.name: d for d in spec.devices})
         self.publisher.set_pool(spec)
+        FABRIC_POOL_DEVICES.set(len(spec.devices))
         needed: set[str] = set()
         for a in allocs:
             v = self.variants.get(a.device)

@@ -13,10 +13,13 @@ from pydantic import ConfigDict, Field
 
 from driver.fabric_devices.settings import FabricPoolSettings
 from driver.fabricclient.token import FabricTokenSettings
+from driver.httpendpoint import MetricsPortSettings
 from driver.process import ProcessSettings
 
 
-class ControllerSettings(ProcessSettings, FabricTokenSettings, FabricPoolSettings):
+class ControllerSettings(
+    ProcessSettings, FabricTokenSettings, FabricPoolSettings, MetricsPortSettings
+):
     """patchbay controller: publishes the fabric pool and attaches allocated fabric devices."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -39,14 +39,17 @@ from driver.errors import (
 )
 from driver.fabric_devices.naming import FAILED_CONDITION, READY_CONDITION
 from driver.fabricclient.protocol import FabricApi
-from driver.metrics import REGISTRY
+from driver.metrics import FABRIC_IN_FLIGHT, FABRIC_OPS, FABRIC_SECONDS
 
 log = logging.getLogger(__name__)
 
-FABRIC_OPS = REGISTRY.metric(
-    "patchbay_fabric_operations_total", "fabric attach/detach operations by result"
-)
 RETRY_S = 0.5
+
+
+def observe(op: str, result: str, started: float) -> None:
+    """An operation ended: count it and its duration (``driver.metrics``)."""
+    FABRIC_OPS.labels(op=op, result=result).inc()
+    FABRIC_SECONDS.labels(op=op, result=result).observe(time.monotonic() - started)
 
 
 class Workers:
@@ -74,8 +77,11 @@ class Workers:
     def _start(self, device_id: str, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks[device_id] = task
+        in_flight = FABRIC_IN_FLIGHT.labels(op=name.partition("-")[0])  # attach-<id>, detach-<id>
+        in_flight.inc()
 
         def done(_: asyncio.Task[None]) -> None:
+            in_flight.dec()
             if self._tasks.get(device_id) is task:
                 del self._tasks[device_id]
                 self._attaching.pop(device_id, None)
@@ -117,13 +123,13 @@ class Workers:
             data = {"fabricDevice": v.device_id, key: v.identity, "adapter": v.adapter}
             cond = cl.condition(READY_CONDITION, "Attached", message, None)
             if await self._status.write(a, cond, data):
-                FABRIC_OPS.inc(op="attach", result="ok")
+                observe("attach", "ok", started)
                 log.info(
                     "claim %s/%s: %s ready after %.2fs", a.namespace, a.name, message,
                     time.monotonic() - started,
                 )  # fmt: skip
         except (AttachFailed, FabricApiError) as exc:
-            FABRIC_OPS.inc(op="attach", result="failed")
+            observe("attach", "failed", started)
             log.warning("claim %s/%s: attaching %s failed: %s", a.namespace, a.name, v.name, exc)
             self._holds.hold(v.device_id)
             cond = cl.condition(FAILED_CONDITION, "AttachFailed", str(exc), None)
@@ -167,7 +173,7 @@ class Workers:
             await asyncio.sleep(RETRY_S)
 
     async def _detach(self, device_id: str) -> None:
-        fabric = self._fabric
+        fabric, started = self._fabric, time.monotonic()
         try:
             task = await fabric.detach(device_id)
             if task is not None:
@@ -175,8 +181,8 @@ class Workers:
                 if done.failed:
                     raise AttachFailed("; ".join(done.messages) or "detach task failed")
                 log.info("fabric device %s detached", device_id)
-            FABRIC_OPS.inc(op="detach", result="ok")
+            observe("detach", "ok", started)
         except (FabricApiError, FabricUnavailable, TimeoutError, AttachFailed) as exc:
-            FABRIC_OPS.inc(op="detach", result="failed")
+            observe("detach", "failed", started)
             log.info("detaching %s failed (retried later): %s", device_id, exc)
             await asyncio.sleep(1.0)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from driver.errors import ConfigError, HotplugError
+from driver.metrics import HOTPLUG_EVENTS
 from driver.pci.uevents import UeventFeed
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,8 @@ async def watch(
         relevant = [e for e in burst if getattr(e, "action", "") in ACTIONS]
         if not relevant:
             continue
+        for e in relevant:
+            HOTPLUG_EVENTS.labels(action=e.action).inc()
         log.info(
             "hot-plug: %s; re-enumerating",
             ", ".join(f"{e.action} {e.device_path.rsplit('/', 1)[-1]}" for e in relevant),

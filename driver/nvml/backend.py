@@ -14,11 +14,14 @@ name, e.g. ``INSUFFICIENT_RESOURCES`` for an occupied MIG placement.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+import functools
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from driver.errors import NvmlDeviceError, NvmlError
+from driver.metrics import NVML_ERRORS
 
 
 class NvmlReturn(enum.IntEnum):
@@ -206,3 +209,36 @@ def normalize_bus_id(raw: str) -> str:
 def cuda_version(raw: int) -> str:
     """NVML's 13000 as "13.0"."""
     return f"{raw // 1000}.{(raw % 1000) // 10}"
+
+
+C = TypeVar("C", bound=type)
+_depth = threading.local()
+
+
+def counts_errors(cls: C) -> C:
+    """Count each :class:`NvmlError` that leaves a public method of ``cls``
+    (``patchbay_nvml_errors_total{call, code}``): the failures the driver
+    sees, not those a backend handles itself (a TIMEOUT that ends an event
+    wait, NOT_SUPPORTED of an optional query). Only the outermost call of a
+    thread counts, so a method calling another counts once."""
+
+    def wrap(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            depth = getattr(_depth, "n", 0)
+            _depth.n = depth + 1
+            try:
+                return method(*args, **kwargs)
+            except NvmlError as exc:
+                if depth == 0:
+                    NVML_ERRORS.labels(call=name, code=exc.name).inc()
+                raise
+            finally:
+                _depth.n = depth
+
+        return counted
+
+    for name, method in list(vars(cls).items()):
+        if not name.startswith("_") and callable(method):
+            setattr(cls, name, wrap(name, method))
+    return cls

@@ -25,6 +25,7 @@ from driver.nvml.backend import (
     NvmlReturn,
     SystemInfo,
     XidEvent,
+    counts_errors,
     nvml_error,
 )
 from driver.nvml.fake_state import FakeGpu, FakeInstance, FakeMachine
@@ -44,6 +45,7 @@ _GPU_QUERIES = (
 )
 
 
+@counts_errors
 class FakeNvml:
     """One 'process' view of a FakeMachine."""
 
@@ -213,6 +215,7 @@ class FakeNvml:
         return FakeEventWatcher(self.machine, list(uuids))
 
 
+@counts_errors
 class FakeEventWatcher:
     """Delivers queued XIDs (once) and reports lost GPUs as XID 79, like the mock."""
 

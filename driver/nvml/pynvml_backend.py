@@ -32,6 +32,7 @@ from driver.nvml.backend import (
     NvmlReturn,
     SystemInfo,
     XidEvent,
+    counts_errors,
     cuda_version,
     normalize_bus_id,
     nvml_error,
@@ -71,6 +72,7 @@ CI_PROFILES = range(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT)
 _SKIP = {NvmlReturn.NOT_SUPPORTED, NvmlReturn.INVALID_ARGUMENT}
 
 
+@counts_errors
 class PynvmlBackend:
     """:class:`driver.nvml.backend.NvmlBackend` over the real pynvml."""
 
@@ -335,6 +337,7 @@ class PynvmlBackend:
         return PynvmlEventWatcher(self, list(uuids))
 
 
+@counts_errors
 class PynvmlEventWatcher:
     """XID events through an NVML event set.
 

@@ -22,7 +22,7 @@ from driver.errors import ApiError, ApiStatusError
 from driver.kube.api import slice_path
 from driver.kube.cache import ObjectCache
 from driver.kube.client import KubeClient
-from driver.metrics import SLICE_WRITES
+from driver.metrics import SLICE_FAILURES, SLICE_WRITES
 from driver.slices.build import DesiredSlice, PoolSpec, build_slices, slice_object
 from driver.slices.diff import diff_pool
 
@@ -110,6 +110,7 @@ class SlicePublisher:
             except asyncio.CancelledError:
                 raise
             except (ApiError, OSError) as exc:
+                SLICE_FAILURES.labels(reason="api").inc()
                 log.warning(
                     "publishing pool %s failed, retrying in %.1fs: %s",
                     self._pool_name, backoff.delay, exc,
@@ -128,6 +129,7 @@ class SlicePublisher:
         self._rewrites = self._rewrites + 1 if pool is self._last_written else 0
         self._last_written = pool
         if self._rewrites >= REWRITES_BEFORE_BACKOFF:
+            SLICE_FAILURES.labels(reason="diverged").inc()
             delay = min(2.0**self._rewrites, BACKOFF_STUCK_MAX)
             log.error(
                 "pool %s: the stored slices differ again after %d rewrites of the same pool"
@@ -152,7 +154,7 @@ class SlicePublisher:
                     "resourceVersion"
                 ]
                 stored = await self._api.replace(slice_path(want.name), body)
-                SLICE_WRITES.inc(op="update")
+                SLICE_WRITES.labels(op="update").inc()
             else:
                 try:
                     stored = await self._api.create(slice_path(), body)
@@ -164,7 +166,7 @@ class SlicePublisher:
                     log.info("slice %s already exists; will reconcile from the watch", want.name)
                     self._dirty.set()
                     continue
-                SLICE_WRITES.inc(op="create")
+                SLICE_WRITES.labels(op="create").inc()
             self._cache[want.name] = stored
         for name in diff.to_delete:
             try:
@@ -172,7 +174,7 @@ class SlicePublisher:
             except ApiStatusError as exc:
                 if not exc.not_found:
                     raise
-            SLICE_WRITES.inc(op="delete")
+            SLICE_WRITES.labels(op="delete").inc()
             self._cache.pop(name, None)
         if not self._dirty.is_set():
             self.in_sync.set()

@@ -79,6 +79,7 @@ def test_helm_value_defaults_match_process_defaults(section: str, model: type[Ba
     # A value the chart defaults differently must say why here, not drift by accident.
     chart_differs = {
         ("kubeletPlugin", "metrics_port"),  # the liveness probe needs /healthz
+        ("controller", "metrics_port"),  # the same
         ("kubeletPlugin", "registry_dir"),  # derived from kubeletRootDir
         ("kubeletPlugin", "plugin_dir"),  # derived from kubeletRootDir
         ("fabric", "fabric_db"),  # state on the pod's emptyDir

@@ -1,0 +1,60 @@
+"""A process's HTTP endpoint: Prometheus ``/metrics`` and ``/healthz``.
+
+Why one module: the node plugin and the controller serve the same two paths
+the same way, each with its own registry (``driver.metrics``) and its own
+health test, on the port of their ``--metrics-port`` setting
+(:class:`MetricsPortSettings`; 0 disables the endpoint). Served on the
+process's asyncio loop with aiohttp, which the Kubernetes aio client loads
+anyway, so the endpoint costs no extra import; a scrape renders the registry
+on the loop, where the state the sampled gauges read lives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from pydantic import BaseModel, Field
+
+log = logging.getLogger(__name__)
+
+
+class MetricsPortSettings(BaseModel):
+    """The endpoint's one setting (flag ``--metrics-port``, env ``METRICS_PORT``)."""
+
+    metrics_port: int = Field(
+        default=0, ge=0, le=65535, description="port for /metrics and /healthz; 0 disables"
+    )
+
+
+async def serve_http(
+    port: int,
+    registry: CollectorRegistry,
+    healthy: Callable[[], bool],
+    host: str = "0.0.0.0",
+) -> None:
+    """Serve until cancelled."""
+
+    async def metrics(_: web.Request) -> web.Response:
+        body = generate_latest(registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(_: web.Request) -> web.Response:
+        ok = healthy()
+        return web.Response(status=200 if ok else 503, text="ok\n" if ok else "not ready\n")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    log.info("serving /metrics and /healthz on %s:%d", host, port)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
