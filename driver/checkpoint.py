@@ -10,21 +10,26 @@ missing.
 The file is a versioned pydantic model written atomically. Newer versions may
 add fields with defaults and unknown fields are kept, so an upgrade or a
 rollback never loses information (there is deliberately no checksum, which
-would break on added fields). A file that cannot be parsed is moved aside
-under a ``.corrupt-<time>`` name and reported, never silently ignored. When
-the node's boot id changes every record is dropped: a reboot undid the
-devices' state. That rule is why nothing here is fsynced: only a reboot
-(power loss, kernel crash) loses unsynced writes, and after one the file is
-dropped whatever it holds (docs/design.md, "Failure model").
+would break on added fields). A claim state this build does not know is kept
+as its string, and :meth:`ClaimRecord.not_understood` says why this build
+must leave such a record alone (docs/design.md, "Upgrades and downgrades";
+``tests/fixtures/checkpoint-v1`` is a file every later build must read). A
+file that cannot be parsed is moved aside under a ``.corrupt-<time>`` name
+and reported, never silently ignored. When the node's boot id changes every
+record is dropped: a reboot undid the devices' state. That rule is why
+nothing here is fsynced: only a reboot (power loss, kernel crash) loses
+unsynced writes, and after one the file is dropped whatever it holds
+(docs/design.md, "Failure model").
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -39,6 +44,11 @@ CHECKPOINT_VERSION = 1
 class ClaimState(StrEnum):
     PREPARE_STARTED = "PrepareStarted"
     PREPARE_COMPLETED = "PrepareCompleted"
+
+
+# A known state parses to its member; any other string (a newer build's) is
+# kept as written, never a reason to move the whole file aside.
+StateValue = Annotated[ClaimState | str, Field(union_mode="left_to_right")]
 
 
 class DeviceRecord(BaseModel):
@@ -63,12 +73,23 @@ class ClaimRecord(BaseModel):
     uid: str
     namespace: str
     name: str
-    state: ClaimState
+    state: StateValue
     devices: list[DeviceRecord] = Field(default_factory=list)
     updated: float = Field(default_factory=time.time)
     # The CDI spec written for the claim (set with PrepareCompleted), so that
     # start-up can re-create it; None in records of older versions.
     cdi_spec: dict[str, Any] | None = None
+
+    def not_understood(self, kinds: Collection[str]) -> str | None:
+        """What in this record this build cannot act on, given the device
+        kinds it has handlers for: a state or a device kind only a newer build
+        (or one with another device family enabled) knows; None if nothing."""
+        if not isinstance(self.state, ClaimState):
+            return f"state {self.state!r}"
+        unknown = sorted({d.kind for d in self.devices if d.kind not in kinds})
+        if unknown:
+            return "device kind " + ", ".join(repr(k) for k in unknown)
+        return None
 
 
 class Checkpoint(BaseModel):

@@ -310,12 +310,16 @@ class ClaimPreparer:
     def _plan(
         self, ref: ClaimRef, allocation: Allocation
     ) -> list[tuple[DeviceRecord, Any, opaque.DeviceConfig | None]]:
-        held = {
-            (d.kind, d.local_id): c.uid
-            for c in self.checkpoint.claims.values()
-            if c.uid != ref.uid
-            for d in c.devices
-        }
+        held: dict[tuple[str, ...], str] = {}
+        for c in self.checkpoint.claims.values():
+            if c.uid == ref.uid:
+                continue
+            # A newer build's record holds its hardware whatever it calls it.
+            newer = c.not_understood(self._handlers) is not None
+            for d in c.devices:
+                held[(d.kind, d.local_id)] = c.uid
+                if newer:
+                    held[(d.local_id,)] = held[(d.pool_name, d.device_name)] = c.uid
         planned = []
         for result in allocation.devices:
             device = self._inventory.lookup(result.pool, result.device)
@@ -325,7 +329,12 @@ class ClaimPreparer:
                 )
             if device.kind not in self._handlers:
                 raise ClaimError(f"device {result.device}: no handler for type {device.kind}")
-            owner = held.get((device.kind, device.local_id))
+            keys = [
+                (device.kind, device.local_id),
+                (device.local_id,),
+                (result.pool, result.device),
+            ]
+            owner = next((held[k] for k in keys if k in held), None)
             if owner is not None and result.share_id is None:
                 raise ClaimError(f"device {result.device} is already prepared for claim {owner}")
             configs = [
@@ -356,11 +365,13 @@ class ClaimPreparer:
         self._undo(record)
 
     def _undo(self, record: ClaimRecord) -> None:
+        if (why := record.not_understood(self._handlers)) is not None:  # docs/design.md, "Upgrades"
+            raise ClaimError(
+                f"claim {record.uid}: its checkpoint record has {why}, written by a newer build "
+                "of patchbay (or one with that device family enabled); left untouched"
+            )
         for device in record.devices:
-            handler = self._handlers.get(device.kind)
-            if handler is None:
-                raise ClaimError(f"claim {record.uid}: no handler for device type {device.kind}")
-            handler.unprepare(device.kind, device.local_id, device.undo)
+            self._handlers[device.kind].unprepare(device.kind, device.local_id, device.undo)
         crash_point("unprepare-devices-undone")
         # The record goes before the spec: a spec without a record is debris
         # start-up removes, a prepared record without its spec must not be.
