@@ -27,7 +27,9 @@ from driver.fabric_devices.node import AnnotationPublisher, FabricNodeView
 from driver.health.monitor import HealthMonitor
 from driver.httpendpoint import serve_http
 from driver.kube.client import KubeClient
+from driver.kube.events import EventRecorder, ObjectEvents, ObjectRef
 from driver.kube.objects import ApiClaimReader, owner_reference, wait_for_node
+from driver.logconfig import set_process_fields
 from driver.metrics import PLUGIN, PLUGIN_REGISTERED
 from driver.node import hotplug
 from driver.slices.build import PoolSpec, slice_name_prefix
@@ -40,6 +42,8 @@ from plugin.settings import PluginSettings
 from plugin.sockets import SocketPaths, socket_paths
 
 log = logging.getLogger(__name__)
+
+REPORTING_CONTROLLER = "patchbay.dev/plugin"  # our Events' source (docs/events.md)
 
 
 class NodePlugin:
@@ -62,6 +66,10 @@ class NodePlugin:
         self.owner: dict[str, Any] | None = None
         self.preparer: ClaimPreparer | None = None
         self.health = HealthMonitor()
+        # Events on the Node (device unhealthy, devices or slices not published).
+        self.recorder = EventRecorder(
+            api, REPORTING_CONTROLLER, f"patchbay-plugin-{settings.node_name}"
+        )
         self.health.on_change = self.publish
         self._counter_sets: tuple[CounterSet, ...] = ()
         self._published = False
@@ -172,8 +180,11 @@ class NodePlugin:
         self.health.bind_loop()
         if self.xid is not None:
             self.xid.start()
+        set_process_fields(node=s.node_name)
         node = await wait_for_node(self.api, s.node_name)
         self.owner = owner_reference(node)
+        node_events = ObjectEvents(self.recorder, ObjectRef.of(node, "Node"))
+        self.health.events = self.publisher.events = node_events
         await self.rescan()
         paths, preparer, lock = self.claim_serving()
         async with lock:  # another plugin pod may be preparing (rolling update)
@@ -196,6 +207,7 @@ class NodePlugin:
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.publisher.run(), name="slice-publisher")
+                group.create_task(self.recorder.run(), name="events")
                 if self.fabric_report is not None:
                     group.create_task(self.fabric_report.run(), name="fabric-report")
                 group.create_task(serve(), name="grpc-servers")

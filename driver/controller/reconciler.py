@@ -31,6 +31,7 @@ from typing import Any
 
 from driver.backoff import Backoff
 from driver.controller import claims as cl
+from driver.controller.events import CONTROLLER, ControllerEvents, gone_adapters, node_ref
 from driver.controller.holds import FailedHolds
 from driver.controller.pool import Variant, build_pool, device_states
 from driver.controller.reports import NodeReports
@@ -39,11 +40,13 @@ from driver.controller.status import ClaimStatusWriter
 from driver.controller.workers import Workers
 from driver.devices.model import Device
 from driver.errors import FabricApiError, FabricUnavailable
+from driver.fabric_devices.naming import NodeFabric
 from driver.fabricclient.model import FabricInventory
 from driver.fabricclient.protocol import FabricApi
 from driver.kube.api import RESOURCE_V1
 from driver.kube.cache import ObjectCache
 from driver.kube.client import KubeClient
+from driver.kube.events import EventRecorder
 from driver.metrics import FABRIC_DEVICES, FABRIC_POOL_DEVICES
 from driver.slices.publisher import SlicePublisher
 
@@ -69,6 +72,9 @@ class Reconciler:
         self.published: dict[str, Device] = {}  # the last published device of each name
         self.holds = FailedHolds(settings.failed_device_hold, self.mark)
         self.reports = NodeReports()
+        self.recorder = EventRecorder(api, CONTROLLER, settings.identity)
+        self.events = ControllerEvents(self.recorder)
+        self._adapters: tuple[dict[str, NodeFabric], set[tuple[str, str]]] | None = None
         self.workers = Workers(
             fabric,
             ClaimStatusWriter(api, self.pool),
@@ -76,6 +82,7 @@ class Reconciler:
             self.holds,
             settings.attach_timeout,
             self._operation_done,
+            self.events,
         )
         FABRIC_DEVICES.source = lambda: device_states(self.inventory, self.holds.held())
 
@@ -94,6 +101,7 @@ class Reconciler:
             group.create_task(self._fabric_loop(), name="fabric-refresh")
             group.create_task(self._event_loop(), name="fabric-events")
             group.create_task(self._loop(), name="reconcile")
+            group.create_task(self.recorder.run(), name="events")
 
     async def _fabric_loop(self) -> None:
         while True:
@@ -154,6 +162,7 @@ class Reconciler:
         inv = self.inventory
         assert inv is not None
         reports = self.reports.refresh(self.nodes.objects)  # wakes attaches waiting on a node
+        self._watch_adapters(reports, inv)
         if not self.published:  # first pass: what a previous incarnation published
             self.published = published_devices(self.publisher.stored().values())
         self.holds.expire()
@@ -187,7 +196,17 @@ class Reconciler:
                 # force-deleted pod): its node's next report brings us back.
                 log.debug("%s still prepared on %s: detach waits", device.id, conn.node)
                 continue
-            self.workers.detach(device.id)
+            self.workers.detach(device.id, node_ref(self.nodes.objects, conn.node))
+
+    def _watch_adapters(self, reports: dict[str, NodeFabric], inv: FabricInventory) -> None:
+        """An Event on each Node whose report or fabric entry lost an adapter."""
+        listed = {(a.node, a.adapter) for a in inv.adapters}
+        if self._adapters is not None:
+            nodes = self.nodes.objects
+            for node, adapter, why in gone_adapters(*self._adapters, reports, listed, nodes):
+                log.warning("node %s: fabric adapter %s gone: %s", node, adapter, why)
+                self.events.adapter_gone(node_ref(nodes, node), adapter, why)
+        self._adapters = (reports, listed)
 
 
 def published_devices(slices: Iterable[Mapping[str, Any]]) -> dict[str, Device]:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from driver.controller import claims as cl
+from driver.controller.events import ControllerEvents, claim_ref
 from driver.controller.holds import FailedHolds
 from driver.controller.pool import Variant
 from driver.controller.reports import NodeReports
@@ -39,6 +40,8 @@ from driver.errors import (
 )
 from driver.fabric_devices.naming import FAILED_CONDITION, READY_CONDITION
 from driver.fabricclient.protocol import FabricApi
+from driver.kube.events import ObjectRef
+from driver.logconfig import bind_log_context
 from driver.metrics import FABRIC_IN_FLIGHT, FABRIC_OPS, FABRIC_SECONDS
 
 log = logging.getLogger(__name__)
@@ -61,6 +64,7 @@ class Workers:
         holds: FailedHolds,
         attach_timeout: float,
         on_done: Callable[[], None],
+        events: ControllerEvents | None = None,
     ) -> None:
         self._fabric = fabric
         self._status = status
@@ -70,6 +74,9 @@ class Workers:
         self._on_done = on_done
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._attaching: dict[str, tuple[str, str]] = {}  # device id -> (claim uid, variant)
+        self._events = events or ControllerEvents(None)
+        # The claim each device was last attached for: its detach Event goes there.
+        self._holder: dict[str, ObjectRef] = {}
 
     def busy(self, device_id: str) -> bool:
         return device_id in self._tasks
@@ -94,9 +101,11 @@ class Workers:
             self._attaching[v.device_id] = (a.claim_uid, a.device)
             self._start(v.device_id, self._attach(a, v), f"attach-{v.device_id}")
 
-    def detach(self, device_id: str) -> None:
+    def detach(self, device_id: str, node: ObjectRef) -> None:
+        """Detach ``device_id`` (attached to ``node``, where its Event goes
+        when this incarnation did not attach it for a claim)."""
         if not self.busy(device_id):
-            self._start(device_id, self._detach(device_id), f"detach-{device_id}")
+            self._start(device_id, self._detach(device_id, node), f"detach-{device_id}")
 
     def cancel_unneeded(self, wanted: set[tuple[str, str]]) -> None:
         """Cancel attaches whose allocation disappeared (pod deleted in PreBind)."""
@@ -107,7 +116,11 @@ class Workers:
                 self._attaching.pop(device_id, None)
 
     async def _attach(self, a: cl.FabricAllocation, v: Variant) -> None:
+        # Each operation is its own task: these log fields are this attach's alone.
+        bind_log_context(claim=f"{a.namespace}/{a.name}", node=v.node, device=v.device_id)
         started = time.monotonic()
+        self._holder[v.device_id] = claim_ref(a)
+        self._events.attaching(a, v)
         deadline = started + self._timeout
         try:
             if v.device_id in self._holds:
@@ -124,6 +137,7 @@ class Workers:
             cond = cl.condition(READY_CONDITION, "Attached", message, None)
             if await self._status.write(a, cond, data):
                 observe("attach", "ok", started)
+                self._events.attached(a, message)
                 log.info(
                     "claim %s/%s: %s ready after %.2fs", a.namespace, a.name, message,
                     time.monotonic() - started,
@@ -132,6 +146,7 @@ class Workers:
             observe("attach", "failed", started)
             log.warning("claim %s/%s: attaching %s failed: %s", a.namespace, a.name, v.name, exc)
             self._holds.hold(v.device_id)
+            self._events.attach_failed(a, v, str(exc))
             cond = cl.condition(FAILED_CONDITION, "AttachFailed", str(exc), None)
             with contextlib.suppress(ApiError):
                 await self._status.write(a, cond, None)
@@ -172,8 +187,10 @@ class Workers:
                 log.info("%s: fabric not answering (%s): retrying", v.device_id, exc)
             await asyncio.sleep(RETRY_S)
 
-    async def _detach(self, device_id: str) -> None:
+    async def _detach(self, device_id: str, node: ObjectRef) -> None:
+        bind_log_context(node=node.name, device=device_id)  # this task's own context
         fabric, started = self._fabric, time.monotonic()
+        regarding = self._holder.get(device_id, node)
         try:
             task = await fabric.detach(device_id)
             if task is not None:
@@ -181,8 +198,11 @@ class Workers:
                 if done.failed:
                     raise AttachFailed("; ".join(done.messages) or "detach task failed")
                 log.info("fabric device %s detached", device_id)
+                self._events.detached(regarding, device_id, node.name)
             observe("detach", "ok", started)
+            self._holder.pop(device_id, None)
         except (FabricApiError, FabricUnavailable, TimeoutError, AttachFailed) as exc:
             observe("detach", "failed", started)
             log.info("detaching %s failed (retried later): %s", device_id, exc)
+            self._events.detach_failed(regarding, device_id, str(exc))
             await asyncio.sleep(1.0)

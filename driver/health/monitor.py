@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 
 from driver.devices.model import Device, DeviceTaint
 from driver.health.model import DeviceHealth, HealthStatus
+from driver.kube.events import ObjectEvents
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 # NVIDIA's own device plugin.
 APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 TAINT_KEY = "patchbay.dev/unhealthy"
+DEVICE_UNHEALTHY = "DeviceUnhealthy"  # the Event reason on the Node (docs/events.md)
 
 
 def gpu_of(device: Device) -> str | None:
@@ -58,6 +60,7 @@ class HealthMonitor:
         # On the loop, after an XID changed a device's health (not after
         # set_devices: the scan that called it publishes anyway).
         self.on_change: Callable[[], None] | None = None
+        self.events: ObjectEvents | None = None  # the Node's, once the plugin knows it
 
     def bind_loop(self) -> None:
         """Remember the running loop (for reports from other threads)."""
@@ -95,8 +98,14 @@ class HealthMonitor:
             return
         if uuid in self._bad:
             return
-        log.error("GPU %s: critical XID %d: marked unhealthy", uuid, xid)
+        names = [d.name for ds in self._pools.values() for d in ds if gpu_of(d) == uuid]
+        log.error("GPU %s: critical XID %d: marked unhealthy", uuid, xid,
+                  extra={"device": ",".join(names) or uuid})  # fmt: skip
         self._bad[uuid] = (xid, int(time.time()))
+        if self.events is not None:
+            note = (f"GPU {uuid} reported critical XID {xid}: {', '.join(names) or uuid} "
+                    f"unhealthy, published with a NoSchedule taint ({TAINT_KEY})")  # fmt: skip
+            self.events.warning(DEVICE_UNHEALTHY, "HealthCheck", note)
         self._notify()
 
     def _notify(self, health_changed: bool = True) -> None:

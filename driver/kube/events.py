@@ -356,3 +356,18 @@ class EventRecorder:
             series.name = f"{ref.name[:236]}.{time.time_ns():x}"
         await self._api.create(f"{EVENTS_V1}/namespaces/{series.namespace}/events",
                                self._body(series))  # fmt: skip
+
+
+class ObjectEvents:
+    """A recorder bound to one object (the plugin's Node): what the plugin's
+    parts that report about their node get."""
+
+    def __init__(self, recorder: EventRecorder, regarding: ObjectRef) -> None:
+        self.recorder = recorder
+        self.regarding = regarding
+
+    def normal(self, reason: str, action: str, note: str) -> None:
+        self.recorder.event(self.regarding, NORMAL, reason, action, note)
+
+    def warning(self, reason: str, action: str, note: str) -> None:
+        self.recorder.event(self.regarding, WARNING, reason, action, note)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from driver.errors import ConfigError, HotplugError
+from driver.logconfig import log_context
 from driver.metrics import HOTPLUG_EVENTS
 from driver.pci.uevents import UeventFeed
 
@@ -98,8 +99,10 @@ async def watch(
             continue
         for e in relevant:
             HOTPLUG_EVENTS.labels(action=e.action).inc()
-        log.info(
-            "hot-plug: %s; re-enumerating",
-            ", ".join(f"{e.action} {e.device_path.rsplit('/', 1)[-1]}" for e in relevant),
-        )
-        await rescan()
+        devices = ",".join(dict.fromkeys(e.device_path.rsplit("/", 1)[-1] for e in relevant))
+        with log_context(device=devices):  # the rescan's lines say which devices came or went
+            log.info(
+                "hot-plug: %s; re-enumerating",
+                ", ".join(f"{e.action} {e.device_path.rsplit('/', 1)[-1]}" for e in relevant),
+            )
+            await rescan()

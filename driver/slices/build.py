@@ -59,20 +59,28 @@ def slice_name_prefix(pool_name: str, driver: str) -> str:
     return f"{base[:189]}-{digest}"
 
 
-def publishable(devices: Sequence[Device]) -> list[Device]:
-    """Devices that respect the apiserver's limits and have unique names."""
+def left_out(devices: Sequence[Device]) -> dict[int, str]:
+    """Why each device the apiserver would refuse (or a second one of a name)
+    cannot be published, by its index in ``devices``."""
     seen: set[str] = set()
-    out: list[Device] = []
-    for device in devices:
+    out: dict[int, str] = {}
+    for i, device in enumerate(devices):
         problems = limits.device_problems(device)
         if device.name in seen:
             problems.append("duplicate device name in pool")
         if problems:
-            log.error("device %s left out of the pool: %s", device.name, "; ".join(problems))
-            continue
-        seen.add(device.name)
-        out.append(device)
+            out[i] = "; ".join(problems)
+        else:
+            seen.add(device.name)
     return out
+
+
+def publishable(devices: Sequence[Device]) -> list[Device]:
+    """Devices that respect the apiserver's limits and have unique names."""
+    bad = left_out(devices)
+    for i, why in bad.items():
+        log.error("device %s left out of the pool: %s", devices[i].name, why)
+    return [d for i, d in enumerate(devices) if i not in bad]
 
 
 def _chunks(devices: Sequence[Device]) -> list[list[Device]]:

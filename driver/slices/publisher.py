@@ -22,8 +22,9 @@ from driver.errors import ApiError, ApiStatusError
 from driver.kube.api import slice_path
 from driver.kube.cache import ObjectCache
 from driver.kube.client import KubeClient
+from driver.kube.events import ObjectEvents
 from driver.metrics import SLICE_FAILURES, SLICE_WRITES
-from driver.slices.build import DesiredSlice, PoolSpec, build_slices, slice_object
+from driver.slices.build import DesiredSlice, PoolSpec, build_slices, left_out, slice_object
 from driver.slices.diff import diff_pool
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,8 @@ BACKOFF_START = 0.2
 BACKOFF_MAX = 30.0
 REWRITES_BEFORE_BACKOFF = 3
 BACKOFF_STUCK_MAX = 300.0
+DEVICES_LEFT_OUT = "DevicesNotPublished"  # Event reasons (docs/events.md)
+SLICE_REFUSED = "SlicePublishFailed"
 
 
 class SlicePublisher:
@@ -66,6 +69,9 @@ class SlicePublisher:
         # Called on the loop after every (re)listing, the first one included:
         # an owner that waits for ``synced`` learns of it without polling.
         self.on_listed: Callable[[], None] | None = None
+        # Where a device left out or a slice the apiserver refused is an
+        # Event (the plugin's Node); None: logged only.
+        self.events: ObjectEvents | None = None
 
     def set_pool(self, pool: PoolSpec) -> None:
         """Declare what the pool should hold; the reconcile task does the rest.
@@ -110,6 +116,8 @@ class SlicePublisher:
             except asyncio.CancelledError:
                 raise
             except (ApiError, OSError) as exc:
+                if isinstance(exc, ApiStatusError) and 400 <= exc.status < 500 and not exc.conflict:
+                    self._warn(SLICE_REFUSED, f"pool {self._pool_name}: {exc}")
                 SLICE_FAILURES.labels(reason="api").inc()
                 log.warning(
                     "publishing pool %s failed, retrying in %.1fs: %s",
@@ -121,6 +129,7 @@ class SlicePublisher:
     async def _reconcile(self, pool: PoolSpec) -> None:
         if self._built is None or self._built[0] is not pool:
             self._built = (pool, build_slices(pool))  # once per pool, not per watch event
+            self._report_left_out(pool)
         desired = self._built[1]
         diff = diff_pool(desired, self._cache, pool.owner, self._generation)
         if diff.in_sync:
@@ -178,3 +187,14 @@ class SlicePublisher:
             self._cache.pop(name, None)
         if not self._dirty.is_set():
             self.in_sync.set()
+
+    def _warn(self, reason: str, note: str) -> None:
+        if self.events is not None:
+            self.events.warning(reason, "PublishSlices", note)
+
+    def _report_left_out(self, pool: PoolSpec) -> None:
+        bad = left_out(pool.devices)
+        if bad:
+            names = "; ".join(f"{pool.devices[i].name}: {why}" for i, why in bad.items())
+            self._warn(DEVICES_LEFT_OUT, f"{len(bad)} device(s) left out of pool "
+                       f"{pool.pool_name} (limits the apiserver enforces): {names}")  # fmt: skip

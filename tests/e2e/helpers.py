@@ -58,3 +58,16 @@ def make_node(core: client.CoreV1Api, name: str, labels: dict[str, str] | None =
 def delete_quietly(fn: Any, *args: Any, **kwargs: Any) -> None:
     with contextlib.suppress(ApiException):
         fn(*args, **kwargs)
+
+
+def events_about(
+    core: client.CoreV1Api, namespace: str, name: str, reason: str | None = None
+) -> list[Any]:
+    """The core/v1 Events about object ``name`` (and of ``reason``), oldest
+    first: how ``kubectl describe`` and ``kubectl patchbay`` read them,
+    whichever API wrote them (events.k8s.io/v1 Events are the same objects)."""
+    selector = f"involvedObject.name={name}" + (f",reason={reason}" if reason else "")
+    items = core.list_namespaced_event(namespace, field_selector=selector).items
+    return sorted(
+        items, key=lambda e: e.event_time or e.first_timestamp or e.metadata.creation_timestamp
+    )

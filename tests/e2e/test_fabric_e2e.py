@@ -33,7 +33,7 @@ from tests.e2e.fabric_helpers import (
     runs_with,
     template,
 )
-from tests.e2e.helpers import wait_for
+from tests.e2e.helpers import events_about, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -83,8 +83,24 @@ def test_fabric_gpu_attached_released_and_reused(
     assert node_gpus(resource_api, node) == []
     print(f"fabric GPU allocation-to-Running: {time.monotonic() - started:.1f}s")
 
+    # The claim's Events tell the story (kubectl describe resourceclaim).
+    seen = [(e.reason, e.message) for e in events_about(core, ns, claim.metadata.name)]
+    assert seen == [
+        ("Attaching", f"attaching fabric device gpu-2 to node {node} via adapter1"),
+        ("Attached", f"gpu-2 attached to {node} via adapter1"),
+    ]
+    ev = events_about(core, ns, claim.metadata.name)[0]
+    assert ev.reporting_component == "patchbay.dev/controller" and ev.type == "Normal"
+    assert ev.involved_object.uid == claim.metadata.uid
+
     delete_pod(core, ns, "first")
     wait_for("gpu-2 detached", lambda: "gpu-2" not in env.fabric.connections(), timeout=60)
+    (gone,) = wait_for(
+        "Detached Event",
+        lambda: events_about(core, ns, claim.metadata.name, "Detached"),
+        timeout=30,
+    )
+    assert gone.message == f"fabric device gpu-2 detached from node {node}"
     assert len(fabric_pool(resource_api)) == POOL_SIZE
     # The device is back: the next pod (on the other node) gets it.
     runs_with(env, core, ns, "second", tmpl, env.nodes[1].name, "gpu-2", "adapter1")
@@ -247,3 +263,25 @@ def test_a_device_turning_critical_leaves_the_pool_on_the_fabric_event(
     wait_for(
         "gpu-1 back in the pool", lambda: len(fabric_pool(resource_api)) == POOL_SIZE, timeout=20
     )
+
+
+def test_an_adapter_the_node_loses_is_a_warning_on_the_node(  # keep last: the adapter stays gone
+    env: Env, resource_api: Any, core: Any
+) -> None:
+    sim = env.nodes[1]
+    sim.host.hot_remove(str(sim.host.adapters["adapter1"][0]))  # the adapter's port goes away
+
+    def gone() -> list[Any]:
+        return events_about(core, "default", sim.name, "FabricAdapterGone")
+
+    (ev,) = wait_for("FabricAdapterGone on the Node", gone, timeout=60)
+    node = core.read_node(sim.name)
+    assert (ev.type, ev.involved_object.kind) == ("Warning", "Node")
+    assert ev.involved_object.uid == node.metadata.uid
+    assert "adapter1 (pci0000:85)" in ev.message, ev.message
+
+    def offered() -> set[str]:
+        pool = fabric_pool(resource_api).values()
+        return {attr(d, "fabricAdapter") for d in pool if d.node_name == sim.name}
+
+    wait_for("the node's adapter1 variants withdrawn", lambda: offered() == {"adapter0"})

@@ -30,7 +30,7 @@ from tests.e2e.fabric_helpers import (
     running,
     template,
 )
-from tests.e2e.helpers import unique, wait_for
+from tests.e2e.helpers import events_about, unique, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -108,6 +108,13 @@ def test_injected_attach_failure_reschedules_on_another_device(
     assert got != failed
     assert conditions(claim, result.device) == {"FabricDeviceReady": "True"}
     assert set(env.fabric.connections()) == {got}
+    # The failure is a Warning on the claim with the fabric's own message.
+    (warning,) = events_about(core, ns, claim.metadata.name, "AttachFailed")
+    assert warning.type == "Warning"
+    assert warning.message.startswith(f"attaching {failed} to {node} via adapter")
+    assert f"injected failure: attach of {failed} to {node} failed" in warning.message
+    reasons = [e.reason for e in events_about(core, ns, claim.metadata.name)]
+    assert reasons == ["Attaching", "AttachFailed", "Attaching", "Attached"]
     delete_pod(core, ns, "retry")
     wait_for("nothing attached", lambda: not env.fabric.connections(), timeout=60)
     wait_for(

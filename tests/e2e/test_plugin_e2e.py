@@ -20,7 +20,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
-from tests.e2e.helpers import delete_quietly, unique, wait_for
+from tests.e2e.helpers import delete_quietly, events_about, unique, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -223,6 +223,41 @@ def test_idle_node_makes_zero_slice_writes(
     assert events == [], f"an idle node wrote its slices: {events}"
 
 
+def test_a_failed_prepare_is_the_kubelets_event_on_the_pod(
+    nodes: dict[str, SimNode],
+    resource_api: client.ResourceV1Api,
+    core: client.CoreV1Api,
+    namespace: str,
+) -> None:
+    # The node agent records what the kubelet records (pkg/kubelet/kuberuntime),
+    # with the kubelet's recorder: kubectl patchbay and the real-node tier read the same.
+    sim = nodes["2-gpus"]
+    bad = {"apiVersion": "patchbay.dev/v1alpha1", "kind": "GpuConfig", "timeSlice": "Short"}
+    request = {"name": "gpu", "exactly": {"deviceClassName": "gpu.patchbay.dev"}}
+    config = {"requests": ["gpu"], "opaque": {"driver": "patchbay.dev", "parameters": bad}}
+    resource_api.create_namespaced_resource_claim_template(namespace, {
+        "metadata": {"name": "bad-config"},
+        "spec": {"spec": {"devices": {"requests": [request], "config": [config]}}},
+    })  # fmt: skip
+    gpu_pod(core, namespace, "bad", sim.name, "bad-config")
+    reason = "FailedPrepareDynamicResources"
+
+    def config_refused() -> list[Any]:  # (an earlier try may fail on the Node authorizer's graph)
+        found = events_about(core, namespace, "bad", reason)
+        return [e for e in found if "timeSlice" in e.message]
+
+    (ev, *_) = wait_for(f"{reason} naming the bad field", config_refused, timeout=90)
+    pod = core.read_namespaced_pod("bad", namespace)
+    assert (ev.type, ev.involved_object.kind) == ("Warning", "Pod")
+    assert ev.involved_object.uid == pod.metadata.uid
+    assert (ev.source.component, ev.source.host) == ("kubelet", sim.name)
+    assert ev.message.startswith("Failed to prepare dynamic resources: ")
+    assert "invalid GpuConfig" in ev.message, ev.message
+    assert pod.status.phase == "Pending"
+    core.delete_namespaced_pod("bad", namespace)
+    wait_for("bad pod gone", lambda: phase(core, namespace, "bad") == "Gone", timeout=60)
+
+
 def test_critical_xid_reaches_pod_status_and_taints_the_gpu(  # keep last: the GPU stays sick
     nodes: dict[str, SimNode],
     resource_api: client.ResourceV1Api,
@@ -262,3 +297,12 @@ def test_critical_xid_reaches_pod_status_and_taints_the_gpu(  # keep last: the G
     }
     assert taints[result.device] == [("patchbay.dev/unhealthy", "NoSchedule")]
     assert all(v == [] for k, v in taints.items() if k != result.device)
+    # The plugin told the Node's Events (kubectl describe node).
+    (ev,) = wait_for(
+        "DeviceUnhealthy on the Node",
+        lambda: events_about(core, "default", sim.name, "DeviceUnhealthy"),
+        timeout=30,
+    )
+    assert (ev.type, ev.involved_object.kind) == ("Warning", "Node")
+    assert ev.reporting_component == "patchbay.dev/plugin"
+    assert f"critical XID 48: {result.device} unhealthy" in ev.message, ev.message

@@ -1,0 +1,99 @@
+"""The Events the controller records, on the objects people look at.
+
+Why: "why is my pod's fabric GPU not there?" is answered by
+``kubectl describe resourceclaim`` (attach started, attached, attach failed
+with the fabric's message, detached) and ``kubectl describe node`` (a fabric
+adapter the node no longer reports, or the fabric no longer lists). Every
+reason the controller records is named here (docs/events.md lists them);
+the writing, deduplication and rate limit are ``driver.kube.events``.
+
+Concurrency: called on the controller's asyncio loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from driver.controller.claims import FabricAllocation
+from driver.controller.pool import Variant
+from driver.fabric_devices.naming import NodeFabric
+from driver.kube.events import EventRecorder, ObjectRef
+
+CONTROLLER = "patchbay.dev/controller"  # the reportingController of our Events
+ATTACHING = "Attaching"
+ATTACHED = "Attached"
+ATTACH_FAILED = "AttachFailed"
+DETACHED = "Detached"
+DETACH_FAILED = "DetachFailed"
+ADAPTER_GONE = "FabricAdapterGone"
+
+
+def claim_ref(a: FabricAllocation) -> ObjectRef:
+    return ObjectRef("ResourceClaim", a.name, a.namespace, a.claim_uid, "resource.k8s.io/v1")
+
+
+def node_ref(nodes: Mapping[str, Mapping[str, Any]], name: str) -> ObjectRef:
+    """A Node's reference (with its uid when the Node is known: ``kubectl
+    describe node`` selects its Events by uid)."""
+    node = nodes.get(name)
+    return ObjectRef.of(node, "Node") if node is not None else ObjectRef("Node", name)
+
+
+def gone_adapters(
+    before: Mapping[str, NodeFabric],
+    listed_before: Iterable[tuple[str, str]],
+    after: Mapping[str, NodeFabric],
+    listed_after: Iterable[tuple[str, str]],
+    nodes: Mapping[str, Any],
+) -> list[tuple[str, str, str]]:
+    """``(node, adapter, why)`` for each adapter of a still existing Node that
+    its report or the fabric's inventory (``(node, adapter)`` pairs) had in
+    the previous pass and has no more."""
+    out = []
+    for node, report in sorted(before.items()):
+        now = after.get(node)
+        for adapter, root in sorted(report.adapters.items()):
+            if node in nodes and (now is None or adapter not in now.adapters):
+                out.append((node, adapter, f"the node reports adapter {adapter} ({root}) no more"))
+    still = set(listed_after)
+    for node, adapter in sorted(set(listed_before) - still):
+        if node in nodes:
+            out.append((node, adapter, f"the fabric no longer lists adapter {adapter}"))
+    return out
+
+
+class ControllerEvents:
+    """The controller's Events; a no-op without a recorder (unit tests)."""
+
+    def __init__(self, recorder: EventRecorder | None) -> None:
+        self.recorder = recorder
+
+    def attaching(self, a: FabricAllocation, v: Variant) -> None:
+        if self.recorder is not None:
+            note = f"attaching fabric device {v.device_id} to node {v.node} via {v.adapter}"
+            self.recorder.normal(claim_ref(a), ATTACHING, "Attach", note)
+
+    def attached(self, a: FabricAllocation, message: str) -> None:
+        if self.recorder is not None:
+            self.recorder.normal(claim_ref(a), ATTACHED, "Attach", message)
+
+    def attach_failed(self, a: FabricAllocation, v: Variant, why: str) -> None:
+        if self.recorder is not None:
+            note = f"attaching {v.device_id} to {v.node} via {v.adapter} failed: {why}"
+            self.recorder.warning(claim_ref(a), ATTACH_FAILED, "Attach", note)
+
+    def detached(self, regarding: ObjectRef, device_id: str, node: str) -> None:
+        if self.recorder is not None:
+            note = f"fabric device {device_id} detached from node {node}"
+            self.recorder.normal(regarding, DETACHED, "Detach", note)
+
+    def detach_failed(self, regarding: ObjectRef, device_id: str, why: str) -> None:
+        if self.recorder is not None:
+            note = f"detaching fabric device {device_id} failed (retried): {why}"
+            self.recorder.warning(regarding, DETACH_FAILED, "Detach", note)
+
+    def adapter_gone(self, node: ObjectRef, adapter: str, why: str) -> None:
+        if self.recorder is not None:
+            note = f"fabric adapter {adapter} gone: {why}; its devices leave this node's pool"
+            self.recorder.warning(node, ADAPTER_GONE, "WatchFabric", note)
