@@ -30,8 +30,11 @@ log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[1]
 # Short on purpose: plugin sockets live below it and Unix socket paths must
-# stay under 107 bytes wherever the checkout is.
-RUN_DIR = Path(os.environ.get("PATCHBAY_E2E_RUN_DIR", f"/tmp/pb-e2e-{os.getuid()}"))
+# stay under 107 bytes wherever the checkout is. One per test session (the
+# pid), so two sessions on one machine never stop each other's cluster; a
+# dead session's directory is removed by the next one (_remove_stale).
+RUN_PREFIX = "/tmp/pbe-"
+RUN_DIR = Path(os.environ.get("PATCHBAY_E2E_RUN_DIR", f"{RUN_PREFIX}{os.getpid()}"))
 _STARTUP: dict[str, float] = {}
 
 
@@ -60,6 +63,7 @@ def _binaries() -> Path:
 @pytest.fixture(scope="session")
 def local_cluster() -> Iterator[localk8s.LocalCluster]:
     bins = _binaries()
+    _remove_stale()
     shutil.rmtree(RUN_DIR, ignore_errors=True)
     cluster = localk8s.LocalCluster(RUN_DIR, bins)
     try:
@@ -70,6 +74,16 @@ def local_cluster() -> Iterator[localk8s.LocalCluster]:
     _STARTUP["session"] = cluster.startup_seconds
     yield cluster
     cluster.down()
+
+
+def _remove_stale() -> None:
+    """Remove the run directories of test sessions that are gone (their
+    components died with them: hack/cluster.py starts them with a parent-death
+    signal), keeping those of live sessions."""
+    for path in Path(RUN_PREFIX).parent.glob(Path(RUN_PREFIX).name + "*"):
+        pid = path.name.removeprefix(Path(RUN_PREFIX).name)
+        if pid.isdigit() and path.stat().st_uid == os.getuid() and not localk8s.pid_alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

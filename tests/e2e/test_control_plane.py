@@ -195,7 +195,7 @@ def _processes_mentioning(text: str) -> list[int]:
 def test_second_cluster_starts_and_tears_down_without_leftovers(
     local_cluster: localk8s.LocalCluster,
 ) -> None:
-    run_dir = RUN_DIR.parent / "e2e-teardown"
+    run_dir = RUN_DIR / "second"
     second = localk8s.LocalCluster(run_dir, local_cluster.binaries)
     try:
         second.up()
