@@ -88,10 +88,13 @@ def newest(events: Iterable[Mapping[str, Any]]) -> Reported | None:
     for e in events:
         obj = e.get("involvedObject") or {}
         when = event_time(e)
+        message = str(e.get("message", ""))
+        if e.get("reason") == SCHEDULING_FAILED and BINDING_FAILED in message:
+            message = message[message.index(BINDING_FAILED) :]  # past the plugin's prefix
         r = Reported(
             f"{str(obj.get('kind', '')).lower()}/{obj.get('name', '')}",
             str(e.get("reason", "")),
-            str(e.get("message", "")),
+            message,
             when,
             _count(e),
         )

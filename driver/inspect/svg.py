@@ -21,6 +21,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 ROW, PAD, MIN_W, GAP = 22, 10, 380, 16
 CHAR_W = 7.3  # the advance of a 12 px monospace glyph
+LEGEND_X, LEGEND_W = 276, 440
 FONT = "font-family='DejaVu Sans Mono,monospace'"
 # Light fills per root; the used rows take the same hue, darker.
 PALETTE = (
@@ -107,6 +108,22 @@ def _root_box(
     return out, h
 
 
+def _legend(x: float, y: float) -> list[str]:
+    """Swatches: free, used (in its root's colour), blocked, the pairable border."""
+    light, dark = PALETTE[0]
+    keys = (
+        ("free", "#ffffff", dark, 1.0),
+        ("used", dark, dark, 1.0),
+        ("blocked", BLOCKED, dark, 1.0),
+        ("pairable root", light, PAIRABLE, 3.0),
+    )
+    out = []
+    for label, fill, stroke, width in keys:
+        out += [_rect(x, y, 28, 16, fill, stroke, width), _text(x + 34, y + 13, label)]
+        x += 34 + CHAR_W * len(label) + 18
+    return out
+
+
 def render_svg(view: Mapping[str, Any]) -> str:
     """The SVG document of a topology view."""
     by_numa: dict[Any, list[Mapping[str, Any]]] = {}
@@ -131,7 +148,7 @@ def render_svg(view: Mapping[str, Any]) -> str:
         body += [_text(x + PAD, top + 18, label, bold=True), *inner, "</g>"]
         height = max(height, top + frame_h)
         x += box_w + 2 * PAD + GAP
-    width, height = max(x, 300.0), height + GAP
+    width, height = max(x, LEGEND_X + LEGEND_W), height + GAP
     head = [
         "<?xml version='1.0' encoding='UTF-8'?>",
         f"<svg xmlns='http://www.w3.org/2000/svg' width='{width:.0f}' height='{height:.0f}' "
@@ -139,5 +156,6 @@ def render_svg(view: Mapping[str, Any]) -> str:
         f"<title>{escape('patchbay topology of node ' + str(view['node']))}</title>",
         f"<rect width='{width:.0f}' height='{height:.0f}' fill='#ffffff'/>",
         _text(GAP, 26, f"node {view['node']}", 15, True),
+        *_legend(LEGEND_X, 12),
     ]
     return "\n".join([*head, *body, "</svg>"]) + "\n"

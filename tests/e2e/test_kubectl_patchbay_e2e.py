@@ -1,9 +1,14 @@
-"""``kubectl patchbay nodes`` against the real control plane.
+"""``kubectl patchbay`` against the real control plane, drawn by the
+installed console script ``kubectl-patchbay`` from the API alone.
 
-The MIG node of :mod:`tests.e2e.test_mig_e2e` (2 x H100, ``--mig-gpus=all``,
-the real node agent): the real scheduler allocates a 3g and two 1g slices,
-the node agent prepares them, and the installed console script
-``kubectl-patchbay`` draws them on the GPU's bar from the API alone.
+- ``nodes``: the MIG node of :mod:`tests.e2e.test_mig_e2e` (2 x H100,
+  ``--mig-gpus=all``, the real node agent): the real scheduler allocates a
+  3g and two 1g slices, the node agent prepares them, the bar shows them.
+- ``topology`` and ``--svg``: a ``2x-h100-nic`` node (two roots, each 2 GPUs
+  and a NIC's 4 VFs) with a GPU+VF pair allocated, and a prepare failure
+  (a malformed VfConfig) whose ``FailedPrepareDynamicResources`` Event from
+  the node agent is the claim's last error
+  (:mod:`tests.e2e.test_kubectl_patchbay_fabric_e2e` has the fabric views).
 """
 
 from __future__ import annotations
@@ -11,17 +16,23 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cluster import LocalCluster
 from kubernetes import client
-from simnode import SimNode
+from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
+from tests.e2e import test_pairing_e2e as pairing
+from tests.e2e.helpers import delete_quietly, unique, wait_for
 from tests.e2e.test_mig_e2e import allocated, gone, pod, profile_template, running, sim
 
 pytestmark = pytest.mark.cluster
 __all__ = ["sim"]  # the module-scoped MIG node fixture
+SVG = "{http://www.w3.org/2000/svg}"
 SCRIPT = Path(sys.executable).parent / "kubectl-patchbay"
 WIDTH = {"1g": 1, "3g": 4}
 
@@ -91,3 +102,126 @@ def test_nodes_draws_a_3g_and_two_1g(
     gone(core, ns, "big", "one", "two")
     after = kubectl_patchbay(local_cluster, "nodes")
     assert f"  {gpu_name:<10} {'··' * 8}" in after.splitlines(), "all slots free again"
+
+
+@pytest.fixture(scope="module")
+def roots(
+    local_cluster: LocalCluster,
+    resource_api: client.ResourceV1Api,
+    core: client.CoreV1Api,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[SimNode]:
+    """A ``2x-h100-nic`` node, its PFs at 4 VFs (as the pairing tests build it)."""
+    build_nvml_mock()
+    apply_plugin_rbac(local_cluster.kubeconfig)
+    apply_deviceclasses(resource_api)
+    vf_config = tmp_path_factory.mktemp("vf") / "vf.yaml"
+    vf_config.write_text("pfs:\n  - vendorID: '15b3'\n    numVfs: 4\n")
+    kubeconfig = local_cluster.kubeconfig_for(
+        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
+    )
+    args = (f"--vf-config={vf_config}",)
+    node = SimNode(local_cluster, unique("roots"), "2x-h100-nic", kubeconfig, args).start()
+    try:
+
+        def published() -> bool:
+            node.check_alive()
+            return pairing.kinds(pairing.devices(resource_api, node.name)) == {"gpu": 4, "vf": 8}
+
+        wait_for("4 GPUs and 8 VFs published", published, timeout=90)
+        yield node
+    finally:
+        node.stop()
+        delete_quietly(core.delete_node, node.name)
+
+
+def svg_groups(path: Path) -> dict[str, list[str]]:
+    """Root box id -> the device names drawn in it (the file must parse)."""
+    out = {}
+    for g in ET.parse(path).getroot().iter(f"{SVG}g"):
+        if g.get("class") == "root":
+            names = [d.get("data-device", "") for d in g.iter(f"{SVG}g")]
+            out[g.get("id", "")] = [n for n in names if n]
+    return out
+
+
+def test_topology_of_two_roots_groups_pairs_and_draws_them(
+    roots: SimNode,
+    local_cluster: LocalCluster,
+    resource_api: client.ResourceV1Api,
+    core: client.CoreV1Api,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    ns, node = namespace, roots.name
+    devs = pairing.devices(resource_api, node)
+    pair = pairing.make_template(resource_api, ns, "pair", pairing.pair_spec())
+    pairing.make_pod(core, ns, "pair", node, pair)
+    pairing.running(core, ns, "pair")
+    claim = pairing.claim_of(core, resource_api, ns, "pair")
+    got = pairing.allocated(claim)
+    root = pairing.root_of(devs[got["gpu"]])
+    other = ({pairing.ROOT_A, pairing.ROOT_B} - {root}).pop()
+    # Root `root` keeps one free GPU: hold it, so only `other` stays pairable.
+    hold = pairing.make_template(resource_api, ns, "hold", {"requests": [
+        pairing.request("gpu", "gpu.patchbay.dev", 1, root)]})  # fmt: skip
+    pairing.make_pod(core, ns, "hold", node, hold)
+    pairing.running(core, ns, "hold")
+
+    picture = tmp_path / "topology.svg"
+    text = kubectl_patchbay(local_cluster, "topology", node, "--svg", str(picture))
+    print(text)
+    view = json.loads(kubectl_patchbay(local_cluster, "topology", node, "-o", "json"))
+    by_root = {r["pcieRoot"]: r for r in view["roots"]}
+    assert set(by_root) == {pairing.ROOT_A, pairing.ROOT_B}
+    drawn = svg_groups(picture)
+    for r, tree in by_root.items():
+        want = {t: sorted(n for n, d in devs.items()
+                          if pairing.root_of(d) == r and d.attributes["type"].string == t)
+                for t in ("gpu", "vf")}  # fmt: skip
+        assert len(want["gpu"]) == 2 and len(want["vf"]) == 4
+        assert sorted(g["device"] for g in tree["gpus"]) == want["gpu"]
+        assert sorted(v["device"] for n in tree["nics"] for v in n["vfs"]) == want["vf"]
+        assert sorted(drawn[f"root-{r}"]) == sorted(want["gpu"] + want["vf"]), "one box per root"
+    assert sorted(n for names in drawn.values() for n in names) == sorted(devs), "every device"
+    assert by_root[other]["pairable"] and not by_root[root]["pairable"]
+    holder = f"used {ns}/{claim.metadata.name} pod pair"
+    lines = text.splitlines()
+    start = lines.index(f"    {root}")
+    block = lines[start : start + 1 + 2 + 1 + 4]  # the root, its 2 GPUs, its NIC and 4 VFs
+    assert f"      gpu {got['gpu']} {holder}" in block
+    assert f"        vf {got['nic']} {holder}" in block
+    assert f"    {other}  [pairable: free GPU + free VF]" in lines
+    gone(core, ns, "pair", "hold")
+
+
+def test_claims_shows_the_kubelets_prepare_error(
+    roots: SimNode,
+    local_cluster: LocalCluster,
+    resource_api: client.ResourceV1Api,
+    core: client.CoreV1Api,
+    namespace: str,
+) -> None:
+    ns, node = namespace, roots.name
+    bad = {"apiVersion": "patchbay.dev/v1alpha1", "kind": "VfConfig", "mode": "sriov"}
+    config = [{"requests": ["nic"], "opaque": {"driver": "patchbay.dev", "parameters": bad}}]
+    tmpl = pairing.make_template(resource_api, ns, "typo", pairing.pair_spec(config))
+    pairing.make_pod(core, ns, "typo", node, tmpl)
+
+    def reported() -> dict[str, Any] | None:
+        rows = json.loads(kubectl_patchbay(local_cluster, "claims", "-n", ns, "-o", "json"))
+        return next((r for r in rows if r["pods"] == ["typo"] and r["lastError"]), None)
+
+    row = wait_for("the prepare failure in the claims view", reported, timeout=60)
+    err = row["lastError"]
+    assert err["reason"] == "FailedPrepareDynamicResources" and err["object"] == "pod/typo"
+    assert err["message"].startswith("Failed to prepare dynamic resources: ")
+    assert "invalid VfConfig: field mode" in err["message"], err
+    assert row["state"] == "reserved" and row["node"] == node
+    assert sorted(d["type"] for d in row["devices"]) == ["gpu", "vf"]
+    text = kubectl_patchbay(local_cluster, "claims", "-n", ns, "-o", "wide")
+    print(text)
+    (line,) = [x for x in text.splitlines() if x.startswith(row["name"] + " ")]
+    assert "FailedPrepareDynamicResources: Failed to prepare dynamic resources: " in line
+    assert kubectl_patchbay(local_cluster, "claims", "-A").splitlines()[0].startswith("NAMESPACE")
+    gone(core, ns, "typo")

@@ -107,7 +107,9 @@ def test_last_error_is_the_newest_prepare_or_binding_failure_event() -> None:
     assert err["object"] == "pod/trainer" and err["count"] == 2
     assert err["time"] == "2026-12-01T09:30:00.000000Z"
     # A deallocated claim: its owner pod's binding-failure event keeps the reason.
-    assert "injected failure: attach of gpu-1" in rows["pending"]["lastError"]["message"]
+    assert rows["pending"]["lastError"]["message"].startswith(
+        'device binding failed: claim=pending, reason=AttachFailed, message="injected failure'
+    ), "the scheduler's prefix is cut"
     assert rows["attached"]["lastError"] is None
 
 
