@@ -70,8 +70,10 @@ def context_of(record: logging.LogRecord, process: bool = True) -> dict[str, Any
     """The context fields of ``record``: process (unless not wanted), context
     variable, ``extra``."""
     out: dict[str, Any] = {**(_PROCESS if process else {}), **_CONTEXT.get()}
-    for key, value in vars(record).items():
-        if key not in _STANDARD and not key.startswith("_"):
+    attrs = vars(record)
+    for key in attrs.keys() - _STANDARD:
+        value = attrs[key]
+        if not key.startswith("_"):
             ok = value is None or isinstance(value, str | int | float | bool)
             out[key] = value if ok else str(value)
     return out

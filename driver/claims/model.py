@@ -53,3 +53,19 @@ class ClaimHandler(Protocol):
         """Unprepare every claim; the result maps each claim UID to an error
         message, empty on success."""
         ...
+
+
+def log_fields(
+    ref: ClaimRef, claim: object = None, result: PrepareResult | None = None
+) -> dict[str, str]:
+    """A claim's log context (``driver.logconfig``): the claim, the pods its
+    status reserves it for (when ``claim`` is the object read), its devices."""
+    out = {"claim": f"{ref.namespace}/{ref.name}", "claim_uid": ref.uid}
+    if isinstance(claim, Mapping):
+        reserved = (claim.get("status") or {}).get("reservedFor") or ()
+        pods = [f"{ref.namespace}/{r.get('name')}" for r in reserved if r.get("resource") == "pods"]
+        if pods:
+            out["pod"] = ",".join(pods)
+    if result is not None and result.devices:
+        out["device"] = ",".join(d.device_name for d in result.devices)
+    return out

@@ -8,11 +8,18 @@ import asyncio
 import json
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from driver import logconfig
+from driver.cdi import CdiRegistry
+from driver.checkpoint import CheckpointStore
+from driver.claims.preparer import ClaimPreparer
+from driver.devices.inventory import NodeInventory
+from driver.devices.model import Device
 from driver.logconfig import JsonFormatter, TextFormatter, bind_log_context, log_context
+from tests.claims_doubles import NODE, FlakyHandler, Reader
 
 
 def record(msg: str = "prepared %s", *args: object, **extra: object) -> logging.LogRecord:
@@ -67,3 +74,26 @@ async def test_each_task_has_its_own_context_and_threads_inherit_it() -> None:
     got = await asyncio.gather(worker("ns/a"), worker("ns/b"))
     assert list(got) == [("ns/a", "ns/a"), ("ns/b", "ns/b")]
     assert "claim" not in json.loads(fmt.format(record()))  # the caller's context untouched
+
+
+async def test_a_prepare_log_line_carries_its_claim_pod_and_devices(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    inv = NodeInventory()
+    inv.replace_pool(NODE, [Device("gpu-0", "gpu", "GPU-0", {"minor": 0})])
+    reader = Reader()
+    store = CheckpointStore(tmp_path / "cp.json", "boot")
+    handler = FlakyHandler(tmp_path / "dev")
+    prep = ClaimPreparer(reader, inv, {"gpu": handler}, store, CdiRegistry(tmp_path / "cdi"))
+    ref = reader.add("c1", ["gpu-0"])
+    reader.claims[("ns", "c1")]["status"]["reservedFor"] = [{"resource": "pods", "name": "p1"}]
+    bad = reader.add("c2", ["gpu-9"])
+    with caplog.at_level(logging.DEBUG, logger="driver.claims.preparer"):
+        await prep.prepare([ref, bad])
+    lines = [json.loads(JsonFormatter().format(r)) for r in caplog.records]
+    ok = next(line for line in lines if line["msg"].startswith("prepared "))
+    assert {k: ok[k] for k in ("claim", "claim_uid", "pod", "device")} == {
+        "claim": "ns/c1", "claim_uid": ref.uid, "pod": "ns/p1", "device": "gpu-0",
+    }  # fmt: skip
+    failed = next(line for line in lines if line["level"] == "warning")
+    assert failed["claim"] == "ns/c2" and "device" not in failed
