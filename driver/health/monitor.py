@@ -94,7 +94,8 @@ class HealthMonitor:
 
     def _take(self, uuid: str, xid: int) -> None:
         if xid in APPLICATION_XIDS:
-            log.info("GPU %s: XID %d (application error, device stays healthy)", uuid, xid)
+            log.info("GPU %s: XID %d (application error, device stays healthy)", uuid, xid,
+                     extra={"device": uuid})  # fmt: skip
             return
         if uuid in self._bad:
             return
