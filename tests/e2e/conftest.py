@@ -1,4 +1,5 @@
-"""The fabric e2e environment, shared by the fabric test modules (one per module).
+"""The fabric e2e environment, shared by the fabric test modules (one per module),
+and the chart tests' ``helm`` binary and server-side ``applier``.
 
 Two GPU-less simulated nodes (``fabric-adapters``: a NIC PF with 4 VFs on
 root pci0000:15, adapter0 on pci0000:15, adapter1 on pci0000:85), a real
@@ -6,7 +7,7 @@ root pci0000:15, adapter0 on pci0000:15, adapter1 on pci0000:85), a real
 nodes; sw1: gpu-2 and the ConnectX NIC nic-0 wired to adapter1 of both) and
 a real ``patchbay-controller`` running with its own identity, bound to
 hack/rbac/controller.yaml, polling the fabric only every 300 s (it follows
-the fabric's event stream).
+the fabric's event stream), serving /metrics on a free port.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cluster_proc import free_port
 from fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService, switch
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from simnode import SimNode, apply_rbac, build_nvml_mock
 
+from tests.e2e.chart import Applier, cached_tool
 from tests.e2e.fabric_helpers import (
     ADAPTERS,
     HOLD_S,
@@ -32,6 +36,19 @@ from tests.e2e.fabric_helpers import (
 from tests.e2e.helpers import delete_quietly, unique, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    """The cached helm binary, built by `make helm-bin` if missing."""
+    return cached_tool("helm-bin", "helm-path")
+
+
+@pytest.fixture
+def applier(api_client: client.ApiClient) -> Iterator[Applier]:
+    a = Applier(api_client)
+    yield a
+    a.cleanup()
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +90,7 @@ def env(local_cluster, resource_api, core, tmp_path_factory) -> Iterator[Env]:  
         run / "logs" / "controller.log",
         f"--failed-device-hold={HOLD_S}",
         f"--lease-duration={LEASE_S}",
+        f"--metrics-port={free_port()}",
     )
     e = Env(nodes, fabric, ctl)
     try:

@@ -17,9 +17,6 @@ the policy sees in production.
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +24,13 @@ import pytest
 import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-from kubernetes.dynamic import DynamicClient
 
-from tests.cluster_fixtures import missing_prerequisite
+from tests.e2e.chart import CHART, Applier, by_kind, render, run_helm
 from tests.e2e.helpers import delete_quietly, make_node, unique, wait_for
 
 pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[2]
-CHART = REPO / "helm" / "patchbay"
 NODE_NAME_EXTRA = "Impersonate-Extra-authentication.kubernetes.io%2Fnode-name"
 # Shared cluster: no node may run the chart's pods (other tests' node agents
 # would see them), so every applied workload gets a selector nothing matches.
@@ -61,64 +56,6 @@ NON_DEFAULT = {
         "topology": {"fabrics": []},
     },
 }
-
-
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    """The cached helm binary, built by `make helm-bin` if missing."""
-    proc = subprocess.run(["make", "-s", "-C", str(REPO), "helm-bin"], check=False)
-    if proc.returncode != 0:
-        missing_prerequisite("`make helm-bin` failed (is Go >= 1.26 installed?)")
-    out = subprocess.run(
-        ["make", "-s", "-C", str(REPO), "helm-path"], capture_output=True, text=True, check=True
-    )
-    return Path(out.stdout.strip())
-
-
-def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(helm), *args], capture_output=True, text=True, check=False)
-
-
-def render(helm: Path, release: str, namespace: str, values: Path | None = None) -> list[Any]:
-    extra = ["-f", str(values)] if values else []
-    proc = run_helm(helm, "template", release, str(CHART), "--namespace", namespace, *extra)
-    assert proc.returncode == 0, proc.stderr
-    return [d for d in yaml.safe_load_all(proc.stdout) if d]
-
-
-def by_kind(docs: list[Any], kind: str) -> list[Any]:
-    return [d for d in docs if d["kind"] == kind]
-
-
-class Applier:
-    """Server-side apply (PATCH application/apply-patch+yaml) of rendered objects."""
-
-    def __init__(self, api: client.ApiClient) -> None:
-        self.dyn = DynamicClient(api)
-        self.applied: list[tuple[Any, str, str | None]] = []
-
-    def apply(self, doc: dict[str, Any], namespace: str) -> Any:
-        res = self.dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
-        ns = namespace if res.namespaced else None
-        out = res.server_side_apply(
-            body=doc, namespace=ns, field_manager="patchbay-helm-e2e", force_conflicts=True
-        )
-        # DeviceClasses stay: they are the ones every e2e test applies (same bytes).
-        if doc["kind"] != "DeviceClass":
-            self.applied.append((res, doc["metadata"]["name"], ns))
-        return out
-
-    def cleanup(self) -> None:
-        for res, name, ns in reversed(self.applied):
-            with contextlib.suppress(ApiException):
-                res.delete(name=name, namespace=ns)
-
-
-@pytest.fixture
-def applier(api_client: client.ApiClient) -> Iterator[Applier]:
-    a = Applier(api_client)
-    yield a
-    a.cleanup()
 
 
 def test_helm_lint_passes(helm: Path, tmp_path: Path) -> None:
