@@ -57,46 +57,86 @@ class Allocation:
 def parse_allocation(
     claim: Mapping[str, Any], uid: str, pools: Collection[str], driver: str = DRIVER_NAME
 ) -> Allocation:
-    """Our part of ``claim``'s allocation, or :class:`ClaimError`."""
-    meta = claim.get("metadata", {})
+    """Our part of ``claim``'s allocation, or :class:`ClaimError` (naming the
+    field, e.g. ``status.allocation.devices.results[0].pool``, when one has
+    the wrong type)."""
+    meta = _object(claim.get("metadata"), "metadata", "claim")
+    name = f"claim {meta.get('namespace')}/{meta.get('name')}"
     if meta.get("uid") != uid:
-        raise ClaimError(
-            f"claim {meta.get('namespace')}/{meta.get('name')} has UID {meta.get('uid')}, "
-            f"expected {uid}: it was replaced"
-        )
-    allocation = (claim.get("status") or {}).get("allocation")
+        raise ClaimError(f"{name} has UID {meta.get('uid')}, expected {uid}: it was replaced")
+    allocation = _object(claim.get("status"), "status", name).get("allocation")
     if not allocation:
-        raise ClaimError(f"claim {meta.get('namespace')}/{meta.get('name')} is not allocated")
-    section = allocation.get("devices") or {}
+        raise ClaimError(f"{name} is not allocated")
+    allocation = _object(allocation, "status.allocation", name)
+    section = _object(allocation.get("devices"), "status.allocation.devices", name)
     devices = []
-    for result in section.get("results") or []:
+    for path, result in _objects(section, "results", name):
         if result.get("driver") != driver:
             continue
-        if result.get("pool") not in pools:
+        pool = _text(result.get("pool"), f"{path}.pool", name)
+        if pool not in pools:
             raise ClaimError(
-                f"device {result.get('device')} is allocated from pool {result.get('pool')}, "
+                f"device {result.get('device')} is allocated from pool {pool}, "
                 f"which this node does not serve ({', '.join(sorted(pools))})"
             )
+        share_id = result.get("shareID")
         devices.append(
             AllocatedDevice(
-                request=result["request"],
-                pool=result["pool"],
-                device=result["device"],
-                share_id=result.get("shareID"),
+                request=_text(result.get("request"), f"{path}.request", name),
+                pool=pool,
+                device=_text(result.get("device"), f"{path}.device", name),
+                share_id=None if share_id is None else _text(share_id, f"{path}.shareID", name),
                 admin_access=bool(result.get("adminAccess")),
             )
         )
     configs = []
-    for index, entry in enumerate(section.get("config") or []):
-        opaque = entry.get("opaque") or {}
+    for index, (path, entry) in enumerate(_objects(section, "config", name)):
+        opaque = _object(entry.get("opaque"), f"{path}.opaque", name)
         if opaque.get("driver") != driver:
             continue
+        requests = entry.get("requests") or []
+        if not isinstance(requests, list):
+            raise ClaimError(f"{name}: {path}.requests must be a list, got {_type(requests)}")
         configs.append(
             OpaqueConfig(
-                source=entry.get("source", "FromClaim"),
-                requests=tuple(entry.get("requests") or ()),
+                source=_text(entry.get("source", "FromClaim"), f"{path}.source", name),
+                requests=tuple(
+                    _text(r, f"{path}.requests[{i}]", name) for i, r in enumerate(requests)
+                ),
                 parameters=opaque.get("parameters") or {},
                 index=index,
             )
         )
     return Allocation(devices=tuple(devices), configs=tuple(configs))
+
+
+# The apiserver validates claims, so these only fail on a claim another
+# client wrote oddly (or a version skew); each names the field at fault.
+
+
+def _type(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _object(value: Any, path: str, name: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ClaimError(f"{name}: {path} must be an object, got {_type(value)}")
+    return value
+
+
+def _objects(
+    section: Mapping[str, Any], key: str, name: str
+) -> list[tuple[str, Mapping[str, Any]]]:
+    path = f"status.allocation.devices.{key}"
+    items = section.get(key) or []
+    if not isinstance(items, list):
+        raise ClaimError(f"{name}: {path} must be a list, got {_type(items)}")
+    return [(f"{path}[{i}]", _object(item, f"{path}[{i}]", name)) for i, item in enumerate(items)]
+
+
+def _text(value: Any, path: str, name: str) -> str:
+    if not isinstance(value, str):
+        raise ClaimError(f"{name}: {path} must be a string, got {_type(value)}")
+    return value

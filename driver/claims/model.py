@@ -62,8 +62,13 @@ def log_fields(
     status reserves it for (when ``claim`` is the object read), its devices."""
     out = {"claim": f"{ref.namespace}/{ref.name}", "claim_uid": ref.uid}
     if isinstance(claim, Mapping):
-        reserved = (claim.get("status") or {}).get("reservedFor") or ()
-        pods = [f"{ref.namespace}/{r.get('name')}" for r in reserved if r.get("resource") == "pods"]
+        status = claim.get("status")
+        reserved = status.get("reservedFor") if isinstance(status, Mapping) else None
+        pods = [
+            f"{ref.namespace}/{r.get('name')}"
+            for r in (reserved if isinstance(reserved, list) else ())
+            if isinstance(r, Mapping) and r.get("resource") == "pods"
+        ]  # any claim a prepare fails on is logged: never raise on its shape (issue 17)
         if pods:
             out["pod"] = ",".join(pods)
     if result is not None and result.devices:

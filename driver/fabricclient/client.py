@@ -94,9 +94,12 @@ class FabricClient:
         for fab in await self._members(f"{ROOT}/Fabrics"):
             fid = str(fab.get("Id", ""))
             base = f"{ROOT}/Fabrics/{fid}"
-            eps = [_parse(wire.Endpoint, m, base) for m in await self._members(f"{base}/Endpoints")]
+            eps = [
+                _parse(wire.Endpoint, m, f"{base}/Endpoints")
+                for m in await self._members(f"{base}/Endpoints")
+            ]
             conns = [
-                _connection(_parse(wire.Connection, m, base), eps)
+                _connection(_parse(wire.Connection, m, f"{base}/Connections"), eps)
                 for m in await self._members(f"{base}/Connections")
             ]
             fab_adapters = [_adapter(fid, e) for e in eps if e.role == "Initiator"]

@@ -2,7 +2,10 @@
 
 Only the properties the client uses are declared; everything else is
 ignored, so a richer real fabric manager parses too. Parsing turns bodies
-into the frozen values of ``model.py``.
+into the frozen values of ``model.py``. The ``Oem.Patchbay`` part of each
+resource is typed too and validated with the rest of its body, so one
+``model_validate`` checks everything the client will read (a malformed part
+fails there, naming the resource, never later in a property).
 """
 
 from __future__ import annotations
@@ -42,9 +45,12 @@ class Status(_Wire):
     health: Literal["OK", "Warning", "Critical"] = Field(default="OK", alias="Health")
 
 
+HEX_ID = r"^(0[xX])?[0-9a-fA-F]{1,8}$"  # what the client reads as an int, base 16
+
+
 class PciId(_Wire):
-    vendor_id: str = Field(default="0x0", alias="VendorId")
-    device_id: str = Field(default="0x0", alias="DeviceId")
+    vendor_id: str = Field(default="0x0", alias="VendorId", pattern=HEX_ID)
+    device_id: str = Field(default="0x0", alias="DeviceId", pattern=HEX_ID)
 
 
 class Entity(_Wire):
@@ -68,8 +74,8 @@ class EndpointOem(_Wire):
     in_use: bool = Field(default=False, alias="InUse")
 
 
-class Oem(_Wire):
-    patchbay: dict[str, Any] = Field(default_factory=dict, alias="Patchbay")
+class EndpointOemPart(_Wire):
+    patchbay: EndpointOem = Field(default_factory=EndpointOem, alias="Patchbay")
 
 
 class Endpoint(_Wire):
@@ -79,10 +85,10 @@ class Endpoint(_Wire):
     entities: list[Entity] = Field(default_factory=list, alias="ConnectedEntities")
     status: Status = Field(default_factory=Status, alias="Status")
     links: EndpointLinks = Field(default_factory=EndpointLinks, alias="Links")
-    oem: Oem = Field(default_factory=Oem, alias="Oem")
+    oem: EndpointOemPart = Field(default_factory=EndpointOemPart, alias="Oem")
 
     def patchbay(self) -> EndpointOem:
-        return EndpointOem.model_validate(self.oem.patchbay)
+        return self.oem.patchbay
 
     def switch(self) -> str:
         """The switch, from the connected port's URI (``.../Switches/<sw>/Ports/<p>``)."""
@@ -104,14 +110,18 @@ class ConnectionOem(_Wire):
     task: Link | None = Field(default=None, alias="Task")
 
 
+class ConnectionOemPart(_Wire):
+    patchbay: ConnectionOem = Field(alias="Patchbay")
+
+
 class Connection(_Wire):
     odata_id: str = Field(alias="@odata.id")
     id: str = Field(alias="Id")
     links: ConnectionLinks = Field(alias="Links")
-    oem: Oem = Field(default_factory=Oem, alias="Oem")
+    oem: ConnectionOemPart = Field(alias="Oem")  # its State is required
 
     def patchbay(self) -> ConnectionOem:
-        return ConnectionOem.model_validate(self.oem.patchbay)
+        return self.oem.patchbay
 
 
 class Message(_Wire):
@@ -124,15 +134,19 @@ class TaskOem(_Wire):
     target: Link | None = Field(default=None, alias="Target")
 
 
+class TaskOemPart(_Wire):
+    patchbay: TaskOem = Field(default_factory=TaskOem, alias="Patchbay")
+
+
 class Task(_Wire):
     odata_id: str = Field(alias="@odata.id")
     id: str = Field(alias="Id")
     state: Literal["New", "Running", "Completed", "Exception"] = Field(alias="TaskState")
     messages: list[Message] = Field(default_factory=list, alias="Messages")
-    oem: Oem = Field(default_factory=Oem, alias="Oem")
+    oem: TaskOemPart = Field(default_factory=TaskOemPart, alias="Oem")
 
     def patchbay(self) -> TaskOem:
-        return TaskOem.model_validate(self.oem.patchbay)
+        return self.oem.patchbay
 
 
 class ErrorInfo(_Wire):

@@ -10,9 +10,12 @@ them at a directory of their own.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 _BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
@@ -44,10 +47,19 @@ def pcie_root(sysfs_root: Path, bdf: str) -> str:
 
 
 def numa_node(sysfs_root: Path, bdf: str) -> int | None:
-    """The device's NUMA node, or None where the kernel reports -1 / no file."""
+    """The device's NUMA node, or None where the kernel reports -1 / no file
+    (or the file holds something else: logged, naming it)."""
+    path = device_path(sysfs_root, bdf) / "numa_node"
     try:
-        raw = (device_path(sysfs_root, bdf) / "numa_node").read_text().strip()
+        raw = path.read_text().strip()
     except FileNotFoundError:
         return None
-    node = int(raw)
-    return node if node >= 0 else None
+    except (OSError, ValueError) as exc:  # not a file, not UTF-8
+        log.warning("cannot read %s: %s; NUMA node omitted", path, exc)
+        return None
+    if raw == "-1":
+        return None
+    if not (raw.isascii() and raw.isdigit()):
+        log.warning("%s holds %r, not a NUMA node; omitted", path, raw)
+        return None
+    return int(raw)

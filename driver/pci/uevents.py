@@ -45,7 +45,9 @@ class Uevent:
 
     @property
     def sequence_number(self) -> int:
-        return int(self.properties.get("SEQNUM", "0"))
+        """``SEQNUM``; 0 when absent or not a number."""
+        raw = self.properties.get("SEQNUM", "")
+        return int(raw) if raw.isascii() and raw.isdigit() else 0
 
     @property
     def slot_name(self) -> str:
@@ -88,7 +90,9 @@ class UeventFeed:
             try:
                 props = json.loads(line)
             except ValueError:
-                log.warning("skipping a malformed uevent line in %s", self.path)
+                props = None
+            if not isinstance(props, dict):  # a torn write, or not an event at all
+                log.warning("skipping a malformed uevent line in %s: %r", self.path, line[:80])
                 continue
             events.append(Uevent({str(k): str(v) for k, v in props.items()}, self.sysfs_root))
         return events

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 
 # ARPHRD_* values in net/<if>/type.
 LINK_TYPES = {1: "ethernet", 32: "infiniband"}
+PCI_ID = re.compile(r"^(0x)?[0-9a-fA-F]{1,4}$")
 
 
 @dataclass(frozen=True)
@@ -48,10 +50,29 @@ class PhysFn:
 
 
 def read(path: Path) -> str | None:
+    """A sysfs attribute's text; None when it is missing or unreadable (not
+    a file, not UTF-8: never what the kernel writes)."""
     try:
         return path.read_text().strip()
-    except OSError:
+    except (OSError, ValueError):
         return None
+
+
+def read_int(path: Path) -> int | None:
+    """A decimal sysfs attribute; None (with a warning naming the file when
+    it exists) unless it holds ASCII digits."""
+    raw = read(path)
+    if raw is not None and raw.isascii() and raw.isdigit():
+        return int(raw)
+    if raw is not None or path.exists():
+        log.warning("%s holds %r, not a number; ignored", path, raw)
+    return None
+
+
+def read_id(path: Path) -> str | None:
+    """A PCI vendor/device id attribute as 4 hex digits; None unless it is one."""
+    raw = read(path)
+    return normalize_id(raw) if raw is not None and PCI_ID.match(raw) else None
 
 
 def netdev_of(path: Path) -> str | None:
@@ -66,8 +87,8 @@ def netdev_of(path: Path) -> str | None:
 def link_type(path: Path, netdev: str | None) -> str:
     if netdev is None:
         return "unknown"
-    raw = read(path / "net" / netdev / "type")
-    return LINK_TYPES.get(int(raw), "other") if raw and raw.isdigit() else "ethernet"
+    kind = read_int(path / "net" / netdev / "type")
+    return "ethernet" if kind is None else LINK_TYPES.get(kind, "other")
 
 
 def physical_functions(sysfs_root: Path) -> list[PhysFn]:
@@ -77,19 +98,21 @@ def physical_functions(sysfs_root: Path) -> list[PhysFn]:
     for link in sorted(bus.iterdir()) if bus.is_dir() else []:
         path = Path(os.path.realpath(link))
         klass = read(path / "class") or ""
-        total = read(path / "sriov_totalvfs")
-        if not klass.lower().startswith("0x02") or total is None or (path / "physfn").exists():
+        if not klass.lower().startswith("0x02") or not (path / "sriov_totalvfs").exists():
             continue
+        total = read_int(path / "sriov_totalvfs")
+        if total is None or (path / "physfn").exists():
+            continue  # unreadable: not offered (read_int named the file)
         netdev = netdev_of(path)
         out.append(
             PhysFn(
                 bdf=link.name,
                 path=path,
                 netdev=netdev,
-                vendor=normalize_id(read(path / "vendor") or "0"),
-                device=normalize_id(read(path / "device") or "0"),
-                total_vfs=int(total or 0),
-                num_vfs=int(read(path / "sriov_numvfs") or 0),
+                vendor=read_id(path / "vendor") or "0000",
+                device=read_id(path / "device") or "0000",
+                total_vfs=total,
+                num_vfs=read_int(path / "sriov_numvfs") or 0,
                 link_type=link_type(path, netdev),
             )
         )
@@ -101,7 +124,7 @@ def virtual_functions(pf: PhysFn) -> list[tuple[int, str]]:
     vfs = []
     for link in pf.path.glob("virtfn*"):
         suffix = link.name.removeprefix("virtfn")
-        if suffix.isdigit():
+        if suffix.isascii() and suffix.isdigit():
             try:
                 target = link.readlink()
             except OSError:
@@ -122,8 +145,8 @@ def vf_device(sysfs_root: Path, pf: PhysFn, index: int, bdf: str) -> Device:
         PCI_BUS_ID: bdf,
         "pfPciBusID": pf.bdf,
         "vfIndex": index,
-        "vendorID": normalize_id(read(vf_path / "vendor") or pf.vendor),
-        "deviceID": normalize_id(read(vf_path / "device") or "0"),
+        "vendorID": read_id(vf_path / "vendor") or pf.vendor,
+        "deviceID": read_id(vf_path / "device") or "0000",
         "linkType": pf.link_type,
     }
     if pf.netdev:
