@@ -14,8 +14,8 @@ claim holds it (with the binding state) or it is free, or **withheld**:
 the pool still counts it but offers no variant, which the controller does
 while a device is held after a failed attach, while the fabric reports it
 critical or unavailable, or while no reported adapter reaches it; the
-``why`` is the failure condition on the claim, else the newest error Event
-naming the device. Allocations of variants no longer published (the
+``why`` is the failure condition on the claim, else (withheld) the newest
+error Event naming the device. Allocations of variants no longer published (the
 controller drops a failed device at once) are listed by variant name.
 """
 
@@ -69,6 +69,41 @@ def _allocations(claims: Iterable[JsonObj], pool: str, now: datetime) -> dict[st
     return out
 
 
+def _blank(name: str, holder: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A row for a device (or variant) no published variant describes."""
+    return {
+        "device": name,
+        "type": None,
+        "switch": None,
+        "model": None,
+        "identity": None,
+        "reachable": [],
+        "attached": None,
+        "holder": holder,
+    }
+
+
+def _pool_counters(slices: Iterable[JsonObj], pool: str) -> set[str]:
+    """Every counter of the pool's counter sets: one per physical device."""
+    out = set()
+    for s in slices:
+        spec = s.get("spec") or {}
+        if (spec.get("pool") or {}).get("name") == pool:
+            for cs in spec.get("sharedCounters") or ():
+                out |= {str(k) for k in cs.get("counters") or {}}
+    return out
+
+
+def _why(d: Mapping[str, Any], index: EventIndex) -> dict[str, Any] | None:
+    """The failed binding's condition, else for a withheld device the newest error
+    Event naming it (a held one's old errors are not its state now)."""
+    b = (d["holder"] or {}).get("binding") or {}
+    if b.get("state") == "failed":
+        return {"reason": b["reason"], "message": b["message"], "object": d["holder"]["claim"]}
+    last = newest(index.naming(d["device"])) if d["state"] == "withheld" else None
+    return last.as_dict() if last else None
+
+
 def fabric_view(
     slices: Iterable[JsonObj],
     claims: Iterable[JsonObj],
@@ -77,96 +112,40 @@ def fabric_view(
     now: datetime,
     pool: str = FABRIC_POOL,
 ) -> dict[str, Any]:
+    """The pool's devices (by id) and the nodes' adapters, as plain data."""
     slices, claims = list(slices), list(claims)
     held = _allocations(claims, pool, now)
     seen = reports(nodes)
-    index = EventIndex(events)
+    unoffered = _pool_counters(slices, pool)
     variants = [d for d in build(slices, claims).devices if d.pool == pool]
-    counters = sorted(
-        {
-            str(k)
-            for s in slices
-            if ((s.get("spec") or {}).get("pool") or {}).get("name") == pool
-            for cs in (s.get("spec") or {}).get("sharedCounters") or ()
-            for k in (cs.get("counters") or {})
-        }
-    )
     by_id: dict[str, dict[str, Any]] = {}
     for v in sorted(variants, key=lambda v: (v.node, str(v.attr("fabricAdapter")))):
-        dev_id = str(v.attr("fabricDevice"))
-        identity = v.attr("uuid") if v.type == "gpu" else v.attr("macAddress")
-        d = by_id.setdefault(
-            dev_id,
-            {
-                "device": dev_id,
-                "type": v.type,
-                "switch": v.attr("fabricSwitch"),
-                "model": v.attr("productName"),
-                "identity": identity,
-                "reachable": [],
-                "attached": None,
-                "holder": None,
-            },
-        )
-        adapter = str(v.attr("fabricAdapter"))
+        dev_id, adapter = str(v.attr("fabricDevice")), str(v.attr("fabricAdapter"))
+        d = by_id.setdefault(dev_id, _blank(dev_id))
+        d |= {
+            "type": v.type,
+            "switch": v.attr("fabricSwitch"),
+            "model": v.attr("productName"),
+            "identity": v.attr("uuid") if v.type == "gpu" else v.attr("macAddress"),
+        }
         d["reachable"].append(
             {"node": v.node, "adapter": adapter, "pcieRoot": v.attr(PCIE_ROOT), "variant": v.name}
         )
         if v.name in held:
             d["holder"] = {"variant": v.name, "node": v.node, "adapter": adapter} | held.pop(v.name)
-        for d_consumed in v.consumes():
-            if d_consumed[1] in counters:
-                counters.remove(d_consumed[1])
+        unoffered -= {counter for _, counter, _ in v.consumes()}
     for node, r in sorted(seen.items()):
         for d in by_id.values():
             attached = (r.gpus if d["type"] == "gpu" else r.nics).get(str(d["identity"]))
             if attached is not None:
                 d["attached"] = {"node": node, "adapter": attached, "busy": d["identity"] in r.busy}
-    for name in counters:  # counted by the pool, offered nowhere
-        by_id[name] = {
-            "device": name,
-            "type": None,
-            "switch": None,
-            "model": None,
-            "identity": None,
-            "reachable": [],
-            "attached": None,
-            "holder": None,
-        }
-    for name, h in sorted(held.items()):  # allocated variants no longer published
-        by_id[name] = {
-            "device": name,
-            "type": None,
-            "switch": None,
-            "model": None,
-            "identity": None,
-            "reachable": [],
-            "attached": None,
-            "holder": {"variant": name} | h,
-        }
+    by_id |= {name: _blank(name) for name in unoffered}  # counted by the pool, offered nowhere
+    # Allocated variants no longer published (the controller drops a failed device at once).
+    by_id |= {name: _blank(name, {"variant": name} | h) for name, h in held.items()}
+    index = EventIndex(events)
     for d in by_id.values():
         d["state"] = "held" if d["holder"] else "free" if d["reachable"] else "withheld"
-        b = (d["holder"] or {}).get("binding") or {}
-        if b.get("state") == "failed":
-            d["why"] = {
-                "reason": b["reason"],
-                "message": b["message"],
-                "object": d["holder"]["claim"],
-            }
-        elif d["state"] != "free":
-            last = newest(index.naming(d["device"]))
-            d["why"] = (
-                {
-                    "reason": last.reason,
-                    "message": last.message,
-                    "object": last.object,
-                    "time": last.time,
-                }
-                if last
-                else None
-            )
-        else:
-            d["why"] = None
+        d["why"] = _why(d, index)
     adapters = [
         {"node": n, "adapter": a, "pcieRoot": root}
         for n, r in sorted(seen.items())

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from pathlib import Path
+
+import yaml
 
 from driver.inspect.claims import claims_view, render_claims
-from driver.inspect.cli import parser, render
+from driver.inspect.cli import parser, render, wants
 from driver.inspect.events import event_time
-from driver.inspect.fetch import Snapshot
+from driver.inspect.fetch import Snapshot, Wants, default_namespace
 from tests.unit.inspect_objects import (
     condition,
     event,
@@ -71,6 +74,13 @@ def cluster() -> tuple[list[dict], list[dict], list[dict]]:  # type: ignore[type
             lastTimestamp="2026-12-01T09:59:30Z",
         ),
         event(
+            "ResourceClaim",
+            "broken",
+            "AttachFailed",
+            "attaching gpu-1 failed: task failed",
+            lastTimestamp="2026-12-01T10:00:05Z",
+        ),
+        event(
             "Pod",
             "retry",
             "FailedScheduling",
@@ -111,6 +121,8 @@ def test_last_error_is_the_newest_prepare_or_binding_failure_event() -> None:
         'device binding failed: claim=pending, reason=AttachFailed, message="injected failure'
     ), "the scheduler's prefix is cut"
     assert rows["attached"]["lastError"] is None
+    # The controller's Warning on the claim itself.
+    assert rows["broken"]["lastError"]["object"] == "resourceclaim/broken"
 
 
 def test_event_time_prefers_the_newest_stamp() -> None:
@@ -131,7 +143,7 @@ def test_table_and_namespace_flags() -> None:
     (waiting,) = [x for x in lines if x.startswith("waiting ")]
     assert "fabric/fnic-0-node-a-adapter1" in waiting and "attaching 42s" in waiting
     (broken,) = [x for x in lines if x.startswith("broken ")]
-    assert broken.split()[4:] == ["failed", "AttachFailed"]
+    assert broken.split()[4:7] == ["failed", "AttachFailed", "AttachFailed:"]
     (local,) = [x for x in lines if x.startswith("local ")]
     assert local.split()[:4] == ["local", "reserved", "node-a", "node-a/gpu-0"]
     assert local.endswith("FailedPrepareDynamicResources: Failed to prepare dynamic re…")
@@ -146,3 +158,19 @@ def test_table_and_namespace_flags() -> None:
     assert wide.splitlines()[0].split()[:2] == ["NAMESPACE", "NAME"] and "PODS" in wide
     assert "failed AttachFailed: injected failure: attach of gpu-1 failed" in wide
     assert "Failed to prepare dynamic resources: bad config" in wide
+
+
+def test_the_contexts_namespace_and_yaml(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        "current-context: a\ncontexts:\n- name: a\n  context: {namespace: team}\n"
+        "- name: b\n  context: {cluster: x}\n"
+    )
+    slices, claims, events = cluster()
+    snap = Snapshot(slices, claims, events)
+    args = parser().parse_args(["claims", "--kubeconfig", str(kubeconfig), "-o", "yaml"])
+    assert {v["namespace"] for v in yaml.safe_load(render(args, snap, NOW))} == {"team"}
+    assert default_namespace(str(kubeconfig), "b") == "default"
+    args = parser().parse_args(["--kubeconfig", str(kubeconfig), "--context", "b", "claims"])
+    assert wants(args) == Wants(events=True, namespace="default")
+    assert wants(parser().parse_args(["fabric"])) == Wants(events=True, nodes=True)

@@ -34,7 +34,11 @@ def test_held_attached_free_and_withheld_devices() -> None:
     events = [
         event("Pod", "p", "FailedScheduling", BINDING_FAILED, lastTimestamp="2026-12-01T09:00:00Z"),
         event(
-            "Pod", "p", "FailedScheduling", "no gpu-10 left", lastTimestamp="2026-12-01T09:50:00Z"
+            "ResourceClaim",
+            "c",
+            "AttachFailed",
+            "gpu-10: task failed",
+            lastTimestamp="2026-12-01T09:50:00Z",
         ),
     ]
     view = fabric_view(slices, claims, nodes, events, NOW)
