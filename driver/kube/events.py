@@ -17,15 +17,15 @@ What it copies from client-go (``tools/events`` and ``tools/record``):
   events the same (as in ``tools/record``'s correlator): a different
   failure message is a new Event, not a repeat of the first;
 - the spam filter of ``tools/record``: a token bucket per regarding object
-  and type (``burst`` 25, one token every ``refill_s`` = 300 s). An event
-  over the rate is dropped; a repeat over the rate is still counted and its
-  count written with the next write of its series (at the latest when the
-  series ends);
+  and type (``burst`` 25, one token every ``refill_s`` = 300 s), here spent
+  per write rather than per occurrence (repeats waiting in the queue are one
+  write). A new Event over the rate is dropped; a repeat over the rate is
+  still counted and its count written with the next write of its series
+  (at the latest when the series ends);
 - recording never blocks or fails the caller: :meth:`EventRecorder.event`
   puts the event on a bounded queue (dropped when full) and returns; the
   :meth:`EventRecorder.run` task writes them; an API error is logged and
   retried a few times (a refusal by the apiserver is not), never raised.
-  Repeats waiting in the queue are written as one series update.
 
 Concurrency: :meth:`run` is a task on the process's asyncio loop; ``event``
 may be called from any thread (it hops onto the loop once ``run`` started).
@@ -225,13 +225,15 @@ class EventRecorder:
             while not self._queue.empty():
                 batch.append(self._queue.get_nowait())
             try:
-                due: dict[_Key, _Series] = {}
-                for key, at in batch:
-                    series = self._observe(key, at)
-                    if series is not None:
-                        due[key] = series
-                for series in due.values():
-                    await self._write(series)
+                due = {key: self._observe(key, at) for key, at in batch}  # repeats: one write
+                for key, series in due.items():
+                    if self._allowed(key, self._clock()):
+                        await self._write(series)
+                    elif series.name is None:  # a new Event over the rate: dropped
+                        self._series.pop(key, None)
+                        self.stats.dropped += 1
+                        log.debug("event %s on %s over the rate: dropped", key.reason,
+                                  key.regarding)  # fmt: skip
                 await self._finish_series()
             except asyncio.CancelledError:
                 raise
@@ -255,25 +257,20 @@ class EventRecorder:
         bucket.tokens -= 1
         return True
 
-    def _observe(self, key: _Key, at: float) -> _Series | None:
-        """Count one occurrence; the series to write now, or None."""
+    def _observe(self, key: _Key, at: float) -> _Series:
+        """Count one occurrence; its series (new, or one not ended yet)."""
         series = self._series.get(key)
         if series is not None and at - series.last > self._finish:
             del self._series[key]  # ended: a new occurrence is a new Event
             series = None
-        allowed = self._allowed(key, at)
         if series is None:
-            if not allowed:
-                self.stats.dropped += 1
-                log.debug("event %s on %s over the rate: dropped", key.reason, key.regarding)
-                return None
             if len(self._series) >= MAX_CACHED:
                 self._series.pop(next(iter(self._series)))
             series = self._series[key] = _Series(key, first=at, last=at)
             return series
         series.count += 1
         series.last = at
-        return series if allowed else None
+        return series
 
     async def _finish_series(self) -> None:
         """End series without a repeat for ``finish_s``, writing unwritten counts."""

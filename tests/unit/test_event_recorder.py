@@ -189,3 +189,19 @@ async def test_long_notes_and_names_fit_the_apiserver_limits(
     await recorder.drain()
     (ev,) = events(api)
     assert len(ev["note"].encode()) <= 1024 and len(ev["metadata"]["name"]) <= 253
+
+
+async def test_repeats_written_together_spend_one_token(api: MemoryKube, clock: Clock) -> None:
+    rec = EventRecorder(api, "patchbay.dev/plugin", "p", burst=2, refill_s=300, clock=clock)
+    for _ in range(50):  # queued before the writer runs: one write
+        rec.warning(NODE, "DeviceUnhealthy", "HealthCheck", "same")
+    task = asyncio.create_task(rec.run())
+    try:
+        await rec.drain()
+        rec.warning(NODE, "DevicesNotPublished", "PublishSlices", "another")
+        await rec.drain()
+        stored = {e["reason"]: e for e in events(api, NODE_EVENTS)}
+        assert set(stored) == {"DeviceUnhealthy", "DevicesNotPublished"}
+        assert stored["DeviceUnhealthy"]["series"]["count"] == 50 and rec.stats.dropped == 0
+    finally:
+        task.cancel()
