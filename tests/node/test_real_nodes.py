@@ -7,6 +7,9 @@ directory and the plugin's checkpoint.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -163,6 +166,19 @@ def test_bad_config_fails_its_pod_with_the_field_named(tier: Tier, namespace: st
 
     messages = wait_for("FailedPrepareDynamicResources on the bad pod", failed, timeout=90)
     assert "timeSlice" in messages[0], messages
+    # The real kubelet's Event has the shape the e2e tier's node agent
+    # records (hack/k8s/cmd/node-agent), so `kubectl patchbay claims` reads
+    # the same column from both tiers.
+    assert messages[0].startswith("Failed to prepare dynamic resources: "), messages
+    shown = json.loads(subprocess.run(
+        [str(Path(sys.executable).parent / "kubectl-patchbay"), "claims", "-n", namespace,
+         "-o", "json", f"--kubeconfig={tier.cluster.kubeconfig}"],
+        capture_output=True, text=True, timeout=60, check=True).stdout)  # fmt: skip
+    last = {c["name"]: c["lastError"] for c in shown if "bad" in c["pods"]}
+    assert len(last) == 1, shown
+    error = next(iter(last.values()))
+    assert error["reason"] == "FailedPrepareDynamicResources", error
+    assert "timeSlice" in error["message"], error
     assert tier.pod(namespace, "bad")["status"]["phase"] == "Pending"
     node = tier.pod(namespace, "bad")["spec"]["nodeName"]
     tier.apply(namespace, [example("single-gpu.yaml")[0], _gpu_pod("good", "single-gpu", node)])
