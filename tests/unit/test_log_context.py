@@ -7,8 +7,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
+import types
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +22,7 @@ from driver.claims.preparer import ClaimPreparer
 from driver.devices.inventory import NodeInventory
 from driver.devices.model import Device
 from driver.logconfig import JsonFormatter, TextFormatter, bind_log_context, log_context
+from driver.node import hotplug
 from tests.claims_doubles import NODE, FlakyHandler, Reader
 
 
@@ -97,3 +101,29 @@ async def test_a_prepare_log_line_carries_its_claim_pod_and_devices(
     }  # fmt: skip
     failed = next(line for line in lines if line["level"] == "warning")
     assert failed["claim"] == "ns/c2" and "device" not in failed
+
+
+async def test_a_hot_plug_rescan_logs_with_the_devices_that_came() -> None:
+    release = threading.Event()
+    lines: list[dict[str, object]] = []
+
+    def source() -> Iterator[Any]:
+        path = "/devices/pci0000:85/0000:85:01.0/0000:86:00.0"
+        yield types.SimpleNamespace(action="add", device_path=path)
+        release.wait(10)
+
+    async def rescan() -> None:  # runs its scan in a thread, as the plugin's does
+        record = await asyncio.to_thread(lambda: logging.makeLogRecord({"msg": "scan"}))
+        lines.append(json.loads(JsonFormatter().format(record)))
+
+    task = asyncio.create_task(hotplug.watch(source(), rescan, debounce_s=0.01))
+    try:
+        for _ in range(200):
+            if lines:
+                break
+            await asyncio.sleep(0.01)
+        assert lines and lines[0]["device"] == "0000:86:00.0"
+    finally:
+        task.cancel()
+        release.set()
+        await asyncio.gather(task, return_exceptions=True)
