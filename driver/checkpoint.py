@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Collection
 from enum import StrEnum
 from pathlib import Path
@@ -100,6 +101,20 @@ class Checkpoint(BaseModel):
     claims: dict[str, ClaimRecord] = Field(default_factory=dict)
 
 
+def _misfiled(checkpoint: Checkpoint) -> str | None:
+    """Why the file cannot be this driver's: every build keys a record by its
+    claim's UID, a UUID. A file that does not is corrupt, not a newer format
+    (its records could never be unprepared, a non-UUID never names a CDI spec)."""
+    for key, record in checkpoint.claims.items():
+        if key != record.uid:
+            return f"claims[{key!r}] holds the record of claim {record.uid!r}"
+        try:
+            uuid.UUID(key)
+        except ValueError:
+            return f"claims[{key!r}] is not keyed by a claim UID"
+    return None
+
+
 class CheckpointStore:
     """Loads and saves the checkpoint file; one owner per process."""
 
@@ -147,7 +162,10 @@ class CheckpointStore:
             return Checkpoint(boot_id=self.boot_id)
         try:
             checkpoint = Checkpoint.model_validate_json(raw)
+            why = _misfiled(checkpoint)
         except ValidationError as exc:
+            why = str(exc.errors()[0].get("msg", exc))
+        if why is not None:
             aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
             self.path.rename(aside)
             self.moved_aside = aside
@@ -158,7 +176,7 @@ class CheckpointStore:
                 "(after power loss this is expected: a reboot undid them): %s",
                 self.path,
                 aside,
-                exc.errors()[0].get("msg", exc),
+                why,
             )
             return Checkpoint(boot_id=self.boot_id)
         if checkpoint.version > CHECKPOINT_VERSION:

@@ -10,6 +10,8 @@ import pytest
 
 from driver.checkpoint import Checkpoint, CheckpointStore, ClaimRecord, ClaimState, DeviceRecord
 
+A, B = "0aaaaaaa-0000-4000-8000-000000000001", "0bbbbbbb-0000-4000-8000-000000000002"
+
 
 def record(uid: str, state: ClaimState = ClaimState.PREPARE_COMPLETED) -> ClaimRecord:
     dev = DeviceRecord(
@@ -26,20 +28,20 @@ def record(uid: str, state: ClaimState = ClaimState.PREPARE_COMPLETED) -> ClaimR
 def test_roundtrip_keeps_states_and_undo(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path / "cp.json", "boot-1")
     cp = store.load()
-    cp.claims["a"] = record("a", ClaimState.PREPARE_STARTED)
-    cp.claims["b"] = record("b")
+    cp.claims[A] = record(A, ClaimState.PREPARE_STARTED)
+    cp.claims[B] = record(B)
     store.save(cp)
     again = CheckpointStore(tmp_path / "cp.json", "boot-1").load()
-    assert again.claims["a"].state is ClaimState.PREPARE_STARTED
-    assert again.claims["b"].state is ClaimState.PREPARE_COMPLETED
-    assert again.claims["b"].devices[0].undo == {"gi": 3}
+    assert again.claims[A].state is ClaimState.PREPARE_STARTED
+    assert again.claims[B].state is ClaimState.PREPARE_COMPLETED
+    assert again.claims[B].devices[0].undo == {"gi": 3}
     assert not list(tmp_path.glob(".*tmp*")), "no temp file left behind"
 
 
 def test_boot_id_change_drops_records(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path / "cp.json", "boot-1")
     cp = store.load()
-    cp.claims["a"] = record("a")
+    cp.claims[A] = record(A)
     store.save(cp)
     assert CheckpointStore(tmp_path / "cp.json", "boot-2").load().claims == {}
     assert CheckpointStore(tmp_path / "cp.json", "boot-1").load().claims != {}
@@ -50,15 +52,15 @@ def test_newer_fields_are_read_and_kept(tmp_path: Path) -> None:
     data = Checkpoint(boot_id="b").model_dump(mode="json")
     data["version"] = 2
     data["futureField"] = {"x": 1}
-    data["claims"] = {"a": {**record("a").model_dump(mode="json"), "futureClaimField": 7}}
+    data["claims"] = {A: {**record(A).model_dump(mode="json"), "futureClaimField": 7}}
     path.write_text(json.dumps(data))
     store = CheckpointStore(path, "b")
     cp = store.load()
-    assert cp.claims["a"].name == "c"
+    assert cp.claims[A].name == "c"
     store.save(cp)
     saved = json.loads(path.read_text())
     assert saved["futureField"] == {"x": 1}
-    assert saved["claims"]["a"]["futureClaimField"] == 7
+    assert saved["claims"][A]["futureClaimField"] == 7
 
 
 def test_older_file_without_new_fields_loads(tmp_path: Path) -> None:
@@ -96,16 +98,16 @@ def test_changed_only_when_another_writer_replaced_the_file(tmp_path: Path) -> N
     ours, theirs = CheckpointStore(path, "b"), CheckpointStore(path, "b")
     assert not ours.changed()  # no file yet, none read
     cp = ours.load()
-    cp.claims["a"] = record("a")
+    cp.claims[A] = record(A)
     ours.save(cp)
     assert not ours.changed(), "our own write is not a change"
     assert theirs.changed()
     other = theirs.load()
     assert not theirs.changed()
-    other.claims["b"] = record("b")
+    other.claims[B] = record(B)
     theirs.save(other)
     assert ours.changed()
-    assert set(ours.load().claims) == {"a", "b"}
+    assert set(ours.load().claims) == {A, B}
     assert not ours.changed()
     path.unlink()
     assert ours.changed()

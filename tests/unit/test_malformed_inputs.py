@@ -21,6 +21,7 @@ from driver.vf.config import PfPoolConfig
 from driver.vf.discovery import physical_functions, scan_vfs
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
+from tests.unit.test_fuzz_checkpoint import CHECKPOINT, start
 from tests.unit.test_fuzz_claims import CLAIM, UID, _prepare
 from tests.unit.test_fuzz_fabric import (
     CONNECTION,
@@ -173,3 +174,21 @@ def test_a_unicode_digit_link_type_is_not_a_crash(host: SimHost) -> None:
     (netdev / "type").write_text("\u00b2\n")  # "²".isdigit() is True, int("²") fails
     (pf,) = [p for p in physical_functions(host.sysfs_root) if p.bdf == first.bdf]
     assert pf.link_type == "ethernet"
+
+
+@pytest.mark.parametrize(
+    ("key", "uid", "why"),
+    [
+        (UID.replace("40", "41"), UID, "holds the record of claim"),  # unprepare: KeyError
+        ("not-a-uuid", "not-a-uuid", "is not keyed by a claim UID"),  # recover: CdiError
+    ],
+)
+def test_a_checkpoint_not_keyed_by_claim_uids_is_corrupt(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, key: str, uid: str, why: str
+) -> None:
+    data = copy.deepcopy(CHECKPOINT)
+    data["claims"] = {key: {**data["claims"][UID], "uid": uid}}
+    prep, _ = start(tmp_path, data)
+    assert prep.checkpoint.claims == {} and why in caplog.text
+    assert list(tmp_path.glob("cp.json.corrupt-*")), "moved aside, not lost"
+    assert asyncio.run(prep.recover()) == (0, 0)
