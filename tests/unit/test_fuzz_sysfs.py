@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from driver.devices.model import NUMA_NODE, PCI_BUS_ID, PCIE_ROOT
@@ -81,7 +81,7 @@ def target(root: Path, name: str) -> Path:
     return root / name
 
 
-@FUZZ
+@settings(FUZZ, max_examples=60)  # two sysfs scans per example
 @given(
     st.dictionaries(st.sampled_from(PF_FILES), CONTENTS, max_size=3),
     st.dictionaries(st.sampled_from(VF_FILES), CONTENTS, max_size=2),
