@@ -109,7 +109,12 @@ class Node:
         write(
             tmp / "cp.json",
             [
-                claim(self.state_uid, "UnprepareStarted", [device("gpu-1", "gpu", "GPU-1")]),
+                claim(
+                    self.state_uid,
+                    "UnprepareStarted",
+                    [device("gpu-1", "gpu", "GPU-1", detachAfter=30)],
+                    unprepareStep=2,
+                ),
                 claim(
                     self.kind_uid,
                     "PrepareCompleted",
@@ -117,6 +122,7 @@ class Node:
                     cdi_spec=spec,
                 ),
             ],
+            sliceTable={"GPU-2": [0]},
         )
         self.before = (tmp / "cp.json").read_text()
         store = CheckpointStore(tmp / "cp.json", BOOT)
@@ -164,6 +170,8 @@ async def test_prepare_refuses_their_devices_and_serves_the_others(node: Node) -
     on_disk = node.on_disk()
     assert set(on_disk) == {node.state_uid, node.kind_uid}
     assert on_disk == json.loads(node.before)["claims"], "records kept as written"
+    saved = json.loads((node.tmp / "cp.json").read_text())
+    assert saved["sliceTable"] == {"GPU-2": [0]} and saved["version"] == 2
 
 
 async def test_prepare_of_the_newer_claim_itself_is_refused(node: Node) -> None:
