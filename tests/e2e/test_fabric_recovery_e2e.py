@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import pytest
+from cluster_proc import free_port
 from fabricsim import ControllerProcess
 from kubernetes import client
 
@@ -172,7 +173,10 @@ def test_two_replicas_one_leader_and_standby_takes_over(  # keep last: it replac
     assert first != "controller-standby"
     before = {s.metadata.name: s.metadata.resource_version for s in fabric_slices(resource_api)}
     log = leader.log_path.with_name(f"{unique('controller-standby')}.log")
-    standby = ControllerProcess(leader.kubeconfig, env.fabric, log, *leader.extra)
+    # Its own /metrics port: two replicas of one pod template would each have their pod's.
+    extra = [a for a in leader.extra if not a.startswith("--metrics-port=")]
+    extra.append(f"--metrics-port={free_port()}")
+    standby = ControllerProcess(leader.kubeconfig, env.fabric, log, *extra)
     standby.start(identity="controller-standby")
     try:
         wait_for(
