@@ -84,11 +84,19 @@ def test_fabric_gpu_attached_released_and_reused(
     print(f"fabric GPU allocation-to-Running: {time.monotonic() - started:.1f}s")
 
     # The claim's Events tell the story (kubectl describe resourceclaim).
-    seen = [(e.reason, e.message) for e in events_about(core, ns, claim.metadata.name)]
-    assert seen == [
+    # (The recorder writes them from its own task, after the status the pod
+    # waited for.)
+    expected = [
         ("Attaching", f"attaching fabric device gpu-2 to node {node} via adapter1"),
         ("Attached", f"gpu-2 attached to {node} via adapter1"),
     ]
+    wait_for(
+        "the claim's Attaching and Attached Events",
+        lambda: (
+            [(e.reason, e.message) for e in events_about(core, ns, claim.metadata.name)] == expected
+        ),
+        timeout=30,
+    )
     ev = events_about(core, ns, claim.metadata.name)[0]
     assert ev.reporting_component == "patchbay.dev/controller" and ev.type == "Normal"
     assert ev.involved_object.uid == claim.metadata.uid

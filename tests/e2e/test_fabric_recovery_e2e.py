@@ -110,12 +110,18 @@ def test_injected_attach_failure_reschedules_on_another_device(
     assert conditions(claim, result.device) == {"FabricDeviceReady": "True"}
     assert set(env.fabric.connections()) == {got}
     # The failure is a Warning on the claim with the fabric's own message.
+    # Events are written by the recorder's own task, after the status the
+    # pod waited for: wait for the whole sequence.
+    expected = ["Attaching", "AttachFailed", "Attaching", "Attached"]
+    wait_for(
+        f"the claim's Events {expected}",
+        lambda: [e.reason for e in events_about(core, ns, claim.metadata.name)] == expected,
+        timeout=30,
+    )
     (warning,) = events_about(core, ns, claim.metadata.name, "AttachFailed")
     assert warning.type == "Warning"
     assert warning.message.startswith(f"attaching {failed} to {node} via adapter")
     assert f"injected failure: attach of {failed} to {node} failed" in warning.message
-    reasons = [e.reason for e in events_about(core, ns, claim.metadata.name)]
-    assert reasons == ["Attaching", "AttachFailed", "Attaching", "Attached"]
     delete_pod(core, ns, "retry")
     wait_for("nothing attached", lambda: not env.fabric.connections(), timeout=60)
     wait_for(
