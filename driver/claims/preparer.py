@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from driver.cdi import CdiDevice, CdiRegistry, ContainerEdits, canonical_claim_uid
 from driver.checkpoint import Checkpoint, CheckpointStore, ClaimRecord, ClaimState, DeviceRecord
+from driver.claims import admin
 from driver.claims.allocation import Allocation, parse_allocation
 from driver.claims.model import ClaimRef, PreparedDevice, PrepareResult, log_fields
 from driver.config import opaque
@@ -286,7 +287,7 @@ class ClaimPreparer:
         lists: dict[str, list[str]] = {}
         for device_record, device, config in planned:
             handler = self._handlers[device.kind]
-            prep = handler.prepare(device, ref.uid, config)
+            prep = admin.prepare(handler, device, config, device_record, self.checkpoint, ref.uid)
             device_record.undo = {**device_record.undo, **prep.undo}
             crash_point("prepare-device-done")
             cdi_devices.append(CdiDevice(name=device.name, edits=prep.edits))
@@ -325,6 +326,8 @@ class ClaimPreparer:
             # A newer build's record holds its hardware whatever it calls it.
             newer = c.not_understood(self._handlers) is not None
             for d in c.devices:
+                if admin.is_admin(d):  # a read-only view holds nothing
+                    continue
                 held[(d.kind, d.local_id)] = c.uid
                 if newer:
                     held[(d.local_id,)] = held[(d.pool_name, d.device_name)] = c.uid
@@ -342,7 +345,7 @@ class ClaimPreparer:
                 (device.local_id,),
                 (result.pool, result.device),
             ]
-            owner = next((held[k] for k in keys if k in held), None)
+            owner = next((held[k] for k in keys if k in held and not result.admin_access), None)
             if owner is not None and result.share_id is None:
                 raise ClaimError(f"device {result.device} is already prepared for claim {owner}")
             configs = [
@@ -358,6 +361,8 @@ class ClaimPreparer:
                 local_id=device.local_id,
                 undo=self._handlers[device.kind].plan_undo(device),
             )
+            if result.admin_access:
+                record.undo = {admin.ADMIN_ACCESS: True}
             planned.append((record, device, config))
         return planned
 
@@ -379,7 +384,8 @@ class ClaimPreparer:
                 "of patchbay (or one with that device family enabled); left untouched"
             )
         for device in record.devices:
-            self._handlers[device.kind].unprepare(device.kind, device.local_id, device.undo)
+            if not admin.is_admin(device):  # a read-only view has nothing to undo
+                self._handlers[device.kind].unprepare(device.kind, device.local_id, device.undo)
         crash_point("unprepare-devices-undone")
         # The record goes before the spec: a spec without a record is debris
         # start-up removes, a prepared record without its spec must not be.

@@ -89,6 +89,16 @@ class GpuHandler:
             claim_lists=((VISIBLE_DEVICES, device.local_id),),
         )
 
+    def prepare_admin(self, device: Device, holder: Mapping[str, Any] | None) -> Preparation:
+        """Admin access (``driver.claims.admin``): the GPU's node and UUID, no guard."""
+        minor = device.attributes.get("minor")
+        minor = minor if isinstance(minor, int) and not isinstance(minor, bool) else 0
+        node = self.node(f"nvidia{minor}", minor)
+        return Preparation(
+            edits=ContainerEdits(device_nodes=(node,) if node else ()),
+            claim_lists=((VISIBLE_DEVICES, device.local_id),),
+        )
+
     def unprepare(self, kind: str, local_id: str, undo: Mapping[str, Any]) -> None:
         if self._guard is not None:
             self._guard.release_full(local_id)

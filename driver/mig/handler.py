@@ -106,6 +106,27 @@ class MigHandler:
             claim_lists=((VISIBLE_DEVICES, instance.mig_uuid),),
         )
 
+    def prepare_admin(self, device: Device, holder: Mapping[str, Any] | None) -> Preparation:
+        """Admin access (``driver.claims.admin``): the MIG device another claim
+        created, found read-only; admin access never creates or destroys one."""
+        uuid, profile_id, start = parse_local_id(device.local_id)
+        with self._session.open() as nvml:
+            gpu = find_gpu(nvml, uuid)
+            found = [
+                i for i in (nvml.mig_instances(uuid) if gpu is not None else ())
+                if i.profile_id == profile_id and i.start == start and i.mig_uuid
+            ]  # fmt: skip
+        if gpu is None or holder is None or not found:
+            raise ClaimError(
+                f"MIG device {device.name} is not created (no claim holds it): "
+                "admin access shows only a MIG device that exists"
+            )
+        instance = found[0]
+        return Preparation(
+            edits=self._edits(gpu.minor, instance.gi_id, instance.ci_id or 0, None),
+            claim_lists=((VISIBLE_DEVICES, str(instance.mig_uuid)),),
+        )
+
     def _edits(
         self, minor: int, gi_id: int, ci_id: int, config: DeviceConfig | None
     ) -> ContainerEdits:

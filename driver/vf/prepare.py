@@ -112,6 +112,18 @@ class VfHandler:
             edits=ContainerEdits(env=tuple(env), device_nodes=nodes), undo={"mode": mode}
         )
 
+    def prepare_admin(self, device: Device, holder: Mapping[str, Any] | None) -> Preparation:
+        """Admin access (``driver.claims.admin``): the VF's address and, when it
+        is a netdev, its interface name; never a rebind, never the vfio group
+        (a vfio group is opened by one process: the holder's)."""
+        bdf = device.local_id
+        path = self._path(bdf)
+        prefix = env_prefix(device)
+        env = [f"{prefix}_PCI_BUS_ID={bdf}", f"{prefix}_ADMIN_ACCESS=true"]
+        if (netdev := netdev_of(path)) is not None:
+            env.append(f"{prefix}_NETDEV={netdev}")
+        return Preparation(edits=ContainerEdits(env=tuple(env)))
+
     def unprepare(self, kind: str, local_id: str, undo: Mapping[str, Any]) -> None:
         original = undo.get("driver")
         try:
