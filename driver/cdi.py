@@ -14,6 +14,7 @@ of one variable override each other in the container (docs/design.md).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import uuid
@@ -88,6 +89,9 @@ class CdiDevice:
     edits: ContainerEdits = field(default_factory=ContainerEdits)
 
 
+_NOT_WRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+
+
 class CdiRegistry:
     """Writes and removes the per-claim spec files under ``root``."""
 
@@ -149,7 +153,14 @@ class CdiRegistry:
                 self.spec_path(uid), json.dumps(spec, separators=(",", ":")).encode(), self._spare()
             )
         except OSError as exc:
-            raise CdiError(f"cannot write CDI spec for claim {uid}: {exc}") from exc
+            raise CdiError(f"cannot write CDI spec for claim {uid}: {self._why(exc)}") from exc
+
+    def _why(self, exc: OSError) -> str:
+        """The cause in words naming the directory (a claim's error is all an
+        operator sees of a read-only or full CDI directory)."""
+        if exc.errno in _NOT_WRITABLE:
+            return f"CDI directory {self.root} is not writable ({exc.strerror})"
+        return f"in CDI directory {self.root}: {exc}"
 
     def has_spec(self, claim_uid: str) -> bool:
         return self.spec_path(claim_uid).is_file()
@@ -158,7 +169,8 @@ class CdiRegistry:
         try:
             return retire(self.spec_path(claim_uid), self._spare())
         except OSError as exc:
-            raise CdiError(f"cannot remove CDI spec for claim {claim_uid}: {exc}") from exc
+            why = self._why(exc)
+            raise CdiError(f"cannot remove CDI spec for claim {claim_uid}: {why}") from exc
 
     def claim_uids(self) -> set[str]:
         """UIDs of every claim that has a spec file here."""

@@ -35,8 +35,10 @@ async def serve_http(
     registry: CollectorRegistry,
     healthy: Callable[[], bool],
     host: str = "0.0.0.0",
+    detail: Callable[[], list[str]] | None = None,
 ) -> None:
-    """Serve until cancelled."""
+    """Serve until cancelled. ``detail``: lines ``/healthz`` adds to its
+    answer (what works only in part, and why), whatever its status."""
 
     async def metrics(_: web.Request) -> web.Response:
         body = generate_latest(registry)
@@ -44,7 +46,8 @@ async def serve_http(
 
     async def healthz(_: web.Request) -> web.Response:
         ok = healthy()
-        return web.Response(status=200 if ok else 503, text="ok\n" if ok else "not ready\n")
+        lines = ["ok" if ok else "not ready", *(detail() if detail is not None else ())]
+        return web.Response(status=200 if ok else 503, text="".join(f"{ln}\n" for ln in lines))
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)

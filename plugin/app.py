@@ -6,6 +6,11 @@ the hot-plug watcher under one TaskGroup; if any of them fails the group
 fails and the process exits non-zero (the DaemonSet restarts it) rather than
 limp on half-alive. Blocking NVML and sysfs work runs in worker threads.
 SIGTERM stops the servers gracefully, then the rest of the group.
+
+A host without usable NVML (no driver library, driver not loaded) is not a
+reason to exit: the GPU family scans through a gate (``driver.node.nvml_gate``)
+that yields no GPUs and says why (log, ``/healthz``), a task retries NVML with
+backoff, and the health stream is advertised (re-registering) once it works.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from driver.devices.kind import DeviceType, all_handlers, scan_all
 from driver.devices.model import CounterSet
 from driver.errors import Stopped
 from driver.fabric_devices.node import AnnotationPublisher, FabricNodeView
+from driver.gpu.kind import GpuType
 from driver.health.monitor import HealthMonitor
 from driver.httpendpoint import serve_http
 from driver.kube.client import KubeClient
@@ -32,6 +38,7 @@ from driver.kube.objects import ApiClaimReader, owner_reference, wait_for_node
 from driver.logconfig import set_process_fields
 from driver.metrics import PLUGIN, PLUGIN_REGISTERED
 from driver.node import hotplug
+from driver.node.nvml_gate import NvmlGate, retry_while_unavailable
 from driver.slices.build import PoolSpec, slice_name_prefix
 from driver.slices.publisher import SlicePublisher
 from plugin.device_metrics import DeviceCounts, export_device_counts
@@ -55,6 +62,13 @@ class NodePlugin:
         self.settings = settings
         self.api = api
         self.device_types = list(device_types)
+        # What a scan runs: the GPU family behind its NVML gate.
+        self.scanned: list[DeviceType] = [
+            NvmlGate(t, required=settings.nvml_required) if isinstance(t, GpuType) else t
+            for t in self.device_types
+        ]
+        self.gates = [t for t in self.scanned if isinstance(t, NvmlGate)]
+        self.servers: PluginServers | None = None
         self.inventory = NodeInventory()
         self._scan_lock = asyncio.Lock()
         self.pool_name = settings.node_name
@@ -85,7 +99,9 @@ class NodePlugin:
     async def rescan(self) -> None:
         """Re-enumerate the node's devices and republish if anything changed."""
         async with self._scan_lock:
-            found = await asyncio.to_thread(scan_all, self.device_types)
+            found = await asyncio.to_thread(scan_all, self.scanned)
+        if self.servers is not None and self.nvml_reached():
+            await self.servers.advertise_health()  # no-op once advertised
         devices = list(found.devices)
         if self.fabric is not None and self.fabric_report is not None:
             # Fabric-attached GPUs are prepared from the fabric pool, never offered locally.
@@ -162,6 +178,14 @@ class NodePlugin:
         held = self.preparer.prepared_devices() if self.preparer is not None else set()
         return DeviceCounts(pools, self.settings.fabric_pool, self.health, held)
 
+    def nvml_reached(self) -> bool:
+        """Whether every GPU family has reached NVML at least once."""
+        return all(g.ever_available for g in self.gates)
+
+    def health_detail(self) -> list[str]:
+        """``/healthz`` lines for what is not offered and why (still 200)."""
+        return [f"gpus: not offered: {g.reason}" for g in self.gates if g.reason]
+
     def healthy(self) -> bool:
         """Ready once the pool has been published and the servers are up; no
         longer once the hot-plug watch has ended (the process is going down)."""
@@ -194,7 +218,10 @@ class NodePlugin:
         self.report_fabric()
         # Device health (KEP-4680) is served where NVML can deliver GPU XIDs.
         health = self.health if self.xid is not None else None
-        servers = PluginServers(paths, preparer, health, lock=lock)
+        servers = PluginServers(
+            paths, preparer, health, lock=lock, advertise_health=self.nvml_reached()
+        )
+        self.servers = servers
         PLUGIN_REGISTERED.set_function(lambda: float(servers.registration.registered.is_set()))
         export_device_counts(self.device_counts)
 
@@ -212,7 +239,14 @@ class NodePlugin:
                     group.create_task(self.fabric_report.run(), name="fabric-report")
                 group.create_task(serve(), name="grpc-servers")
                 if s.metrics_port:
-                    group.create_task(serve_http(s.metrics_port, PLUGIN, self.healthy), name="http")
+                    group.create_task(
+                        serve_http(s.metrics_port, PLUGIN, self.healthy, detail=self.health_detail),
+                        name="http",
+                    )
+                if self.gates and not s.nvml_required:
+                    group.create_task(
+                        retry_while_unavailable(self.gates, self.rescan), name="nvml-retry"
+                    )
                 events = hotplug.open_source(s.hotplug_source, s.sysfs_root)
                 if events is not None:
                     group.create_task(self.watch_hotplug(events), name="hotplug")

@@ -12,7 +12,6 @@ from driver.fabric_devices.node import FabricNodeView, load_adapters
 from driver.gpu.kind import GpuType
 from driver.health.xid import XidWatcher
 from driver.mig.discovery import mig_support
-from driver.nvml.library import find_library
 from driver.nvml.pynvml_backend import PynvmlBackend
 from driver.vf.config import load_pool_config
 from driver.vf.kind import VfType
@@ -26,7 +25,7 @@ def fabric_view(settings: PluginSettings) -> FabricNodeView | None:
 
 
 def device_types(settings: PluginSettings) -> list[DeviceType]:
-    nvml = PynvmlBackend(find_library(settings.driver_root))
+    nvml = PynvmlBackend(settings.driver_root)
     # Discovery and the MIG handler share one NVML session lock (driver.mig.session).
     mig = mig_support(
         nvml,

@@ -7,7 +7,11 @@ registry directory. The DRA server starts first so that the endpoint the
 kubelet learns from ``GetInfo`` already answers; on shutdown the registration
 server goes first (the kubelet sees its socket vanish and stops sending new
 calls), health streams are ended, in-flight DRA calls get ``grace_s`` seconds
-to finish, and then both socket files are removed.
+to finish, and then both socket files are removed. The services offered are
+read by the kubelet at registration only: to offer the health stream later
+(NVML became usable, ``plugin.app``), :meth:`PluginServers.advertise_health`
+makes the registration socket anew, which the kubelet's plugin watcher takes
+as a new registration (ARCHITECTURE.md section 4).
 
 Concurrency model: everything runs on the single asyncio event loop of the
 plugin process; servicers are coroutines and the claim handler pushes
@@ -59,6 +63,7 @@ class PluginServers:
         driver_name: str = DRIVER_NAME,
         grace_s: float = DEFAULT_GRACE_S,
         lock: ClaimLock | None = None,
+        advertise_health: bool = True,
     ) -> None:
         self.paths = paths
         self.grace_s = grace_s
@@ -69,7 +74,7 @@ class PluginServers:
         self._reg_server: Any = None
         self._stop_requested = asyncio.Event()
         versions = ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
-        if self._health is not None:
+        if self._health is not None and advertise_health:
             versions.append(HEALTH_VERSION)
         self.registration = RegistrationServicer(driver_name, paths.dra, versions)
 
@@ -88,6 +93,31 @@ class PluginServers:
         await self._bind_and_start(reg, self.paths.registration)
         self._reg_server = reg
         log.info("registration service on %s", self.paths.registration)
+
+    @property
+    def health_advertised(self) -> bool:
+        """Whether the kubelet is told about the health stream."""
+        return HEALTH_VERSION in self.registration.versions
+
+    async def advertise_health(self) -> None:
+        """Offer the health stream (served from the start) from now on:
+        re-register, since the kubelet reads the versions at registration."""
+        if self._health is None or self.health_advertised:
+            return
+        self.registration.versions = (*self.registration.versions, HEALTH_VERSION)
+        old, self._reg_server = self._reg_server, None
+        if old is None:
+            return  # not started: start() registers with the new versions
+        remove_socket(self.paths.registration)
+        await old.stop(1.0)
+        reg = grpc.aio.server()
+        self.registration.add_to(reg)
+        await self._bind_and_start(reg, self.paths.registration)
+        self._reg_server = reg
+        log.info(
+            "re-registering with the kubelet: now serving %s",
+            ", ".join(self.registration.versions),
+        )
 
     @staticmethod
     async def _bind_and_start(server: Any, path: Path) -> None:

@@ -47,6 +47,12 @@ class PluginSettings(ProcessSettings, FabricPoolSettings, MetricsPortSettings):
         description="root of the NVIDIA driver installation: libnvidia-ml.so.1 is loaded "
         "from below it (usr/lib/x86_64-linux-gnu, usr/lib64, ...), else by soname",
     )
+    nvml_required: bool = Field(
+        default=False,
+        description="exit (discovery error, exit code 3) when NVML cannot be initialised "
+        "(no library, driver not loaded); off: serve the node's other devices without "
+        "GPUs and retry NVML with backoff",
+    )
     boot_id_file: Path = Field(
         default=Path("/proc/sys/kernel/random/boot_id"),
         description="file holding the node's boot id (checkpoint reset on reboot)",

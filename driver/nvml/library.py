@@ -6,7 +6,10 @@ it at ``/run/nvidia/driver``, a host install is ``/``), and the plugin image
 carries no driver. The plugin's ``--driver-root`` names that directory (the
 chart mounts it); this module finds ``libnvidia-ml.so.1`` below it in the
 usual library directories, so the plugin loads the host's library by
-absolute path instead of trusting the image's loader path.
+absolute path instead of trusting the image's loader path. The lookup is
+repeated on every NVML initialisation until the library is loaded, so a
+driver installed after the plugin started is found without a restart
+(docs/design.md "Hostile hosts").
 """
 
 from __future__ import annotations
@@ -37,3 +40,11 @@ def find_library(driver_root: Path) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def not_found_message(driver_root: Path) -> str:
+    """Why no library was loaded, naming where it was looked for."""
+    return (
+        f"{LIBRARY_NAME} not found below the driver root {driver_root} "
+        f"({', '.join(LIBRARY_DIRS)}) nor by the dynamic loader: is the NVIDIA driver installed?"
+    )

@@ -4,10 +4,12 @@ This is the only module that imports ``pynvml``. Every call blocks; the
 plugin runs them in a worker thread. pynvml loads the library by soname
 (``CDLL("libnvidia-ml.so.1")``); to use another build (our C mock) either set
 ``LD_LIBRARY_PATH`` before the process starts, or set
-``PATCHBAY_NVML_LIBRARY`` to the library's absolute path, or pass ``library``
-(the plugin's ``--driver-root`` lookup, ``driver.nvml.library``): we load that
-file first, and the dynamic loader then resolves pynvml's soname lookup to the
-already loaded object. The environment variable (a test hook) wins.
+``PATCHBAY_NVML_LIBRARY`` to the library's absolute path, or pass
+``driver_root`` (the plugin's ``--driver-root``; the library is looked up
+below it, ``driver.nvml.library``, on every ``init`` until it is loaded, so a
+driver installed later is picked up): we load that file first, and the
+dynamic loader then resolves pynvml's soname lookup to the already loaded
+object. The environment variable (a test hook) wins.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from driver.nvml.backend import (
     nvml_error,
     short_profile_name,
 )
+from driver.nvml.library import find_library, not_found_message
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +48,20 @@ LIBRARY_ENV = "PATCHBAY_NVML_LIBRARY"
 _preloaded: list[ctypes.CDLL] = []
 
 
-def _preload_library(library: Path | None = None) -> None:
-    path = os.environ.get(LIBRARY_ENV) or (str(library) if library else "")
-    if path and not _preloaded:
+def _preload_library(driver_root: Path | None = None) -> None:
+    """Load the library by absolute path once it is there (looked up again on
+    every call until then: a driver installed later is found)."""
+    if _preloaded:
+        return
+    found = find_library(driver_root) if driver_root is not None else None
+    path = os.environ.get(LIBRARY_ENV) or (str(found) if found else "")
+    if not path:
+        return  # pynvml tries the soname through the dynamic loader
+    try:
         _preloaded.append(ctypes.CDLL(str(Path(path).resolve())))
-        log.info("NVML library preloaded from %s", path)
+    except OSError as exc:
+        raise nvml_error(NvmlReturn.LIBRARY_NOT_FOUND, f"cannot load {path}: {exc}") from exc
+    log.info("NVML library preloaded from %s", path)
 
 
 def call(fn: Callable[..., Any], *args: Any, device: bool = False) -> Any:
@@ -76,12 +88,17 @@ _SKIP = {NvmlReturn.NOT_SUPPORTED, NvmlReturn.INVALID_ARGUMENT}
 class PynvmlBackend:
     """:class:`driver.nvml.backend.NvmlBackend` over the real pynvml."""
 
-    def __init__(self, library: Path | None = None) -> None:
-        self._library = library
+    def __init__(self, driver_root: Path | None = None) -> None:
+        self._driver_root = driver_root
 
     def init(self) -> None:
-        _preload_library(self._library)
-        call(pynvml.nvmlInit)
+        _preload_library(self._driver_root)
+        try:
+            call(pynvml.nvmlInit)
+        except NvmlError as exc:
+            if exc.code != NvmlReturn.LIBRARY_NOT_FOUND or self._driver_root is None:
+                raise
+            raise nvml_error(exc.code, not_found_message(self._driver_root)) from exc
 
     def shutdown(self) -> None:
         call(pynvml.nvmlShutdown)

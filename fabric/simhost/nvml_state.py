@@ -21,6 +21,9 @@ STATE_ENV = "PATCHBAY_NVML_STATE"
 
 State = dict[str, Any]
 
+# The failure rule that stands for "driver not loaded" (times < 0: always).
+DRIVER_UNLOADED = {"function": "nvmlInitWithFlags", "error": "DRIVER_NOT_LOADED", "remaining": -1}
+
 
 def empty_state() -> State:
     return {
@@ -117,6 +120,16 @@ class NvmlStateFile:
         def change(s: State) -> None:
             gpu = self._gpu(s, uuid)
             gpu["mig_current"] = gpu.get("mig_pending", gpu.get("mig_current", 0))
+
+        self.update(change)
+
+    def set_driver_loaded(self, loaded: bool) -> None:
+        """The host's NVIDIA kernel module: while unloaded every ``nvmlInit``
+        fails with ``DRIVER_NOT_LOADED`` (the C mock and the fake alike)."""
+
+        def change(s: State) -> None:
+            rules = [r for r in s.get("failures", []) if r != DRIVER_UNLOADED]
+            s["failures"] = rules if loaded else [*rules, dict(DRIVER_UNLOADED)]
 
         self.update(change)
 

@@ -1,0 +1,219 @@
+"""The real plugin process on hostile hosts (issue 17, docs/design.md "Hostile hosts").
+
+A simulated host with GPUs and a NIC whose VFs are offered, and a plugin
+that finds no usable NVML: no ``libnvidia-ml.so.1`` below its driver root,
+or NVML init failing with ``DRIVER_NOT_LOADED`` (the mock's state-file
+switch). The plugin must start, publish the VFs without GPUs, say why on
+``/healthz``, and offer the GPUs once NVML works, in the same process,
+re-registering with the kubelet (this test plays it) to add the health
+stream; with ``--nvml-required`` it exits with the discovery exit code.
+A CDI directory that is not writable fails the claim naming the path and
+leaks nothing; the claim succeeds once the directory is fixed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cluster import LocalCluster
+from cluster_proc import free_port
+from kubernetes import client
+from simnode import NVML_MOCK_LIB, PLUGIN_GROUP, PluginProcess, apply_plugin_rbac, build_nvml_mock
+
+from fabric.simhost.host import SimHost
+from fabric.simhost.topologies import TOPOLOGIES
+from tests.e2e.helpers import unique, wait_for
+from tests.integration.test_plugin_process import Kubelet, our_slices, wait_registered
+from tests.kube.claims import allocated_claim
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+
+HEALTH = "v1alpha1.DRAResourceHealth"
+DISCOVERY_EXIT = 3  # driver.errors.DiscoveryError.exit_code
+
+
+class Hostile:
+    """One plugin on its own simulated host, started as a test asks."""
+
+    def __init__(self, local_cluster: LocalCluster, node: str) -> None:
+        self.base = Path(tempfile.mkdtemp(prefix="pb-", dir="/tmp"))
+        self.driver_root = self.base / "driver"
+        self.driver_root.mkdir()
+        vf_config = self.base / "vf.yaml"
+        vf_config.write_text("pfs:\n  - vendorID: '15b3'\n")
+        self.port = free_port()
+        host = SimHost.build(TOPOLOGIES["2x-h100-nic"](), self.base / "host", name=node)
+        self.proc = PluginProcess(
+            node, host,
+            local_cluster.kubeconfig_for("patchbay-plugin", "patchbay-plugin", (PLUGIN_GROUP,)),
+            registry_dir=self.base / "reg", plugin_dir=self.base / "plug",
+            cdi_root=self.base / "cdi",
+            log_path=Path(local_cluster.run_dir) / "logs" / f"plugin-{node}.log",
+            extra_args=(
+                f"--vf-config={vf_config}", f"--driver-root={self.driver_root}",
+                f"--metrics-port={self.port}",
+            ),
+        )  # fmt: skip
+
+    def start(self, *args: str, library: bool = False) -> PluginProcess:
+        """Start the plugin; without ``library`` no NVML library is reachable."""
+        self.proc.extra_args = (*self.proc.extra_args, *args)
+        if library:
+            return self.proc.start()
+        return self.proc.start(PATCHBAY_NVML_LIBRARY="")
+
+    def install_library(self) -> None:
+        """A driver install: the library appears below the driver root (atomically)."""
+        lib_dir = self.driver_root / "usr" / "lib64"
+        lib_dir.mkdir(parents=True)
+        shutil.copy(NVML_MOCK_LIB, lib_dir / ".tmp")
+        (lib_dir / ".tmp").rename(lib_dir / "libnvidia-ml.so.1")
+
+    def healthz(self) -> tuple[int, str]:
+        url = f"http://127.0.0.1:{self.port}/healthz"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+
+
+@pytest.fixture
+def hostile(local_cluster: LocalCluster, core: client.CoreV1Api) -> Iterator[Hostile]:
+    build_nvml_mock()
+    apply_plugin_rbac(local_cluster.kubeconfig)
+    node = unique("hostile")
+    core.create_node({"metadata": {"name": node}})
+    h = Hostile(local_cluster, node)
+    yield h
+    h.proc.stop()
+    core.delete_node(node)
+    shutil.rmtree(h.base, ignore_errors=True)
+
+
+def any_vf(names: set[str]) -> bool:
+    return any(n.startswith("vf") for n in names)
+
+
+def published(resource_api: client.ResourceV1Api, node: str) -> set[str]:
+    return {d.name for s in our_slices(resource_api, node) for d in s.spec.devices or []}
+
+
+def assert_vfs_without_gpus(h: Hostile, resource_api: client.ResourceV1Api, why: str) -> Kubelet:
+    node = h.proc.node_name
+    kubelet = wait_registered(h.proc)
+    wait_for("VFs published", lambda: any_vf(published(resource_api, node)), timeout=30)
+    names = published(resource_api, node)
+    assert not any(n.startswith("gpu") for n in names), names
+    status, body = h.healthz()
+    assert status == 200, body  # only GPUs are missing: the plugin is healthy
+    assert "gpus: not offered" in body and why in body, body
+    assert "GPUs not offered" in h.proc.log_tail(400) and why in h.proc.log_tail(400)
+    assert HEALTH not in kubelet.get_info().supported_versions
+    return kubelet
+
+
+def assert_gpus_picked_up(
+    h: Hostile, kubelet: Kubelet, resource_api: client.ResourceV1Api, pid: int
+) -> None:
+    node = h.proc.node_name
+    socket_before = kubelet.reg_socket().stat().st_ctime_ns
+    gpus = {f"gpu-{i}" for i in range(4)}
+    wait_for("GPUs published", lambda: gpus <= published(resource_api, node), timeout=90)
+    assert any_vf(published(resource_api, node))
+    assert h.proc.proc is not None and h.proc.proc.pid == pid and h.proc.alive  # no restart
+    versions = kubelet.get_info().supported_versions
+    assert HEALTH in versions, versions
+    # The registration socket was made anew (the kubelet's cue to register again).
+    assert "re-registering with the kubelet" in h.proc.log_tail(400)
+    assert kubelet.reg_socket().stat().st_ctime_ns != socket_before
+    status, body = h.healthz()
+    assert status == 200 and "not offered" not in body, body
+
+
+def test_no_library_serves_vfs_then_picks_gpus_up(
+    hostile: Hostile, resource_api: client.ResourceV1Api
+) -> None:
+    proc = hostile.start()
+    assert proc.proc is not None
+    pid = proc.proc.pid
+    kubelet = assert_vfs_without_gpus(hostile, resource_api, "libnvidia-ml.so.1 not found below")
+    assert str(hostile.driver_root) in hostile.healthz()[1]
+    hostile.install_library()
+    assert_gpus_picked_up(hostile, kubelet, resource_api, pid)
+
+
+def test_driver_not_loaded_then_loaded(
+    hostile: Hostile, resource_api: client.ResourceV1Api
+) -> None:
+    hostile.proc.host.nvml.set_driver_loaded(False)
+    proc = hostile.start(library=True)
+    assert proc.proc is not None
+    pid = proc.proc.pid
+    kubelet = assert_vfs_without_gpus(hostile, resource_api, "DRIVER_NOT_LOADED")
+    hostile.proc.host.nvml.set_driver_loaded(True)
+    assert_gpus_picked_up(hostile, kubelet, resource_api, pid)
+
+
+@pytest.mark.parametrize("cause", ["no-library", "driver-not-loaded"])
+def test_nvml_required_exits_with_discovery_code(hostile: Hostile, cause: str) -> None:
+    if cause == "no-library":
+        proc, line = hostile.start("--nvml-required=true"), "LIBRARY_NOT_FOUND"
+    else:
+        hostile.proc.host.nvml.set_driver_loaded(False)
+        proc, line = hostile.start("--nvml-required=true", library=True), "DRIVER_NOT_LOADED"
+    assert proc.wait_exit(60) == DISCOVERY_EXIT
+    last = [ln for ln in proc.log_tail(400).splitlines() if "exiting with status" in ln]
+    assert last and f"exiting with status {DISCOVERY_EXIT}" in last[-1] and line in last[-1], last
+
+
+def read_only(path: Path) -> None:
+    """Make ``path`` read-only as a mount (root ignores file modes)."""
+    subprocess.run(["mount", "--bind", str(path), str(path)], check=True)
+    subprocess.run(["mount", "-o", "remount,bind,ro", str(path)], check=True)
+
+
+def can_mount() -> bool:
+    probe = Path(tempfile.mkdtemp(prefix="pb-ro-", dir="/tmp"))
+    try:
+        read_only(probe)
+    except (OSError, subprocess.CalledProcessError):
+        return False
+    finally:
+        subprocess.run(["umount", str(probe)], check=False, capture_output=True)
+        probe.rmdir()
+    return True
+
+
+@pytest.mark.skipif(not can_mount(), reason="needs bind mounts (root) for a read-only directory")
+def test_cdi_dir_not_writable_fails_the_claim_naming_the_path(
+    hostile: Hostile, resource_api: client.ResourceV1Api, namespace: str
+) -> None:
+    proc = hostile.start(library=True)
+    node, cdi = proc.node_name, proc.cdi_root
+    kubelet = wait_registered(proc)
+    endpoint = kubelet.get_info().endpoint
+    wait_for("GPUs published", lambda: "gpu-1" in published(resource_api, node), timeout=30)
+    kept = allocated_claim(resource_api, namespace, "kept", node, ["gpu-0"])
+    assert kubelet.prepare(endpoint, [(namespace, "kept", kept)])[kept].error == ""
+    uid = allocated_claim(resource_api, namespace, "c", node, ["gpu-1"])
+    read_only(cdi)
+    try:
+        failed = kubelet.prepare(endpoint, [(namespace, "c", uid), (namespace, "kept", kept)])
+        assert str(cdi) in failed[uid].error and "not writable" in failed[uid].error, failed
+        assert failed[kept].error == "" and failed[kept].devices  # the other claim is unaffected
+        records = json.loads((proc.plugin_dir / "checkpoint.json").read_text())["claims"]
+        assert uid not in records and kept in records  # nothing of the failed claim kept
+    finally:
+        subprocess.run(["umount", str(cdi)], check=True)
+    assert kubelet.prepare(endpoint, [(namespace, "c", uid)])[uid].error == ""
+    both = [(namespace, "c", uid), (namespace, "kept", kept)]
+    assert all(r.error == "" for r in kubelet.unprepare(endpoint, both).values())
+    assert proc.proc is not None
+    spare = f".k8s.patchbay.dev-claim.spare.tmp-{proc.proc.pid}"
+    assert {p.name for p in cdi.iterdir()} <= {spare}  # no spec, no temp file of the failure
+    assert json.loads((proc.plugin_dir / "checkpoint.json").read_text())["claims"] == {}
