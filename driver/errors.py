@@ -24,6 +24,8 @@ never lost. The tree (exit code where an error ends a process)::
     │   ├── FabricConflict            ... 409
     │   └── FabricNotFound            ... 404
     ├── FabricUnavailable             the fabric service is unreachable
+    │   ├── FabricTlsError            ... its TLS certificate was refused
+    │   └── FabricMalformed           ... it answered a body of the wrong shape
     ├── AttachFailed                  the fabric could not attach a device
     ├── LeaseLost                  5  the controller is no longer the leader
     ├── Stopped                    0  not a failure: SIGTERM ends a task group
@@ -150,6 +152,14 @@ class FabricNotFound(FabricApiError):
 
 class FabricUnavailable(PatchbayError):
     """The fabric service could not be reached or answered garbage (retry later)."""
+
+
+class FabricTlsError(FabricUnavailable):
+    """The fabric's TLS certificate was refused (CA, host name, validity)."""
+
+
+class FabricMalformed(FabricUnavailable):
+    """The fabric answered a body that is not JSON or lacks or mistypes a field."""
 
 
 class AttachFailed(PatchbayError):

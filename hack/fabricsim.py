@@ -4,6 +4,10 @@ Why this module exists: the fabric e2e tests and the benchmark need a real
 ``patchbay-fabric`` wired to the simulated hosts of their SimNodes, and a
 real ``patchbay-controller`` process running with its own identity (bound to
 hack/rbac/controller.yaml), both killable and restartable like in the field.
+The fabric serves HTTPS with a certificate from a CA this launcher makes
+(``hack/cluster_pki``; the controller verifies it with ``--fabric-ca-bundle``)
+and both read the bearer token from one file, which :meth:`rotate_token`
+rewrites (rotation without a restart).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import asyncio
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -20,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from cluster_pki import Pki
 from cluster_proc import stop_group, tail
 
 REPO = Path(__file__).resolve().parent.parent
@@ -46,6 +52,10 @@ def switch(
         ],
         "slots": [{"port": f"slot{i}", "device": dev} for i, dev in enumerate(devices)],
     }
+
+
+# The names the fabric's certificate carries (the launcher serves on loopback).
+SERVER_SANS = ("DNS:localhost", "IP:127.0.0.1")
 
 
 class _Proc:
@@ -88,25 +98,53 @@ class _Proc:
 class FabricService(_Proc):
     """A ``patchbay-fabric`` process with its database under ``directory``."""
 
-    def __init__(self, directory: Path, spec: dict[str, Any], token: str = "s3cret") -> None:
+    def __init__(
+        self, directory: Path, spec: dict[str, Any], token: str = "s3cret", insecure: bool = False
+    ) -> None:
         super().__init__("fabric", directory / "fabric.log")
         self.dir = directory
-        self.token = token
+        self.insecure = insecure
         directory.mkdir(parents=True, exist_ok=True)
+        self.token_file = directory / "token"
+        self.rotate_token(token)
+        pki = Pki(directory / "pki")
+        pki.init()
+        self.ca_bundle = pki.ca.cert
+        self.cert = pki.issue("fabric", "patchbay-fabric", server_sans=SERVER_SANS)
         self.topology = directory / "fabric.json"
         self.topology.write_text(json.dumps({"fabrics": [{"id": "pcie0", "type": "PCIe", **spec}]}))
         self.port_file = directory / "port"
         self.url = ""
 
+    def rotate_token(self, token: str) -> None:
+        """Write a new token; the fabric and its clients use it from their next request."""
+        self.token = token
+        tmp = self.token_file.with_suffix(".tmp")
+        tmp.write_text(token + "\n")
+        tmp.replace(self.token_file)  # atomic, like the kubelet's Secret volume swap
+
+    def tls_args(self) -> list[str]:
+        """How a client of this fabric verifies it (or is told not to)."""
+        if self.insecure:
+            return ["--fabric-insecure=true"]
+        return [f"--fabric-ca-bundle={self.ca_bundle}"]
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        return None if self.insecure else ssl.create_default_context(cafile=str(self.ca_bundle))
+
     def start(self, attach_latency: float = 0.2) -> FabricService:
         self.port_file.unlink(missing_ok=True)
+        tls = (
+            ["--fabric-insecure=true"] if self.insecure
+            else [f"--fabric-tls-cert={self.cert.cert}", f"--fabric-tls-key={self.cert.key}"]
+        )  # fmt: skip
         self._spawn(
             [
                 sys.executable, "-m", "fabric.service.main",
                 f"--fabric-topology={self.topology}", f"--fabric-db={self.dir / 'fabric.db'}",
                 "--fabric-port=0", f"--port-file={self.port_file}",
-                f"--fabric-token={self.token}", f"--attach-latency={attach_latency}",
-                "--detach-latency=0.1",
+                f"--fabric-token-file={self.token_file}", f"--attach-latency={attach_latency}",
+                "--detach-latency=0.1", *tls,
             ]
         )  # fmt: skip
         deadline = time.monotonic() + 30
@@ -114,7 +152,8 @@ class FabricService(_Proc):
             if not self.alive or time.monotonic() > deadline:
                 raise RuntimeError(f"fabric did not start:\n{self.log_tail()}")
             time.sleep(0.05)
-        self.url = f"http://127.0.0.1:{self.port_file.read_text().strip()}"
+        scheme = "http" if self.insecure else "https"
+        self.url = f"{scheme}://127.0.0.1:{self.port_file.read_text().strip()}"
         return self
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
@@ -124,7 +163,7 @@ class FabricService(_Proc):
             data=None if body is None else json.dumps(body).encode(),
             headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
         )
-        with urllib.request.urlopen(req, timeout=10) as resp:
+        with urllib.request.urlopen(req, timeout=10, context=self.ssl_context()) as resp:
             raw = resp.read()
         return json.loads(raw) if raw else None
 
@@ -136,7 +175,7 @@ class FabricService(_Proc):
         from driver.fabricclient.client import FabricClient
 
         async def read() -> dict[str, tuple[str, str, str]]:
-            async with FabricClient(self.url, self.token) as fc:
+            async with FabricClient(self.url, self.token, tls=self.ssl_context()) as fc:
                 return {c.device: (c.node, c.adapter, c.state) for c in await fc.connections()}
 
         return asyncio.run(read())
@@ -158,7 +197,8 @@ class ControllerProcess(_Proc):
             [
                 sys.executable, "-m", "driver.controller.main",
                 f"--kubeconfig={self.kubeconfig}", f"--fabric-url={self.fabric.url}",
-                f"--fabric-token={self.fabric.token}", "--lease-namespace=default",
+                f"--fabric-token-file={self.fabric.token_file}", *self.fabric.tls_args(),
+                "--lease-namespace=default",
                 f"--identity={identity}", "--fabric-refresh=300", "--log-level=debug",
                 *self.extra,
             ]

@@ -53,7 +53,11 @@ async def _run(settings: ControllerSettings) -> None:
         raise LeaseLost("leader lease lost")
 
     try:
-        async with FabricClient(settings.fabric_url, settings.token()) as fabric:
+        fabric_client = FabricClient(
+            settings.fabric_url, settings.token_source(), tls=settings.client_ssl(),
+            server_name=settings.fabric_server_name,
+        )  # fmt: skip
+        async with fabric_client as fabric:
             try:
                 async with asyncio.TaskGroup() as group:
                     group.create_task(until_stopped())

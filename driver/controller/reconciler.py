@@ -83,6 +83,7 @@ class Reconciler:
             settings.attach_timeout,
             self._operation_done,
             self.events,
+            settings.fabric_unreachable_budget,
         )
         FABRIC_DEVICES.source = lambda: device_states(self.inventory, self.holds.held())
 

@@ -8,24 +8,33 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Self
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
 from driver.fabric_devices.settings import FabricPoolSettings
+from driver.fabricclient.tls import FabricTlsClientSettings, check_url
 from driver.fabricclient.token import FabricTokenSettings
 from driver.httpendpoint import MetricsPortSettings
 from driver.process import ProcessSettings
 
 
 class ControllerSettings(
-    ProcessSettings, FabricTokenSettings, FabricPoolSettings, MetricsPortSettings
+    ProcessSettings,
+    FabricTokenSettings,
+    FabricTlsClientSettings,
+    FabricPoolSettings,
+    MetricsPortSettings,
 ):
     """patchbay controller: publishes the fabric pool and attaches allocated fabric devices."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kubeconfig: str | None = Field(default=None, description="kubeconfig file; in-cluster if unset")
-    fabric_url: str = Field(description="base URL of the fabric manager (Redfish service)")
+    fabric_url: str = Field(
+        description="base URL of the fabric manager (Redfish service), https:// (http:// only "
+        "with --fabric-insecure)"
+    )
     fabric_refresh: float = Field(
         default=30.0,
         gt=0,
@@ -33,6 +42,12 @@ class ControllerSettings(
     )
     attach_timeout: float = Field(
         default=120.0, gt=0, description="seconds for an attach task and the node to see the device"
+    )
+    fabric_unreachable_budget: float = Field(
+        default=120.0,
+        gt=0,
+        description="seconds in a row the fabric may be unreachable (or answer garbage) during "
+        "an attach before it fails (FabricAttachFailed); that time is not attach_timeout's",
     )
     failed_device_hold: float = Field(
         default=600.0,
@@ -46,3 +61,8 @@ class ControllerSettings(
         default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}",
         description="this replica's identity in the Lease (default host-pid)",
     )
+
+    @model_validator(mode="after")
+    def _tls_unless_insecure(self) -> Self:
+        check_url(self.fabric_url, self.fabric_insecure)
+        return self

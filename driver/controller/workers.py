@@ -4,10 +4,15 @@ Why: attaching takes seconds to minutes on real fabric managers, so each
 operation runs as its own task while the reconciler keeps reacting. Keying
 the tasks by fabric device makes operations on one device strictly
 sequential (a detach of the previous holder finishes before the next
-attach starts). An attach retries while the fabric is unreachable or the
-device is still leaving another node, until ``attach_timeout``; a failed
-attach task, a foreign tenant or the timeout end in ``FabricAttachFailed``
-and a hold on the device. A failed detach is retried by a later pass.
+attach starts). An attach retries while the device is still leaving
+another node, until ``attach_timeout``. A fabric that is unreachable or
+answers garbage is a transient error: the attach retries with backoff (up
+to ``RETRY_CAP_S`` between tries: no hot loop), the time it stays unusable
+does not count against ``attach_timeout``, and only when it stays so past
+``unreachable_budget`` seconds in a row does the attach fail, naming the
+last error. A failed attach task, a foreign tenant, the timeout or the
+spent budget end in ``FabricAttachFailed`` and a hold on the device. A
+failed detach is retried by a later pass.
 
 The workers know nothing of the reconciler: they get the fabric client,
 the claim-status writer, the node reports (whose change signal ends the
@@ -25,6 +30,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from driver.backoff import Backoff
 from driver.controller import claims as cl
 from driver.controller.events import ControllerEvents, claim_ref
 from driver.controller.holds import FailedHolds
@@ -47,6 +53,7 @@ from driver.metrics import FABRIC_IN_FLIGHT, FABRIC_OPS, FABRIC_SECONDS
 log = logging.getLogger(__name__)
 
 RETRY_S = 0.5
+RETRY_CAP_S = 5.0
 
 
 def observe(op: str, result: str, started: float) -> None:
@@ -65,12 +72,15 @@ class Workers:
         attach_timeout: float,
         on_done: Callable[[], None],
         events: ControllerEvents | None = None,
+        unreachable_budget: float | None = None,
     ) -> None:
         self._fabric = fabric
         self._status = status
         self._reports = reports
         self._holds = holds
         self._timeout = attach_timeout
+        # None: no budget of its own, an outage spends the attach timeout.
+        self._budget = unreachable_budget
         self._on_done = on_done
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._attaching: dict[str, tuple[str, str]] = {}  # device id -> (claim uid, variant)
@@ -125,7 +135,7 @@ class Workers:
         try:
             if v.device_id in self._holds:
                 raise AttachFailed(f"{v.device_id} is held after a failed attach")
-            await self._connect(v, deadline)
+            deadline = await self._connect(v, deadline)
             if not await self._reports.wait_until(
                 lambda: self._reports.sees(v.node, v.kind, v.identity, v.adapter), deadline
             ):
@@ -151,41 +161,65 @@ class Workers:
             with contextlib.suppress(ApiError):
                 await self._status.write(a, cond, None)
 
-    async def _connect(self, v: Variant, deadline: float) -> None:
-        fabric, timeout = self._fabric, self._timeout
+    async def _connect(self, v: Variant, deadline: float) -> float:
+        """Attach; returns the deadline, moved on by the time the fabric was unusable."""
+        timeout = self._timeout
+        budget = timeout if self._budget is None else self._budget
+        backoff = Backoff(RETRY_S, RETRY_CAP_S)
+        down_since: float | None = None  # the fabric unreachable (or garbled) since
         while True:
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 raise AttachFailed(f"{v.device_id}: no attach within {timeout:.0f}s")
             try:
-                result = await fabric.attach(v.device_id, v.node, v.adapter)
-                if result.task is not None:
-                    task = await fabric.wait(result.task.uri, max(1.0, deadline - time.monotonic()))
-                    if task.failed:
-                        raise AttachFailed("; ".join(task.messages) or "attach task failed")
-                return
-            except FabricConflict as exc:
-                dev = await fabric.device(v.device_id)
-                conn = dev.connection
-                if not dev.available or (conn is None and exc.code.endswith("ResourceInUse")):
-                    raise AttachFailed(str(exc)) from exc
-                if (
-                    conn is not None
-                    and conn.state == "Attached"
-                    and (conn.node, conn.adapter)
-                    != (
-                        v.node,
-                        v.adapter,
-                    )
-                ):
-                    log.info("%s still attached to %s: detaching first", v.device_id, conn.node)
-                    gone = await fabric.detach(v.device_id)
-                    if gone is not None:
-                        await fabric.wait(gone.uri, max(1.0, deadline - time.monotonic()))
-                    continue
-                log.info("%s busy (%s): retrying", v.device_id, exc.code)
-            except (FabricUnavailable, TimeoutError) as exc:
-                log.info("%s: fabric not answering (%s): retrying", v.device_id, exc)
-            await asyncio.sleep(RETRY_S)
+                if await self._try_attach(v, deadline):
+                    return deadline
+                down_since = None
+                backoff.reset()
+                await asyncio.sleep(RETRY_S)
+            except FabricUnavailable as exc:
+                down_since = now if down_since is None else down_since
+                down = time.monotonic() - down_since
+                if down >= budget:
+                    raise AttachFailed(
+                        f"{v.device_id}: fabric unusable for {down:.1f}s (budget {budget:g}s): "
+                        f"{exc}"
+                    ) from exc
+                log.info(
+                    "%s: fabric unusable for %.0fs of its %.0fs budget (%s): retry in %.1fs",
+                    v.device_id, down, budget, exc, backoff.delay,
+                )  # fmt: skip
+                await backoff.sleep()
+                if self._budget is not None:
+                    deadline += time.monotonic() - now  # an outage is not the attach's time
+
+    async def _try_attach(self, v: Variant, deadline: float) -> bool:
+        """One try: True once attached; False to try again (busy, leaving another node)."""
+        fabric = self._fabric
+        try:
+            result = await fabric.attach(v.device_id, v.node, v.adapter)
+            if result.task is not None:
+                task = await fabric.wait(result.task.uri, max(1.0, deadline - time.monotonic()))
+                if task.failed:
+                    raise AttachFailed("; ".join(task.messages) or "attach task failed")
+            return True
+        except TimeoutError as exc:
+            log.info("%s: %s: retrying", v.device_id, exc)
+            return False
+        except FabricConflict as exc:
+            dev = await fabric.device(v.device_id)
+            conn = dev.connection
+            if not dev.available or (conn is None and exc.code.endswith("ResourceInUse")):
+                raise AttachFailed(str(exc)) from exc  # another tenant holds it
+            elsewhere = conn is not None and (conn.node, conn.adapter) != (v.node, v.adapter)
+            if conn is not None and conn.state == "Attached" and elsewhere:
+                log.info("%s still attached to %s: detaching first", v.device_id, conn.node)
+                gone = await fabric.detach(v.device_id)
+                if gone is not None:
+                    await fabric.wait(gone.uri, max(1.0, deadline - time.monotonic()))
+                return False
+            log.info("%s busy (%s): retrying", v.device_id, exc.code)
+            return False
 
     async def _detach(self, device_id: str, node: ObjectRef) -> None:
         bind_log_context(node=node.name, device=device_id)  # this task's own context

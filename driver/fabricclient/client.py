@@ -4,7 +4,10 @@ Concurrency: coroutine methods on the caller's loop; one ``aiohttp``
 session per client, safe for concurrent calls. Every response body is
 validated through ``wire.py`` before use; Redfish error bodies become
 :class:`FabricApiError` (409 :class:`FabricConflict`, 404
-:class:`FabricNotFound`), transport failures :class:`FabricUnavailable`.
+:class:`FabricNotFound`), transport failures :class:`FabricUnavailable`
+(a refused TLS certificate :class:`FabricTlsError`, saying why), bodies of
+the wrong shape :class:`FabricMalformed`. Each request carries the token
+source's current token (a rotated token file is used from the next request).
 
 Listing costs one request for the fabrics plus two per fabric (endpoints
 and connections, with ``$expand=.``). A device is reachable from every
@@ -16,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 import time
 from collections.abc import AsyncGenerator
 from types import TracebackType
@@ -24,7 +28,15 @@ from typing import Any, Literal
 import aiohttp
 from pydantic import ValidationError
 
-from driver.errors import FabricApiError, FabricConflict, FabricNotFound, FabricUnavailable
+from driver.backoff import Backoff
+from driver.errors import (
+    FabricApiError,
+    FabricConflict,
+    FabricMalformed,
+    FabricNotFound,
+    FabricTlsError,
+    FabricUnavailable,
+)
 from driver.fabricclient import wire
 from driver.fabricclient.model import (
     AttachResult,
@@ -34,17 +46,52 @@ from driver.fabricclient.model import (
     FabricTask,
     HostAdapter,
 )
+from driver.fabricclient.token import TokenSource
 
 log = logging.getLogger(__name__)
 ROOT = "/redfish/v1"
+WAIT_CAP_S = 2.0  # the slowest a task is polled
 
 
 class FabricClient:
-    def __init__(self, base_url: str, token: str, timeout_s: float = 10.0) -> None:
+    """``tls``: the context that verifies an https:// fabric (default: the
+    system's trust store); ``server_name``: the host name its certificate
+    must carry when it is not the URL's host."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | TokenSource,
+        timeout_s: float = 10.0,
+        tls: ssl.SSLContext | None = None,
+        server_name: str = "",
+    ) -> None:
         self.base_url = base_url.rstrip("/")
-        self._headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        self._token = TokenSource(token) if isinstance(token, str) else token
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._tls = tls
+        self._server_name = server_name or None
         self._session: aiohttp.ClientSession | None = None
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(ssl=self._tls) if self._tls else None
+            self._session = aiohttp.ClientSession(
+                headers={"Accept": "application/json"}, timeout=self._timeout, connector=connector
+            )
+        return self._session
+
+    def _auth(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._token.current()}", **(extra or {})}
+
+    def _transport_error(self, what: str, exc: Exception) -> FabricUnavailable:
+        if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+            host = self._server_name or exc.host
+            return FabricTlsError(
+                f"{what}: the fabric's TLS certificate was refused for host {host}"
+                f" (wrong CA bundle, host name or expired?): {exc.certificate_error}"
+            )
+        return FabricUnavailable(f"{what}: {exc}")
 
     async def __aenter__(self) -> FabricClient:
         return self
@@ -64,18 +111,24 @@ class FabricClient:
     async def _request(
         self, method: str, uri: str, body: dict[str, Any] | None = None
     ) -> tuple[int, dict[str, str], dict[str, Any]]:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(headers=self._headers, timeout=self._timeout)
+        session = self._open()
         try:
-            async with self._session.request(method, self.base_url + uri, json=body) as resp:
-                data = await resp.json(content_type=None) if resp.content_length != 0 else {}
+            async with session.request(
+                method, self.base_url + uri, json=body, headers=self._auth(),
+                server_hostname=self._server_name,
+            ) as resp:  # fmt: skip
+                raw = await resp.read()
                 status, headers = resp.status, dict(resp.headers)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise FabricUnavailable(f"fabric {method} {uri}: {exc}") from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise self._transport_error(f"fabric {method} {uri}", exc) from exc
+        try:
+            data = json.loads(raw) if raw else {}
+        except ValueError as exc:
+            raise FabricMalformed(f"fabric {method} {uri}: body is not JSON: {exc}") from exc
         if status >= 400:
             raise _api_error(status, data)
         if not isinstance(data, dict):
-            raise FabricUnavailable(f"fabric {method} {uri}: body is not a JSON object")
+            raise FabricMalformed(f"fabric {method} {uri}: body is not a JSON object")
         return status, headers, data
 
     async def _get(self, uri: str) -> dict[str, Any]:
@@ -130,17 +183,17 @@ class FabricClient:
         :class:`FabricUnavailable` when the stream breaks or stays silent
         past ``idle_timeout_s`` (the service sends keep-alives).
         """
-        if self._session is None:
-            self._session = aiohttp.ClientSession(headers=self._headers, timeout=self._timeout)
+        session = self._open()
         uri = f"{ROOT}/EventService/SSE"
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=self._timeout.total, sock_read=idle_timeout_s
         )
-        headers = {"Accept": "text/event-stream"}
+        headers = self._auth({"Accept": "text/event-stream"})
         try:
-            async with self._session.get(
-                self.base_url + uri, timeout=timeout, headers=headers
-            ) as r:
+            async with session.get(
+                self.base_url + uri, timeout=timeout, headers=headers,
+                server_hostname=self._server_name,
+            ) as r:  # fmt: skip
                 if r.status >= 400:
                     raise _api_error(r.status, await r.json(content_type=None))
                 yield []
@@ -153,23 +206,27 @@ class FabricClient:
                         event = _parse(wire.Event, json.loads("\n".join(data)), uri)
                         data = []
                         yield [e.origin.odata_id for e in event.events if e.origin is not None]
-        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise FabricUnavailable(f"fabric event stream: {exc}") from exc
+        except ValueError as exc:
+            raise FabricMalformed(f"fabric event stream: {exc}") from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise self._transport_error("fabric event stream", exc) from exc
         raise FabricUnavailable("fabric event stream ended")
 
     async def task(self, task_uri: str) -> FabricTask:
         return _task(_parse(wire.Task, await self._get(task_uri), task_uri))
 
     async def wait(self, task_uri: str, timeout_s: float, interval_s: float = 0.2) -> FabricTask:
-        """Poll a task until it is Completed or Exception (TimeoutError after ``timeout_s``)."""
+        """Poll a task until it is Completed or Exception (TimeoutError after ``timeout_s``),
+        every ``interval_s`` at first, then less often (up to ``WAIT_CAP_S``)."""
         deadline = time.monotonic() + timeout_s
+        backoff = Backoff(interval_s, max(interval_s, WAIT_CAP_S))  # a 60 s attach: ~35 polls
         while True:
             task = await self.task(task_uri)
             if task.done:
                 return task
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"fabric task {task_uri} still {task.state}")
-            await asyncio.sleep(interval_s)
+            await asyncio.sleep(min(backoff.next(), max(0.0, deadline - time.monotonic())))
 
     # ---- attach / detach --------------------------------------------------------------
 
@@ -219,7 +276,7 @@ def _parse(model: type[wire.M], data: dict[str, Any], where: str) -> wire.M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise FabricUnavailable(f"fabric answered an unexpected body for {where}: {exc}") from exc
+        raise FabricMalformed(f"fabric answered an unexpected body for {where}: {exc}") from exc
 
 
 def _api_error(status: int, data: Any) -> FabricApiError:

@@ -14,6 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
+from driver.fabricclient.token import TokenSource
 from fabric.service import bodies, events, faults, redfish
 from fabric.service.auth import auth_middleware, error_middleware
 from fabric.service.core import Fabric
@@ -240,7 +241,7 @@ async def healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
-def make_app(fab: Fabric, token: str) -> web.Application:
+def make_app(fab: Fabric, token: str | TokenSource) -> web.Application:
     app = web.Application(middlewares=[error_middleware, auth_middleware(token)])
     app[FABRIC] = fab
 

@@ -3,7 +3,8 @@
 Every path needs the token except the Redfish service root (which Redfish
 clients read before they log in) and ``/healthz``. The token comes as
 ``Authorization: Bearer <token>`` or Redfish's ``X-Auth-Token`` header and
-is compared in constant time. Any refused request - ours or aiohttp's own
+is compared in constant time with the current one (a token file is
+re-read when it changes: rotation without a restart). Any refused request - ours or aiohttp's own
 404/405 - is answered with a Redfish error body.
 """
 
@@ -16,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from driver.fabricclient.token import TokenSource
 from fabric.service.errors import RedfishError
 
 log = logging.getLogger(__name__)
@@ -31,14 +33,16 @@ def presented_token(request: web.Request) -> str | None:
     return request.headers.get("X-Auth-Token")
 
 
-def auth_middleware(token: str) -> Middleware:
+def auth_middleware(token: str | TokenSource) -> Middleware:
+    source = TokenSource(token) if isinstance(token, str) else token
+
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path not in PUBLIC:
             got = presented_token(request)
             if got is None:
                 raise RedfishError(401, "NoValidSession", "no bearer token presented")
-            if not hmac.compare_digest(got.encode(), token.encode()):
+            if not hmac.compare_digest(got.encode(), source.current().encode()):
                 raise RedfishError(401, "InsufficientPrivilege", "bearer token not accepted")
         return await handler(request)
 

@@ -33,9 +33,10 @@ async def serve(settings: FabricSettings) -> None:
     store = Store(settings.fabric_db)
     fab = Fabric(inv, store, (settings.attach_latency, settings.detach_latency))
     await fab.start()
-    runner = web.AppRunner(make_app(fab, settings.token()), access_log=None)
+    runner = web.AppRunner(make_app(fab, settings.token_source()), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, settings.listen_address, settings.fabric_port)
+    tls = settings.server_ssl()
+    site = web.TCPSite(runner, settings.listen_address, settings.fabric_port, ssl_context=tls)
     await site.start()
     port = int(runner.addresses[0][1]) if runner.addresses else settings.fabric_port
     if settings.port_file is not None:
@@ -43,9 +44,9 @@ async def serve(settings: FabricSettings) -> None:
         tmp.write_text(str(port))
         tmp.replace(settings.port_file)
     log.info(
-        "fabric serving on %s:%d: %d fabrics, %d devices, %d initiators, db %s",
-        settings.listen_address, port, len(inv.fabrics), len(inv.targets),
-        len(inv.initiators), settings.fabric_db,
+        "fabric serving %s on %s:%d: %d fabrics, %d devices, %d initiators, db %s",
+        "HTTPS" if tls else "plain HTTP (--fabric-insecure)", settings.listen_address, port,
+        len(inv.fabrics), len(inv.targets), len(inv.initiators), settings.fabric_db,
     )  # fmt: skip
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

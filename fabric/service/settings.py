@@ -11,11 +11,12 @@ from pathlib import Path
 
 from pydantic import ConfigDict, Field
 
+from driver.fabricclient.tls import FabricTlsServerSettings
 from driver.fabricclient.token import FabricTokenSettings
 from driver.process import ProcessSettings
 
 
-class FabricSettings(ProcessSettings, FabricTokenSettings):
+class FabricSettings(ProcessSettings, FabricTokenSettings, FabricTlsServerSettings):
     """patchbay simulated PCIe/CXL fabric: a Redfish-shaped composition service."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -36,7 +36,9 @@ class Service:
     def start(self, attach_latency: float = 0.05) -> None:
         port_file = self.root / "port"
         port_file.unlink(missing_ok=True)
-        env = dict(os.environ, FABRIC_TOKEN=TOKEN)
+        # Plain HTTP, explicitly: this file tests the service's behaviour; TLS
+        # has its own tests (test_fabric_tls.py).
+        env = dict(os.environ, FABRIC_TOKEN=TOKEN, FABRIC_INSECURE="true")
         with open(self.root / "service.log", "ab") as log:
             self.proc = self._spawn(env, port_file, attach_latency, log)
         deadline = time.monotonic() + 15

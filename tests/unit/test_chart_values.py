@@ -21,11 +21,21 @@ from plugin.settings import PluginSettings
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "patchbay"
 # Settings the chart fills in itself (downward API, a Secret, tests only).
-CHART_SET = {"node_name", "pod_uid", "fabric_token", "fabric_token_file", "port_file", "identity"}
+CHART_SET = {
+    "node_name", "pod_uid", "fabric_token", "fabric_token_file", "port_file", "identity",
+    "fabric_ca_bundle", "fabric_tls_cert", "fabric_tls_key",  # from tls.secretName
+}  # fmt: skip
 # Settings several processes read, with their ONE value: (section, Helm name).
-SHARED = {"fabric_pool": ("controller", "fabricPool")}
+SHARED = {
+    "fabric_pool": ("controller", "fabricPool"),
+    "fabric_insecure": ("controller", "fabricInsecure"),
+}
 # The template that sets each section's process environment.
-TEMPLATES = {"kubeletPlugin": "plugin-daemonset.yaml", "controller": "controller.yaml"}
+TEMPLATES = {
+    "kubeletPlugin": "plugin-daemonset.yaml",
+    "controller": "controller.yaml",
+    "fabric": "fabric.yaml",
+}
 
 
 def _yaml_names(directory: Path) -> set[str]:

@@ -47,7 +47,9 @@ async def test_first_pass_publishes_whichever_input_is_ready_last(last: str) -> 
     api.add("/api/v1/nodes", NODE)
     held = {kind: api.pause(path) for kind, path in LISTS.items()}
     held["fabric"] = fabric.pause()
-    settings = ControllerSettings(fabric_url="http://fabric", fabric_token="t", fabric_refresh=300)
+    settings = ControllerSettings(
+        fabric_url="http://fabric", fabric_token="t", fabric_refresh=300, fabric_insecure=True
+    )
     rec = Reconciler(api, fabric, settings)
     task = asyncio.create_task(rec.run())
     try:

@@ -25,7 +25,7 @@ from plugin.app import NodePlugin
 from plugin.settings import PluginSettings
 
 UUID = "GPU-6f1f0c64-5a43-4c63-9d8e-8f3b3c1d2e11"
-CONTROLLER_ENV = {"FABRIC_URL": "http://fabric", "FABRIC_TOKEN": "t"}
+CONTROLLER_ENV = {"FABRIC_URL": "http://fabric", "FABRIC_TOKEN": "t", "FABRIC_INSECURE": "true"}
 
 
 def test_one_name_one_default_for_both_processes() -> None:

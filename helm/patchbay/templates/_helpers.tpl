@@ -53,3 +53,12 @@ app.kubernetes.io/component: {{ index . 1 }}
   value: {{ toString $v | quote }}
 {{- end -}}
 {{- end -}}
+
+{{/* The Secret holding the chart's TLS (ca.crt, tls.crt, tls.key): tls.secretName, else the one tls.yaml makes; empty when there is none (no fabric served, or fabricInsecure). */}}
+{{- define "patchbay.tlsSecret" -}}
+{{- if .Values.tls.secretName -}}
+{{- .Values.tls.secretName -}}
+{{- else if and .Values.fabric.enabled (not .Values.controller.fabricInsecure) -}}
+{{- printf "%s-tls" (include "patchbay.fullname" .) -}}
+{{- end -}}
+{{- end -}}
