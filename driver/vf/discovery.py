@@ -98,8 +98,12 @@ def physical_functions(sysfs_root: Path) -> list[PhysFn]:
     for link in sorted(bus.iterdir()) if bus.is_dir() else []:
         path = Path(os.path.realpath(link))
         klass = read(path / "class") or ""
-        if not klass.lower().startswith("0x02") or not (path / "sriov_totalvfs").exists():
+        if not klass.lower().startswith("0x02"):
             continue
+        if not (path / "sriov_totalvfs").exists():
+            if any(path.glob("virtfn*")):
+                _warn_once(path, "has VFs but no sriov_totalvfs (half removed?); not offered")
+            continue  # (a NIC without SR-IOV)
         total = read_int(path / "sriov_totalvfs")
         if total is None or (path / "physfn").exists():
             continue  # unreadable: not offered (read_int named the file)
@@ -117,6 +121,16 @@ def physical_functions(sysfs_root: Path) -> list[PhysFn]:
             )
         )
     return out
+
+
+_warned: set[Path] = set()
+
+
+def _warn_once(path: Path, what: str) -> None:
+    """A PF sysfs shows only in part: said once per process, not every scan."""
+    if path not in _warned:
+        _warned.add(path)
+        log.warning("PF %s (%s) %s", path.name, path, what)
 
 
 def virtual_functions(pf: PhysFn) -> list[tuple[int, str]]:

@@ -8,7 +8,10 @@ switch). The plugin must start, publish the VFs without GPUs, say why on
 re-registering with the kubelet (this test plays it) to add the health
 stream; with ``--nvml-required`` it exits with the discovery exit code.
 A CDI directory that is not writable fails the claim naming the path and
-leaks nothing; the claim succeeds once the directory is fixed.
+leaks nothing; the claim succeeds once the directory is fixed. A read-only,
+partly missing sysfs publishes what can be read and logs the rest; kubelet
+directories that do not exist yet are created. The read-only cases need bind
+mounts (root, as this repository's test machines run).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 from cluster import LocalCluster
 from cluster_proc import free_port
@@ -217,3 +221,57 @@ def test_cdi_dir_not_writable_fails_the_claim_naming_the_path(
     spare = f".k8s.patchbay.dev-claim.spare.tmp-{proc.proc.pid}"
     assert {p.name for p in cdi.iterdir()} <= {spare}  # no spec, no temp file of the failure
     assert json.loads((proc.plugin_dir / "checkpoint.json").read_text())["claims"] == {}
+
+
+@pytest.mark.skipif(not can_mount(), reason="needs bind mounts (root) for a read-only directory")
+def test_read_only_partial_sysfs_publishes_what_it_can_read(
+    hostile: Hostile, resource_api: client.ResourceV1Api
+) -> None:
+    sysfs = hostile.proc.host.sysfs_root
+    devices = sysfs / "bus" / "pci" / "devices"
+    gone_gpu = devices / "0000:19:00.0"  # NVML still reports it; its sysfs node is gone
+    shutil.rmtree(gone_gpu.resolve())
+    (devices / "0000:8a:00.0" / "sriov_totalvfs").resolve().unlink()  # a half-removed PF
+    (hostile.base / "vf.yaml").write_text("pfs:\n  - vendorID: '15b3'\n    numVfs: 4\n")
+    read_only(sysfs)  # numVfs 8 -> 4 cannot be written
+    try:
+        proc = hostile.start(library=True)
+        node = proc.node_name
+        wait_registered(proc)
+        gpus = {f"gpu-{i}" for i in range(4)}
+        wait_for("GPUs published", lambda: gpus <= published(resource_api, node), timeout=30)
+        names = published(resource_api, node)
+        vfs = {n for n in names if n.startswith("vf")}
+        assert len(vfs) == 8, names  # the readable PF's VFs as they are; none of the other
+        log = proc.log_tail(600)
+        assert "sriov_numvfs" in log and "Read-only file system" in log
+        assert "0000:8a:00.0" in log and "0000:19:00.0" in log
+        assert proc.alive
+    finally:
+        hostile.proc.stop()
+        subprocess.run(["umount", str(sysfs)], check=True)
+
+
+def test_missing_kubelet_directories_are_created(
+    hostile: Hostile, resource_api: client.ResourceV1Api, namespace: str
+) -> None:
+    kubelet_root = hostile.base / "kubelet"  # the kubelet has not made its directories yet
+    registry, plugin_dir = kubelet_root / "plugins_registry", kubelet_root / "plugins" / "pb"
+    proc = hostile.start(f"--registry-dir={registry}", f"--plugin-dir={plugin_dir}", library=True)
+    kubelet = Kubelet(registry)
+
+    def answering() -> bool:
+        assert proc.alive, proc.log_tail()
+        try:
+            return bool(registry.is_dir() and kubelet.get_info().endpoint)
+        except (AssertionError, grpc.RpcError):
+            return False
+
+    wait_for("plugin registered in the new directory", answering, timeout=30)
+    endpoint = kubelet.get_info().endpoint
+    assert Path(endpoint).parent == plugin_dir
+    wait_for("GPUs published", lambda: "gpu-0" in published(resource_api, proc.node_name), 30)
+    uid = allocated_claim(resource_api, namespace, "c", proc.node_name, ["gpu-0"])
+    assert kubelet.prepare(endpoint, [(namespace, "c", uid)])[uid].error == ""
+    assert uid in json.loads((plugin_dir / "checkpoint.json").read_text())["claims"]
+    assert kubelet.unprepare(endpoint, [(namespace, "c", uid)])[uid].error == ""
