@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 from driver.devices.kind import DeviceType
 from driver.fabric_devices.node import FabricNodeView, load_adapters
+from driver.gpu.fraction import SharePolicy
 from driver.gpu.kind import GpuType
 from driver.health.xid import XidWatcher
 from driver.mig.discovery import mig_support
@@ -42,7 +43,16 @@ def device_types(settings: PluginSettings) -> list[DeviceType]:
     # the plugin offers its VF 0 to the fabric claim that asked for the NIC.
     fabric = fabric_view(settings)
     return [
-        GpuType(nvml, settings.sysfs_root, settings.dev_root, mig=mig, events=nvml),
+        GpuType(
+            nvml,
+            settings.sysfs_root,
+            settings.dev_root,
+            mig=mig,
+            events=nvml,
+            share=SharePolicy.parse(settings.shared_gpus, settings.shared_gpu_memory_step),
+            hami_library=settings.hami_core_library,
+            state_dir=settings.plugin_dir,
+        ),
         VfType(
             load_pool_config(settings.vf_config),
             settings.sysfs_root,

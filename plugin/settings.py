@@ -76,6 +76,20 @@ class PluginSettings(ProcessSettings, FabricPoolSettings, MetricsPortSettings):
     mig_orphan_cleanup: bool = Field(
         default=False, description="destroy MIG instances no claim owns at start (else report)"
     )
+    shared_gpus: str = Field(
+        default="",
+        description="GPUs also offered as fractional GPUs (consumable memory and cores, "
+        "DeviceClass shared-gpu.patchbay.dev): 'all' or NVML indices/UUIDs; empty: none",
+    )
+    shared_gpu_memory_step: int = Field(
+        default=1024,
+        description="MiB: a fractional GPU's memory request is rounded up to a multiple of it",
+    )
+    hami_core_library: Path | None = Field(
+        default=None,
+        description="HAMi-core's libvgpu.so on the node: mounted into containers of fractional "
+        "GPUs with /etc/ld.so.preload so their limits bind; unset: the limits are advisory",
+    )
     fabric_adapters: str = Field(
         default="",
         description="fabric host adapters of this node as 'name=portBDF,...' or 'file:<path>' "

@@ -10,7 +10,7 @@ this node does not serve is an error for that claim.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from driver import DRIVER_NAME
@@ -40,6 +40,8 @@ class AllocatedDevice:
     device: str
     share_id: str | None = None
     admin_access: bool = False
+    # What a share of an allow-multiple device consumed (capacity -> quantity).
+    consumed_capacity: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,7 @@ def parse_allocation(
                 f"which this node does not serve ({', '.join(sorted(pools))})"
             )
         share_id = result.get("shareID")
+        consumed = _object(result.get("consumedCapacity"), f"{path}.consumedCapacity", name)
         devices.append(
             AllocatedDevice(
                 request=_text(result.get("request"), f"{path}.request", name),
@@ -87,6 +90,9 @@ def parse_allocation(
                 device=_text(result.get("device"), f"{path}.device", name),
                 share_id=None if share_id is None else _text(share_id, f"{path}.shareID", name),
                 admin_access=bool(result.get("adminAccess")),
+                consumed_capacity={
+                    k: _text(v, f"{path}.consumedCapacity.{k}", name) for k, v in consumed.items()
+                },
             )
         )
     configs = []

@@ -23,6 +23,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from driver.cdi import CdiDevice, CdiRegistry, ContainerEdits, canonical_claim_uid
@@ -43,6 +44,9 @@ from driver.metrics import (
 )
 
 log = logging.getLogger(__name__)
+# The allocation's shareID of a device shared through consumable capacity,
+# kept with the device's record (its undo data, so the checkpoint format holds).
+SHARE_ID = "shareID"
 
 
 class ClaimReader(Protocol):
@@ -285,6 +289,7 @@ class ClaimPreparer:
         cdi_devices: list[CdiDevice] = []
         common: list[ContainerEdits] = []
         lists: dict[str, list[str]] = {}
+        indexed: list[tuple[tuple[str, str], str, str]] = []  # (list item, variable, value)
         for device_record, device, config in planned:
             handler = self._handlers[device.kind]
             prep = admin.prepare(handler, device, config, device_record, self.checkpoint, ref.uid)
@@ -293,12 +298,17 @@ class ClaimPreparer:
             cdi_devices.append(CdiDevice(name=device.name, edits=prep.edits))
             for name, item in prep.claim_lists:
                 lists.setdefault(name, []).append(item)
+            indexed += [
+                (prep.claim_lists[0], k, v) for k, v in prep.indexed_env if prep.claim_lists
+            ]
             shared = handler.common_edits()
             if shared is not None and shared not in common:
                 common.append(shared)
         # Claim-wide lists (NVIDIA_VISIBLE_DEVICES) are set once, in the spec's
         # own edits: per device, the last device's value would win.
         env = tuple(f"{k}={','.join(dict.fromkeys(v))}" for k, v in lists.items())
+        order = {k: list(dict.fromkeys(v)) for k, v in lists.items()}
+        env += tuple(f"{k}_{order[item[0]].index(item[1])}={v}" for item, k, v in indexed)
         if env:
             common.append(ContainerEdits(env=env))
         unique = _unique(cdi_devices)
@@ -320,6 +330,8 @@ class ClaimPreparer:
         self, ref: ClaimRef, allocation: Allocation
     ) -> list[tuple[DeviceRecord, Any, opaque.DeviceConfig | None]]:
         held: dict[tuple[str, ...], str] = {}
+        sharers: set[tuple[str, ...]] = set()  # held keys only shares of a device hold
+        others: set[tuple[str, ...]] = set()
         for c in self.checkpoint.claims.values():
             if c.uid == ref.uid:
                 continue
@@ -328,9 +340,12 @@ class ClaimPreparer:
             for d in c.devices:
                 if admin.is_admin(d):  # a read-only view holds nothing
                     continue
-                held[(d.kind, d.local_id)] = c.uid
+                held[(d.kind, d.local_id)] = held[(d.local_id,)] = c.uid
+                shared = SHARE_ID in d.undo
+                (sharers if shared else others).update({(d.kind, d.local_id), (d.local_id,)})
                 if newer:
                     held[(d.local_id,)] = held[(d.pool_name, d.device_name)] = c.uid
+        sharers -= others
         planned = []
         for result in allocation.devices:
             device = self._inventory.lookup(result.pool, result.device)
@@ -346,8 +361,10 @@ class ClaimPreparer:
                 (result.pool, result.device),
             ]
             owner = next((held[k] for k in keys if k in held and not result.admin_access), None)
-            if owner is not None and result.share_id is None:
+            if owner is not None and not (result.share_id and sharers.issuperset(keys[:2])):
                 raise ClaimError(f"device {result.device} is already prepared for claim {owner}")
+            if result.share_id is not None:  # the share as allocated: what it consumed
+                device = replace(device, capacity=dict(result.consumed_capacity))
             configs = [
                 opaque.decode(c.parameters, f"config[{c.index}] ({c.source})")
                 for c in allocation.configs_for(result.request)
@@ -361,6 +378,8 @@ class ClaimPreparer:
                 local_id=device.local_id,
                 undo=self._handlers[device.kind].plan_undo(device),
             )
+            if result.share_id is not None:
+                record.undo[SHARE_ID] = result.share_id
             if result.admin_access:
                 record.undo = {admin.ADMIN_ACCESS: True}
             planned.append((record, device, config))
@@ -420,6 +439,7 @@ def _result(record: ClaimRecord) -> PrepareResult:
                 pool_name=d.pool_name,
                 device_name=d.device_name,
                 cdi_device_ids=tuple(d.cdi_device_ids),
+                share_id=d.undo.get(SHARE_ID),
             )
             for d in record.devices
         )

@@ -30,11 +30,18 @@ class Preparation:
     joins the items of every device of the claim (device order, no repeats)
     and sets each variable once, in the claim spec's own edits, which come
     with any device of the claim.
+
+    ``indexed_env`` holds (variable, value) pairs numbered by this device's
+    position in the claim's first list of ``claim_lists`` (the index the
+    container sees the GPU at): ``("CUDA_DEVICE_SM_LIMIT", "30")`` on the
+    claim's second GPU becomes ``CUDA_DEVICE_SM_LIMIT_1=30``, in the claim
+    spec's own edits.
     """
 
     edits: ContainerEdits
     undo: Mapping[str, Any] = field(default_factory=dict)
     claim_lists: tuple[tuple[str, str], ...] = ()
+    indexed_env: tuple[tuple[str, str], ...] = ()
 
 
 class DeviceHandler(Protocol):

@@ -96,6 +96,37 @@ class CounterSet:
 
 
 @dataclass(frozen=True)
+class RequestPolicy:
+    """How claims consume a capacity of a shareable device
+    (``allowMultipleAllocations``): ``default`` for a request that does not
+    name it, and the valid range ``min`` + n * ``step`` up to ``max``."""
+
+    default: str
+    min: str
+    step: str | None = None
+    max: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        valid = {"min": canonical(self.min)}
+        if self.max is not None:
+            valid["max"] = canonical(self.max)
+        if self.step is not None:
+            valid["step"] = canonical(self.step)
+        return {"default": canonical(self.default), "validRange": valid}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> RequestPolicy:
+        valid = raw.get("validRange") or {}
+        step, top = valid.get("step"), valid.get("max")
+        return cls(
+            default=str(raw.get("default")),
+            min=str(valid.get("min")),
+            step=None if step is None else str(step),
+            max=None if top is None else str(top),
+        )
+
+
+@dataclass(frozen=True)
 class DeviceTaint:
     """A taint on a device (``DRADeviceTaints``): claims that do not tolerate
     it are not allocated the device (``NoSchedule``) or are evicted
@@ -135,6 +166,10 @@ class Device:
     binding_conditions: tuple[str, ...] = ()
     binding_failure_conditions: tuple[str, ...] = ()
     taints: tuple[DeviceTaint, ...] = ()
+    # Consumable capacity (``DRAConsumableCapacity``): several claims share
+    # the device, each consuming part of the capacities that have a policy.
+    allow_multiple_allocations: bool = False
+    request_policies: tuple[tuple[str, RequestPolicy], ...] = ()
 
     def has_counters(self) -> bool:
         return bool(self.consumes_counters)
@@ -146,9 +181,15 @@ class Device:
         attrs.setdefault(TYPE, self.kind)
         out["attributes"] = {k: attribute_json(attrs[k]) for k in sorted(attrs)}
         if self.capacity:
-            out["capacity"] = {
-                k: {"value": canonical(self.capacity[k])} for k in sorted(self.capacity)
-            }
+            policies = dict(self.request_policies)
+            out["capacity"] = {}
+            for k in sorted(self.capacity):
+                entry: dict[str, Any] = {"value": canonical(self.capacity[k])}
+                if k in policies:
+                    entry["requestPolicy"] = policies[k].to_json()
+                out["capacity"][k] = entry
+        if self.allow_multiple_allocations:
+            out["allowMultipleAllocations"] = True
         if self.consumes_counters:
             out["consumesCounters"] = [c.to_json() for c in self.consumes_counters]
         if self.node_name is not None:
@@ -169,12 +210,13 @@ class Device:
         :meth:`to_json`; ``kind`` comes from the ``type`` attribute)."""
         attrs = {k: attribute_value(v) for k, v in (raw.get("attributes") or {}).items()}
         kind = str(attrs.pop(TYPE, ""))
+        capacity = raw.get("capacity") or {}
         return cls(
             name=str(raw["name"]),
             kind=kind,
             local_id=local_id,
             attributes=attrs,
-            capacity={k: str(v.get("value")) for k, v in (raw.get("capacity") or {}).items()},
+            capacity={k: str(v.get("value")) for k, v in capacity.items()},
             consumes_counters=tuple(
                 CounterConsumption(
                     str(c["counterSet"]),
@@ -194,5 +236,11 @@ class Device:
                     str(t.get("timeAdded", "")),
                 )
                 for t in raw.get("taints") or ()
+            ),
+            allow_multiple_allocations=bool(raw.get("allowMultipleAllocations")),
+            request_policies=tuple(
+                (k, RequestPolicy.from_json(v["requestPolicy"]))
+                for k, v in sorted(capacity.items())
+                if v.get("requestPolicy")
             ),
         )

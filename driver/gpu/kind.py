@@ -3,7 +3,8 @@
 
 With dynamic MIG on (``mig`` given) the same scan also yields the counter
 sets and partition devices, under the NVML session lock so that no scan
-sees a MIG change halfway (``driver.mig.session``). The MIG family builds
+sees a MIG change halfway (``driver.mig.session``). GPUs an operator marks
+shareable are also published as fractional GPUs (``driver.gpu.fraction``). The MIG family builds
 on this one (its handler reuses :class:`GpuHandler`), so this module sees it
 only through the :class:`Partitions` protocol.
 """
@@ -18,6 +19,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from driver.devices.handler import DeviceHandler
 from driver.devices.kind import Discovery
+from driver.gpu.fraction import KIND as SHARED
+from driver.gpu.fraction import SharePolicy, with_shared
+from driver.gpu.hami import SharedGpuHandler
 from driver.gpu.prepare import GpuHandler, WholeGpuGuard
 from driver.gpu.scan import FullGpus, GpuSource, SysfsTopology, devices_of, scan_gpus
 from driver.health.xid import XidWatcher
@@ -51,18 +55,31 @@ class GpuType:
         dev_root: Path,
         mig: Partitions | None = None,
         events: NvmlBackend | None = None,
+        share: SharePolicy | None = None,
+        hami_library: Path | None = None,
+        state_dir: Path | None = None,
     ) -> None:
         self._source = source
         self._events = events
         self._topology = SysfsTopology(sysfs_root)
         self._mig = mig
         self._handler = GpuHandler(dev_root, guard=mig.guard if mig else None)
+        self._share = share if share is not None and share.enabled else None
+        self._shares = (
+            SharedGpuHandler(
+                GpuHandler(dev_root), hami_library, state_dir, mig.guard if mig else None
+            )
+            if self._share is not None
+            else None
+        )
 
     def discover(self) -> Discovery:
         if self._mig is None:
-            return Discovery(devices=tuple(scan_gpus(self._source, self._topology)))
-        with self._mig.lock:
-            return self._mig.discover(partial(devices_of, topology=self._topology))
+            found = Discovery(devices=tuple(scan_gpus(self._source, self._topology)))
+        else:
+            with self._mig.lock:
+                found = self._mig.discover(partial(devices_of, topology=self._topology))
+        return found if self._share is None else with_shared(found, self._share)
 
     def xid_watcher(self, on_xid: Callable[[str, int], None]) -> XidWatcher | None:
         """A watcher of these GPUs' XIDs (None without an event source); not started."""
@@ -72,6 +89,9 @@ class GpuType:
         return XidWatcher(self._events, on_xid, lock)
 
     def handlers(self) -> Mapping[str, DeviceHandler]:
-        if self._mig is None:
-            return {"gpu": self._handler}
-        return {"gpu": self._handler, "mig": self._mig.handler}
+        out: dict[str, DeviceHandler] = {"gpu": self._handler}
+        if self._mig is not None:
+            out["mig"] = self._mig.handler
+        if self._shares is not None:
+            out[SHARED] = self._shares
+        return out

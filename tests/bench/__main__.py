@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import sys
 
-from tests.bench import fabric_bench, mig_bench, plugin_bench, sched_bench
+from tests.bench import fabric_bench, mig_bench, plugin_bench, sched_bench, share_bench
 
 
 def main() -> int:
-    for bench in (plugin_bench, mig_bench, fabric_bench, sched_bench):
+    for bench in (plugin_bench, mig_bench, fabric_bench, sched_bench, share_bench):
         print(f"== {bench.__name__.rsplit('.', 1)[-1]}", flush=True)
         bench.main([])
     return 0
