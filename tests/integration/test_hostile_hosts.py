@@ -139,16 +139,19 @@ def assert_gpus_picked_up(
     assert status == 200 and "not offered" not in body, body
 
 
+@pytest.mark.parametrize("mig", [(), ("--mig-gpus=all",)], ids=["gpus", "mig"])
 def test_no_library_serves_vfs_then_picks_gpus_up(
-    hostile: Hostile, resource_api: client.ResourceV1Api
+    hostile: Hostile, resource_api: client.ResourceV1Api, mig: tuple[str, ...]
 ) -> None:
-    proc = hostile.start()
+    proc = hostile.start(*mig)
     assert proc.proc is not None
     pid = proc.proc.pid
     kubelet = assert_vfs_without_gpus(hostile, resource_api, "libnvidia-ml.so.1 not found below")
     assert str(hostile.driver_root) in hostile.healthz()[1]
     hostile.install_library()
     assert_gpus_picked_up(hostile, kubelet, resource_api, pid)
+    if mig:  # the MIG start-up check ran once NVML worked: partitions are offered
+        assert any("-mig-" in n for n in published(resource_api, proc.node_name))
 
 
 def test_driver_not_loaded_then_loaded(
