@@ -66,6 +66,8 @@ class ContainerEdits:
     env: tuple[str, ...] = ()
     device_nodes: tuple[DeviceNode, ...] = ()
     mounts: tuple[tuple[str, str], ...] = ()  # (host path, container path), read-only binds
+    # (host path, container path) binds the container writes to (an MPS pipe directory).
+    writable_mounts: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -73,10 +75,12 @@ class ContainerEdits:
             out["env"] = list(self.env)
         if self.device_nodes:
             out["deviceNodes"] = [n.to_json() for n in self.device_nodes]
-        if self.mounts:
+        mounts = [(h, c, "ro") for h, c in self.mounts]
+        mounts += [(h, c, "rw") for h, c in self.writable_mounts]
+        if mounts:
             out["mounts"] = [
-                {"hostPath": h, "containerPath": c, "options": ["ro", "nosuid", "nodev", "bind"]}
-                for h, c in self.mounts
+                {"hostPath": h, "containerPath": c, "options": [mode, "nosuid", "nodev", "bind"]}
+                for h, c, mode in mounts
             ]
         return out
 

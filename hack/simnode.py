@@ -126,6 +126,7 @@ class PluginProcess:
             f"--boot-id-file={self.boot_id_file}",
             f"--hotplug-source=feed:{self.host.uevent_path}",
             "--log-level=debug",
+            *self.host.tool_args(),
             *self.extra_args,
         ]
 

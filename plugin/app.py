@@ -42,7 +42,7 @@ from driver.node.nvml_gate import NvmlGate, retry_while_unavailable
 from driver.slices.build import PoolSpec, slice_name_prefix
 from driver.slices.publisher import SlicePublisher
 from plugin.device_metrics import DeviceCounts, export_device_counts
-from plugin.device_types import fabric_view, xid_watcher
+from plugin.device_types import fabric_view, gpu_sharing, xid_watcher
 from plugin.flock import ClaimLock
 from plugin.grpc_server import PluginServers
 from plugin.settings import PluginSettings
@@ -169,6 +169,7 @@ class NodePlugin:
             store,
             CdiRegistry(s.cdi_root),
             shared_checkpoint=rolling,
+            sharing=gpu_sharing(s, self.device_types),
         )
         return paths, preparer, ClaimLock(paths.lock_file if rolling else None)
 

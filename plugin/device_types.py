@@ -11,6 +11,8 @@ from driver.devices.kind import DeviceType
 from driver.fabric_devices.node import FabricNodeView, load_adapters
 from driver.gpu.fraction import SharePolicy
 from driver.gpu.kind import GpuType
+from driver.gpu.sharing.claims import GpuSharing
+from driver.gpu.sharing.mps import MpsDaemons
 from driver.health.xid import XidWatcher
 from driver.mig.discovery import mig_support
 from driver.nvml.pynvml_backend import PynvmlBackend
@@ -69,4 +71,14 @@ def xid_watcher(
     for t in types:
         if isinstance(t, GpuType):
             return t.xid_watcher(on_xid)
+    return None
+
+
+def gpu_sharing(settings: PluginSettings, types: Sequence[DeviceType]) -> GpuSharing | None:
+    """``GpuConfig.sharing`` of the GPU family (``--nvidia-smi``, ``--mps-control``,
+    ``--mps-root``); None when this plugin serves no GPUs through NVML."""
+    for t in types:
+        if isinstance(t, GpuType) and t.nvml is not None:
+            mps = MpsDaemons(settings.tool("nvidia-cuda-mps-control"), settings.mps_root)
+            return GpuSharing(t.nvml, settings.tool("nvidia-smi"), mps, t.nvml_lock)
     return None

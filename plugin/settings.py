@@ -90,12 +90,32 @@ class PluginSettings(ProcessSettings, FabricPoolSettings, MetricsPortSettings):
         description="HAMi-core's libvgpu.so on the node: mounted into containers of fractional "
         "GPUs with /etc/ld.so.preload so their limits bind; unset: the limits are advisory",
     )
+    nvidia_smi: str = Field(
+        default="",
+        description="nvidia-smi binary: sets a TimeSlicing claim's interval (compute-policy); "
+        "empty: usr/bin/nvidia-smi below --driver-root",
+    )
+    mps_control: str = Field(
+        default="",
+        description="MPS control binary: one daemon per MPS claim, in a session of its own; "
+        "empty: usr/bin/nvidia-cuda-mps-control below --driver-root",
+    )
+    mps_root: Path = Field(
+        default=Path("/run/patchbay/mps"),
+        description="host directory of the MPS claims' pipe and log directories "
+        "(mounted into their containers)",
+    )
     fabric_adapters: str = Field(
         default="",
         description="fabric host adapters of this node as 'name=portBDF,...' or 'file:<path>' "
         "(a node-local file with that list; absent: none); GPUs behind them are "
         "fabric-attached (never offered as local) and reported in the Node annotation",
     )
+
+    def tool(self, name: str) -> Path:
+        """An NVIDIA tool's path: its setting, else below the driver root."""
+        given = {"nvidia-smi": self.nvidia_smi, "nvidia-cuda-mps-control": self.mps_control}
+        return Path(given[name]) if given[name] else self.driver_root / "usr" / "bin" / name
 
     @property
     def rolling_update(self) -> bool:

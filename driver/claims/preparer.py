@@ -30,9 +30,10 @@ from driver.cdi import CdiDevice, CdiRegistry, ContainerEdits, canonical_claim_u
 from driver.checkpoint import Checkpoint, CheckpointStore, ClaimRecord, ClaimState, DeviceRecord
 from driver.claims import admin
 from driver.claims.allocation import Allocation, parse_allocation
-from driver.claims.model import ClaimRef, PreparedDevice, PrepareResult, log_fields
+from driver.claims.model import ClaimRef, PrepareResult, log_fields
+from driver.claims.results import SHARE_ID, merge_edits, result_of, unique_devices
 from driver.config import opaque
-from driver.devices.handler import DeviceHandler, Inventory
+from driver.devices.handler import ClaimSharing, DeviceHandler, Inventory
 from driver.errors import ClaimError, ConfigError, PatchbayError
 from driver.faults import crash_point
 from driver.metrics import (
@@ -44,9 +45,6 @@ from driver.metrics import (
 )
 
 log = logging.getLogger(__name__)
-# The allocation's shareID of a device shared through consumable capacity,
-# kept with the device's record (its undo data, so the checkpoint format holds).
-SHARE_ID = "shareID"
 
 
 class ClaimReader(Protocol):
@@ -64,12 +62,14 @@ class ClaimPreparer:
         store: CheckpointStore,
         cdi: CdiRegistry,
         shared_checkpoint: bool = False,
+        sharing: ClaimSharing | None = None,
     ) -> None:
         self._reader = reader
         self._inventory = inventory
         self._handlers = dict(handlers)
         self._store = store
         self._cdi = cdi
+        self._sharing = sharing  # claim-wide GPU sharing (driver.gpu.sharing)
         self._lock = asyncio.Lock()
         # During a rolling update two plugin processes share the checkpoint
         # (their calls are serialised by the plugin's cross-process lock), so
@@ -133,7 +133,9 @@ class ClaimPreparer:
             for ref in claims:
                 try:
                     record = self.checkpoint.claims.get(ref.uid)
-                    if record is None or not self._blocks([d.kind for d in record.devices]):
+                    if record is None or not self._blocks(
+                        [d.kind for d in record.devices], self._shares(record)
+                    ):
                         self._unprepare_sync(ref.uid)
                     else:
                         await asyncio.to_thread(self._unprepare_sync, ref.uid)
@@ -180,6 +182,10 @@ class ClaimPreparer:
             log.warning("claim %s: re-creating its missing CDI spec", uid)
             self._cdi.write_spec(uid, record.cdi_spec)
             restored += 1
+        for uid, record in self.checkpoint.claims.items():
+            if record.state is ClaimState.PREPARE_COMPLETED and self._shares(record):
+                assert self._sharing is not None  # adopt what survived, redo what was lost
+                self._sharing.apply(uid, [d.undo for d in record.devices])
         orphans = self._cdi.claim_uids() - set(self.checkpoint.claims)
         for uid in orphans:
             log.info("removing orphaned CDI spec of claim %s", uid)
@@ -228,7 +234,7 @@ class ClaimPreparer:
         canonical_claim_uid(ref.uid)
         record = self.checkpoint.claims.get(ref.uid)
         if record is not None and record.state is ClaimState.PREPARE_COMPLETED:
-            return _result(record)
+            return result_of(record)
         if isinstance(claim, BaseException):
             raise claim
         if claim is None:  # not fetched (e.g. completed meanwhile by another call)
@@ -241,14 +247,22 @@ class ClaimPreparer:
         ]
         if record is not None:  # an interrupted prepare is undone first
             kinds += [d.kind for d in record.devices]
-        if not self._blocks(kinds):
+        sharing = self._sharing is not None and any(
+            "sharing" in c.parameters for c in allocation.configs
+        )
+        if not self._blocks(kinds, sharing or (record is not None and self._shares(record))):
             return self._prepare_sync(ref, allocation)
         return await asyncio.to_thread(self._prepare_sync, ref, allocation)
 
-    def _blocks(self, kinds: Sequence[str]) -> bool:
-        """Whether a claim with devices of these kinds needs a worker thread
-        (an unknown kind fails in the thread, as it always did)."""
-        return any(k not in self._handlers or self._handlers[k].blocking for k in kinds)
+    def _blocks(self, kinds: Sequence[str], shares: bool = False) -> bool:
+        """Whether a claim with devices of these kinds (sharing them, or
+        not) needs a worker thread (an unknown kind fails in the thread)."""
+        return shares or any(k not in self._handlers or self._handlers[k].blocking for k in kinds)
+
+    def _shares(self, record: ClaimRecord) -> bool:
+        return self._sharing is not None and self._sharing.involved(
+            [d.undo for d in record.devices]
+        )
 
     def _prepare_sync(self, ref: ClaimRef, allocation: Allocation) -> PrepareResult:
         stale = self.checkpoint.claims.get(ref.uid)
@@ -267,7 +281,9 @@ class ClaimPreparer:
         # PrepareStarted must be on disk before a handler changes hardware
         # (MIG instances, driver binding); CDI-only devices have nothing to
         # undo but a spec file, which start-up recovery removes.
-        if any(self._handlers[device.kind].has_side_effects for _, device, _ in planned):
+        if self._shares(record) or any(
+            self._handlers[device.kind].has_side_effects for _, device, _ in planned
+        ):
             self._store.save(self.checkpoint)
         crash_point("prepare-recorded")
         try:
@@ -304,6 +320,9 @@ class ClaimPreparer:
             shared = handler.common_edits()
             if shared is not None and shared not in common:
                 common.append(shared)
+        if self._sharing is not None:
+            edits = self._sharing.apply(ref.uid, [d.undo for d in record.devices])
+            common += [edits] if edits is not None else []
         # Claim-wide lists (NVIDIA_VISIBLE_DEVICES) are set once, in the spec's
         # own edits: per device, the last device's value would win.
         env = tuple(f"{k}={','.join(dict.fromkeys(v))}" for k, v in lists.items())
@@ -311,8 +330,8 @@ class ClaimPreparer:
         env += tuple(f"{k}_{order[item[0]].index(item[1])}={v}" for item, k, v in indexed)
         if env:
             common.append(ContainerEdits(env=env))
-        unique = _unique(cdi_devices)
-        spec = self._cdi.claim_spec(ref.uid, unique, _merge(common))
+        unique = unique_devices(cdi_devices)
+        spec = self._cdi.claim_spec(ref.uid, unique, merge_edits(common))
         self._cdi.write_spec(ref.uid, spec)
         crash_point("prepare-cdi-written")
         for device_record in record.devices:
@@ -324,7 +343,7 @@ class ClaimPreparer:
         self._store.save(self.checkpoint)
         crash_point("prepare-completed")
         PREPARED_CLAIMS.set(len(self.checkpoint.claims))
-        return _result(record)
+        return result_of(record)
 
     def _plan(
         self, ref: ClaimRef, allocation: Allocation
@@ -383,6 +402,10 @@ class ClaimPreparer:
             if result.admin_access:
                 record.undo = {admin.ADMIN_ACCESS: True}
             planned.append((record, device, config))
+        if self._sharing is not None:  # undo data on record before it happens
+            extra = self._sharing.plan(ref.uid, [(d, c) for _, d, c in planned])
+            for (record, _, _), undo in zip(planned, extra, strict=True):
+                record.undo = {**record.undo, **undo}
         return planned
 
     # -- unprepare --------------------------------------------------------
@@ -402,6 +425,8 @@ class ClaimPreparer:
                 f"claim {record.uid}: its checkpoint record has {why}, written by a newer build "
                 "of patchbay (or one with that device family enabled); left untouched"
             )
+        if self._sharing is not None:
+            self._sharing.undo(record.uid, [d.undo for d in record.devices])
         for device in record.devices:
             if not admin.is_admin(device):  # a read-only view has nothing to undo
                 self._handlers[device.kind].unprepare(device.kind, device.local_id, device.undo)
@@ -413,37 +438,6 @@ class ClaimPreparer:
         crash_point("unprepare-recorded")
         self._cdi.remove_claim_spec(record.uid)
         PREPARED_CLAIMS.set(len(self.checkpoint.claims))
-
-
-def _unique(devices: list[CdiDevice]) -> list[CdiDevice]:
-    seen: dict[str, CdiDevice] = {}
-    for d in devices:
-        seen.setdefault(d.name, d)
-    return list(seen.values())
-
-
-def _merge(edits: list[ContainerEdits]) -> ContainerEdits | None:
-    if not edits:
-        return None
-    env = tuple(dict.fromkeys(e for x in edits for e in x.env))
-    nodes = tuple(dict.fromkeys(n for x in edits for n in x.device_nodes))
-    mounts = tuple(dict.fromkeys(m for x in edits for m in x.mounts))
-    return ContainerEdits(env=env, device_nodes=nodes, mounts=mounts)
-
-
-def _result(record: ClaimRecord) -> PrepareResult:
-    return PrepareResult(
-        devices=tuple(
-            PreparedDevice(
-                request_names=tuple(d.request_names),
-                pool_name=d.pool_name,
-                device_name=d.device_name,
-                cdi_device_ids=tuple(d.cdi_device_ids),
-                share_id=d.undo.get(SHARE_ID),
-            )
-            for d in record.devices
-        )
-    )
 
 
 __all__ = ["ClaimPreparer", "ClaimReader", "ConfigError"]

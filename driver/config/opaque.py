@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from driver.config.sharing import GpuSharing
 from driver.errors import ConfigError
 
 API_VERSION = "patchbay.dev/v1alpha1"
@@ -34,6 +35,8 @@ class GpuConfig(DeviceConfig):
 
     device_types: ClassVar[frozenset[str]] = frozenset({"gpu", "mig"})
     driver_capabilities: list[str] | None = Field(default=None, alias="driverCapabilities")
+    # How the claim's consumers share its GPUs (driver.config.sharing); None: exclusive.
+    sharing: GpuSharing | None = None
 
 
 KINDS: dict[str, type[DeviceConfig]] = {"GpuConfig": GpuConfig}

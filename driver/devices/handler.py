@@ -9,7 +9,7 @@ may run again after a crash left a half-done preparation behind.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -67,6 +67,29 @@ class DeviceHandler(Protocol):
     def common_edits(self) -> ContainerEdits | None:
         """Edits every container with a device of this type needs (control nodes)."""
         ...
+
+
+class ClaimSharing(Protocol):
+    """Work on a claim's devices together (GPU sharing: ``driver.gpu.sharing``).
+
+    Planned with the devices (its undo data joins each device record's, so it
+    is checkpointed before anything happens), applied after every device's
+    handler, undone before them. It may block (NVML, subprocesses): a claim
+    it is ``involved`` in is prepared and unprepared in a worker thread.
+    ``apply`` is idempotent; start-up runs it again for prepared claims.
+    """
+
+    def plan(
+        self, claim_uid: str, devices: Sequence[tuple[Device, DeviceConfig | None]]
+    ) -> list[dict[str, Any]]:
+        """Per device, the undo data to add to its record ({}: nothing to do)."""
+        ...
+
+    def involved(self, undos: Sequence[Mapping[str, Any]]) -> bool: ...
+    def apply(
+        self, claim_uid: str, undos: Sequence[Mapping[str, Any]]
+    ) -> ContainerEdits | None: ...
+    def undo(self, claim_uid: str, undos: Sequence[Mapping[str, Any]]) -> None: ...
 
 
 class Inventory(Protocol):

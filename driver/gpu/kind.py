@@ -4,7 +4,8 @@
 With dynamic MIG on (``mig`` given) the same scan also yields the counter
 sets and partition devices, under the NVML session lock so that no scan
 sees a MIG change halfway (``driver.mig.session``). GPUs an operator marks
-shareable are also published as fractional GPUs (``driver.gpu.fraction``). The MIG family builds
+shareable are also published as fractional GPUs (``driver.gpu.fraction``).
+The MIG family builds
 on this one (its handler reuses :class:`GpuHandler`), so this module sees it
 only through the :class:`Partitions` protocol.
 """
@@ -87,6 +88,16 @@ class GpuType:
             return None
         lock = self._mig.lock if self._mig is not None else None
         return XidWatcher(self._events, on_xid, lock)
+
+    @property
+    def nvml(self) -> NvmlBackend | None:
+        """The NVML backend changes go through (GPU sharing), None without one."""
+        return self._events
+
+    @property
+    def nvml_lock(self) -> threading.RLock | None:
+        """The NVML session lock of dynamic MIG, None without MIG."""
+        return self._mig.lock if self._mig is not None else None
 
     def handlers(self) -> Mapping[str, DeviceHandler]:
         out: dict[str, DeviceHandler] = {"gpu": self._handler}

@@ -60,6 +60,16 @@ def nvml_error(code: int, message: str = "", *, device: bool = False) -> NvmlErr
     return cls(code, name, message or name)
 
 
+class ComputeMode(enum.IntEnum):
+    """``nvmlComputeMode_t``: who may create contexts on a GPU (MPS needs
+    EXCLUSIVE_PROCESS: the MPS server is then the one process)."""
+
+    DEFAULT = 0
+    EXCLUSIVE_THREAD = 1  # "support removed": setting it is NOT_SUPPORTED
+    PROHIBITED = 2
+    EXCLUSIVE_PROCESS = 3
+
+
 XID_FALLEN_OFF_BUS = 79
 """The XID the kernel logs when a GPU falls off the bus; reported for lost GPUs."""
 
@@ -160,6 +170,14 @@ class NvmlBackend(Protocol):
         ...
 
     def watch_events(self, uuids: Sequence[str]) -> EventWatcher: ...
+    def compute_mode(self, uuid: str) -> int:
+        """The GPU's ``nvmlComputeMode_t`` (a :class:`ComputeMode` value)."""
+        ...
+
+    def set_compute_mode(self, uuid: str, mode: int) -> None:
+        """Set it (takes effect at once; NOT_SUPPORTED on a GPU with MIG on,
+        INVALID_ARGUMENT for a value outside ``nvmlComputeMode_t``)."""
+        ...
 
 
 def short_profile_name(nvml_name: str) -> str:

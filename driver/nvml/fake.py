@@ -6,7 +6,8 @@
 ``init`` with UNINITIALIZED, reports a lost or removed GPU as GPU_IS_LOST,
 rejects occupied placements with INSUFFICIENT_RESOURCES and invalid ones with
 INVALID_ARGUMENT, keeps an Ampere MIG mode change pending until a reset, and
-refuses to disable MIG while instances exist (IN_USE). Injected failures are
+refuses to disable MIG while instances exist (IN_USE), and keeps a compute
+mode per GPU with the mock's rules (``hack/nvml-mock/compute_mode.c``). Injected failures are
 keyed by the NVML entry point the real backend would call at that step.
 """
 
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 from driver.errors import NvmlError
 from driver.nvml.backend import (
     XID_FALLEN_OFF_BUS,
+    ComputeMode,
     GpuInfo,
     MigInstance,
     MigProfile,
@@ -208,6 +210,21 @@ class FakeNvml:
             del gi.cis[ci]
         self._fail("nvmlGpuInstanceDestroy", uuid, device=True)
         del gpu.instances[gi_id]
+
+    def compute_mode(self, uuid: str) -> int:
+        gpu = self._gpu(uuid)
+        self._fail("nvmlDeviceGetComputeMode", uuid)
+        return gpu.compute_mode
+
+    def set_compute_mode(self, uuid: str, mode: int) -> None:
+        gpu = self._gpu(uuid)
+        self._fail("nvmlDeviceSetComputeMode", uuid, device=True)
+        if mode not in {m.value for m in ComputeMode}:
+            raise nvml_error(NvmlReturn.INVALID_ARGUMENT, f"compute mode {mode}", device=True)
+        if mode == ComputeMode.EXCLUSIVE_THREAD or gpu.mig_current:
+            raise nvml_error(NvmlReturn.NOT_SUPPORTED, f"compute mode {mode}", device=True)
+        with self.machine.changed:
+            gpu.compute_mode = mode
 
     def watch_events(self, uuids: Sequence[str]) -> FakeEventWatcher:
         for uuid in uuids:

@@ -35,6 +35,7 @@ class FakeGpu:
     mig_current: bool = False
     mig_pending: bool = False
     lost: bool = False
+    compute_mode: int = 0  # nvmlComputeMode_t, like the C mock's "compute_mode"
     xids: list[int] = field(default_factory=list)
     instances: dict[int, FakeInstance] = field(default_factory=dict)
 

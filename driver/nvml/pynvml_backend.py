@@ -353,6 +353,12 @@ class PynvmlBackend:
     def watch_events(self, uuids: Sequence[str]) -> PynvmlEventWatcher:
         return PynvmlEventWatcher(self, list(uuids))
 
+    def compute_mode(self, uuid: str) -> int:
+        return int(call(pynvml.nvmlDeviceGetComputeMode, self._handle(uuid)))
+
+    def set_compute_mode(self, uuid: str, mode: int) -> None:
+        call(pynvml.nvmlDeviceSetComputeMode, self._handle(uuid), mode, device=True)
+
 
 @counts_errors
 class PynvmlEventWatcher:

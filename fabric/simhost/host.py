@@ -6,6 +6,9 @@
     nvml-state.json      the C mock's state (``PATCHBAY_NVML_STATE``)
     uevents.jsonl        hot-plug events (``driver.pci.uevents.UeventFeed``)
     host.json            what ``SimHost.open(dir)`` needs to carry on
+    bin/                 stand-ins of NVIDIA's tools: ``nvidia-smi`` (records
+                         time-slice changes in nvidia-smi.json) and
+                         ``nvidia-cuda-mps-control`` (an MPS control daemon)
 
 Hot-add/remove keep the three in step, in the order a real host shows them:
 the device (and its NVML entry) exists before its ``add`` event, and is gone
@@ -16,9 +19,12 @@ take effect through :meth:`process_writes` or :meth:`effects_watcher` (see
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+import sys
+import tempfile
 import uuid as uuidlib
 from pathlib import Path
 
@@ -71,6 +77,7 @@ class SimHost:
             for port in rc.ports:
                 host._add_port(parent, port, rc.numa_node)
         host._save()
+        host._write_tools()
         log.info("simulated host %s built in %s", host.name, directory)
         return host
 
@@ -121,6 +128,45 @@ class SimHost:
         self.nvml.add_gpu(gpu_entry(uid, dev.model, dev.bdf, serial, self.next_minor))
         self.next_minor += 1
         return [dev.bdf]
+
+    def _write_tools(self) -> None:
+        """The stand-ins run as plain scripts (stdlib only: no package import)."""
+        here = Path(__file__).resolve().parent
+        self.bin_dir.mkdir(exist_ok=True)
+        tools = {
+            self.nvidia_smi: f'"{here / "nvidia_smi.py"}" --host "{self.dir}"',
+            self.mps_control: f'"{here / "mps_control.py"}"',
+        }
+        for path, script in tools.items():
+            path.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S {script} "$@"\n')
+            path.chmod(0o755)
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.dir / "bin"
+
+    @property
+    def nvidia_smi(self) -> Path:
+        return self.bin_dir / "nvidia-smi"
+
+    @property
+    def mps_control(self) -> Path:
+        return self.bin_dir / "nvidia-cuda-mps-control"
+
+    @property
+    def mps_root(self) -> Path:
+        """Short, outside the host directory: a claim's pipe socket must fit a
+        Unix socket path (107 bytes) with the claim UID in it."""
+        digest = hashlib.sha1(str(self.dir.resolve()).encode()).hexdigest()[:12]
+        return Path(tempfile.gettempdir()) / f"pb-mps-{digest}"
+
+    def tool_args(self) -> tuple[str, ...]:
+        """The plugin flags that point it at this host's stand-ins."""
+        return (
+            f"--nvidia-smi={self.nvidia_smi}",
+            f"--mps-control={self.mps_control}",
+            f"--mps-root={self.mps_root}",
+        )
 
     # ---- queries ---------------------------------------------------------------
 

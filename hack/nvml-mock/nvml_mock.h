@@ -205,7 +205,7 @@ struct gi_state {
 
 struct gpu_state {
     char uuid[UUID_LEN], model[32], serial[32], bus_id[32];
-    unsigned int minor;
+    unsigned int minor, compute_mode; /* nvmlComputeMode_t (compute_mode.c) */
     int mig_current, mig_pending, lost;
     int nxid;
     unsigned long long xid[MAX_XIDS];

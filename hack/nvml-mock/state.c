@@ -5,7 +5,8 @@
  *   {"version": 1, "driver_version": "580.82.07", "nvml_version": "13.580.82.07",
  *    "cuda_driver_version": 13000,
  *    "gpus": [{"uuid", "model", "serial", "pci_bus_id", "minor",
- *              "mig_current", "mig_pending", "lost", "xid_queue": [79],
+ *              "mig_current", "mig_pending", "lost", "compute_mode" (0 when absent),
+ *              "xid_queue": [79],
  *              "gpu_instances": [{"id", "profile_id", "start", "size",
  *                 "compute_instances": [{"id", "profile_id", "start", "size", "uuid"}]}]}],
  *    "failures": [{"function", "error" (name or code), "remaining" (-1 = always), "gpu"}]}
@@ -101,6 +102,7 @@ static int load_gpu(const struct json *j, struct gpu_state *g)
     g->mig_current = (int)json_num(j, "mig_current", 0);
     g->mig_pending = (int)json_num(j, "mig_pending", g->mig_current);
     g->lost = json_bool(j, "lost", 0);
+    g->compute_mode = uint_of(j, "compute_mode", 0);
     struct json *x = json_get(j, "xid_queue");
     for (struct json *e = x ? x->child : NULL; e && g->nxid < MAX_XIDS; e = e->next)
         g->xid[g->nxid++] = (unsigned long long)e->num;
@@ -185,6 +187,7 @@ static void write_gpu(FILE *f, const struct gpu_state *g, int last)
     json_write_str(f, g->bus_id);
     fprintf(f, ", \"minor\": %u, \"mig_current\": %d, \"mig_pending\": %d, \"lost\": %s,",
             g->minor, g->mig_current, g->mig_pending, g->lost ? "true" : "false");
+    fprintf(f, " \"compute_mode\": %u,", g->compute_mode);
     fputs("\n     \"xid_queue\": [", f);
     for (int i = 0; i < g->nxid; i++)
         fprintf(f, "%s%llu", i ? ", " : "", g->xid[i]);

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from driver.errors import NvmlDeviceError, NvmlError
-from driver.nvml.backend import GpuInfo, MigInstance, NvmlBackend, SystemInfo, XidEvent
+from driver.nvml.backend import ComputeMode, GpuInfo, MigInstance, NvmlBackend, SystemInfo, XidEvent
 from tests.contract.world import SimGpu, World, plain
 
 H100 = SimGpu(
@@ -231,6 +231,29 @@ def mode_semantics(world: World) -> None:
     b.shutdown()
 
 
+def compute_modes(world: World) -> None:
+    """Per GPU, persisted for other processes; NVML's invalid-argument answers."""
+    b = started(world)
+    assert b.compute_mode(H100.uuid) == ComputeMode.DEFAULT
+    b.set_compute_mode(H100.uuid, ComputeMode.EXCLUSIVE_PROCESS)
+    assert world.other_process("compute_mode", H100.uuid) == ComputeMode.EXCLUSIVE_PROCESS
+    assert b.compute_mode(A100.uuid) == ComputeMode.DEFAULT  # one GPU's mode, not the node's
+    raises("INVALID_ARGUMENT", b.set_compute_mode, H100.uuid, 4)
+    raises("NOT_SUPPORTED", b.set_compute_mode, H100.uuid, ComputeMode.EXCLUSIVE_THREAD)
+    assert b.compute_mode(H100.uuid) == ComputeMode.EXCLUSIVE_PROCESS  # refused: unchanged
+    world.other_process("set_compute_mode", H100.uuid, int(ComputeMode.DEFAULT))
+    assert b.compute_mode(H100.uuid) == ComputeMode.DEFAULT
+    b.set_mig_mode(H200.uuid, True)  # MIG on: modes are per MIG device
+    raises("NOT_SUPPORTED", b.set_compute_mode, H200.uuid, ComputeMode.PROHIBITED)
+    world.inject_failure("nvmlDeviceSetComputeMode", "NO_PERMISSION", 1)
+    assert isinstance(raises("NO_PERMISSION", b.set_compute_mode, L40S.uuid, 3), NvmlDeviceError)
+    b.set_compute_mode(L40S.uuid, ComputeMode.PROHIBITED)
+    b.shutdown()
+    b.init()  # a restarted process sees the mode
+    assert b.compute_mode(L40S.uuid) == ComputeMode.PROHIBITED
+    b.shutdown()
+
+
 def occupied_placement(world: World) -> None:
     b = started(world)
     b.set_mig_mode(H200.uuid, True)
@@ -382,6 +405,7 @@ SCENARIOS: dict[str, Callable[[World], None]] = {
         mig_cycle,
         two_step_mig,
         mode_semantics,
+        compute_modes,
         occupied_placement,
         persistence,
         failure_injection,
