@@ -5,6 +5,10 @@ package main
 // report it Running; complete it after `patchbay.dev/complete-after`;
 // unprepare and finalise deletion (grace 0) when it is deleted. A failed
 // prepare records the kubelet's FailedPrepareDynamicResources Event on the pod.
+// A pod's claims include the one the scheduler made for its extended
+// resources (pod.status.extendedResourceClaimStatus, KEP-5004): the DRA
+// manager adds it to prepare, unprepare and each container's CDI devices, as
+// in the kubelet, and our statuses keep that field (baseStatus copies it).
 
 import (
 	"context"
