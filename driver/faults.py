@@ -25,6 +25,12 @@ PREPARE_POINTS = (
     "prepare-cdi-written",  # the CDI spec is on disk, state still PrepareStarted
     "prepare-completed",  # PrepareCompleted is on disk, answer not sent
 )
+# Inside the claim-wide GPU sharing step (driver.gpu.sharing.claims), MPS claims.
+SHARING_POINTS = (
+    "sharing-compute-mode-set",  # compute mode EXCLUSIVE_PROCESS set, no daemon yet
+    "sharing-mps-started",  # the MPS daemon runs, the CDI spec not written
+    "sharing-mps-stopped",  # unprepare stopped the daemon, compute mode not reset
+)
 UNPREPARE_POINTS = (
     "unprepare-devices-undone",  # the handlers undid the devices, the record is still there
     "unprepare-recorded",  # the record is gone from disk, the CDI spec not yet

@@ -24,7 +24,7 @@ from driver.claims.preparer import ClaimPreparer
 from driver.config.opaque import API_VERSION
 from driver.devices.inventory import NodeInventory
 from driver.devices.model import Device
-from driver.faults import PREPARE_POINTS, UNPREPARE_POINTS
+from driver.faults import PREPARE_POINTS, SHARING_POINTS, UNPREPARE_POINTS
 from driver.gpu.prepare import GpuHandler
 from driver.gpu.sharing.claims import GpuSharing
 from driver.gpu.sharing.mps import MpsDaemons, start_time
@@ -36,8 +36,6 @@ from fabric.simhost.host import SimHost
 from fabric.simhost.nvidia_smi import read_record
 from fabric.simhost.topologies import TOPOLOGIES
 from tests.claims_doubles import NODE, Reader
-
-SHARING_POINTS = ("sharing-compute-mode-set", "sharing-mps-started", "sharing-mps-stopped")
 
 
 def gpu_config(sharing: dict[str, Any], requests: list[str] | None = None) -> dict[str, Any]:
