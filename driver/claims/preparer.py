@@ -399,8 +399,8 @@ class ClaimPreparer:
             )
             if result.share_id is not None:
                 record.undo[SHARE_ID] = result.share_id
-            if result.admin_access:
-                record.undo = {admin.ADMIN_ACCESS: True}
+            if result.admin_access:  # a read-only view: no config (no sharing) applies
+                record.undo, config = {admin.ADMIN_ACCESS: True}, None
             planned.append((record, device, config))
         if self._sharing is not None:  # undo data on record before it happens
             extra = self._sharing.plan(ref.uid, [(d, c) for _, d, c in planned])

@@ -6,15 +6,17 @@ holder and the viewer unprepare independently."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from driver.cdi import CdiRegistry
+from driver.cdi import CdiRegistry, ContainerEdits
 from driver.checkpoint import CheckpointStore
 from driver.claims.model import ClaimRef
 from driver.claims.preparer import ClaimPreparer
+from driver.config.opaque import DeviceConfig
 from driver.devices.inventory import NodeInventory
 from driver.devices.model import Device
 from driver.errors import ClaimError
@@ -127,3 +129,56 @@ def test_vf_view_never_rebinds(tmp_path: Path) -> None:
     assert "PATCHBAY_VF_0000_1A_00_2_PCI_BUS_ID=0000:1a:00.2" in view.edits.env
     assert view.edits.device_nodes == () and view.undo == {}
     assert driver_of(path) == bound
+
+
+class RecordingSharing:
+    """A ClaimSharing that records what it was asked to plan and apply."""
+
+    def __init__(self) -> None:
+        self.planned: list[DeviceConfig | None] = []
+
+    def plan(
+        self, claim_uid: str, devices: Sequence[tuple[Device, DeviceConfig | None]]
+    ) -> list[dict[str, Any]]:
+        self.planned += [c for _, c in devices]
+        return [{"sharing": {"uuid": d.local_id}} if c else {} for d, c in devices]
+
+    def involved(self, undos: Sequence[Mapping[str, Any]]) -> bool:
+        return any("sharing" in u for u in undos)
+
+    def apply(self, claim_uid: str, undos: Sequence[Mapping[str, Any]]) -> ContainerEdits | None:
+        assert not any("sharing" in u for u in undos), "a view must not share the GPU"
+        return None
+
+    def undo(self, claim_uid: str, undos: Sequence[Mapping[str, Any]]) -> None:
+        assert not any("sharing" in u for u in undos), "a view must not undo sharing"
+
+
+async def test_a_view_takes_no_config_so_no_sharing(tmp_path: Path) -> None:
+    inv = NodeInventory()
+    inv.replace_pool(NODE, [Device(name="gpu-0", kind="gpu", local_id="GPU-0")])
+    reader, sharing = Reader(), RecordingSharing()
+    store = CheckpointStore(tmp_path / "cp.json", "boot")
+    prep = ClaimPreparer(
+        reader, inv, {"gpu": OnceHandler(tmp_path / "dev")}, store,
+        CdiRegistry(tmp_path / "cdi"), sharing=sharing,
+    )  # fmt: skip
+    config = {
+        "source": "FromClaim",
+        "requests": [],
+        "opaque": {
+            "driver": "patchbay.dev",
+            "parameters": {
+                "apiVersion": "patchbay.dev/v1alpha1",
+                "kind": "GpuConfig",
+                "driverCapabilities": ["compute"],
+            },
+        },
+    }
+    viewer = reader.add("monitor", ["gpu-0"], config=[config])
+    reader.claims[("ns", "monitor")]["status"]["allocation"]["devices"]["results"][0][
+        "adminAccess"
+    ] = True
+    assert (await prep.prepare([viewer]))[viewer.uid].error == ""
+    assert sharing.planned == [None]
+    assert (await prep.unprepare([viewer]))[viewer.uid] == ""
