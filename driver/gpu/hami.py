@@ -17,8 +17,7 @@ the setting the limits are advisory (docs/sharing.md).
 
 With dynamic MIG the first share claims the GPU whole through the MIG guard
 (no instances, MIG mode off on Hopper) and the last one releases it; the
-sharers are counted in memory (a restart forgets them: the scheduler's
-counters keep the modes apart meanwhile).
+guard counts the sharers, seeded from the checkpoint at start.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from driver.atomicfile import write_atomic
 from driver.cdi import ContainerEdits
@@ -43,6 +42,14 @@ MEMORY_LIMIT = "CUDA_DEVICE_MEMORY_LIMIT"
 SM_LIMIT = "CUDA_DEVICE_SM_LIMIT"
 LIBRARY_IN_CONTAINER = "/usr/local/vgpu/libvgpu.so"
 PRELOAD_IN_CONTAINER = "/etc/ld.so.preload"
+
+
+class ShareGuard(WholeGpuGuard, Protocol):
+    """Claims a partitionable GPU for its sharers (``driver.mig.guard.MigGuard``):
+    whole for the first, released with the last."""
+
+    def share(self, uuid: str, claim_uid: str) -> None: ...
+    def unshare(self, uuid: str, claim_uid: str) -> None: ...
 
 
 def limits(consumed: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -67,12 +74,11 @@ class SharedGpuHandler:
         gpus: GpuHandler,
         library: Path | None = None,
         state_dir: Path | None = None,
-        guard: WholeGpuGuard | None = None,
+        guard: ShareGuard | None = None,
     ) -> None:
         self._gpus = gpus
         self._guard = guard
         self.blocking = guard is not None
-        self._sharers: dict[str, set[str]] = {}
         self._mounts: tuple[tuple[str, str], ...] = ()
         if library is not None:
             if state_dir is None:
@@ -90,8 +96,7 @@ class SharedGpuHandler:
 
     def prepare(self, device: Device, claim_uid: str, config: DeviceConfig | None) -> Preparation:
         if self._guard is not None and device.has_counters():
-            self._guard.acquire_full(device.local_id)
-            self._sharers.setdefault(device.local_id, set()).add(claim_uid)
+            self._guard.share(device.local_id, claim_uid)
         whole = self._gpus.prepare(device, claim_uid, config)
         return Preparation(
             edits=ContainerEdits(
@@ -103,13 +108,8 @@ class SharedGpuHandler:
         )
 
     def unprepare(self, kind: str, local_id: str, undo: Mapping[str, Any]) -> None:
-        if self._guard is None:
-            return
-        sharers = self._sharers.get(local_id, set())
-        sharers.discard(str(undo.get("claim", "")))
-        if not sharers:
-            self._sharers.pop(local_id, None)
-            self._guard.release_full(local_id)
+        if self._guard is not None:
+            self._guard.unshare(local_id, str(undo.get("claim", "")))
 
     def common_edits(self) -> ContainerEdits | None:
         return self._gpus.common_edits()

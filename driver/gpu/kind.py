@@ -22,8 +22,8 @@ from driver.devices.handler import DeviceHandler
 from driver.devices.kind import Discovery
 from driver.gpu.fraction import KIND as SHARED
 from driver.gpu.fraction import SharePolicy, with_shared
-from driver.gpu.hami import SharedGpuHandler
-from driver.gpu.prepare import GpuHandler, WholeGpuGuard
+from driver.gpu.hami import SharedGpuHandler, ShareGuard
+from driver.gpu.prepare import GpuHandler
 from driver.gpu.scan import FullGpus, GpuSource, SysfsTopology, devices_of, scan_gpus
 from driver.health.xid import XidWatcher
 
@@ -39,7 +39,7 @@ class Partitions(Protocol):
         """The NVML session lock that scans, MIG changes and XID waits share."""
 
     @property
-    def guard(self) -> WholeGpuGuard: ...
+    def guard(self) -> ShareGuard: ...
     @property
     def handler(self) -> DeviceHandler: ...
     def discover(self, full_gpus: FullGpus) -> Discovery:

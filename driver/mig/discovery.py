@@ -69,7 +69,7 @@ class MigSupport:
             managed = [g for g in infos.values() if self.policy.partitionable(g)]
             if not self._started:
                 owned = ownership(self._load_checkpoint())
-                self.guard.seed(owned.full_gpus)
+                self.guard.seed(owned.full_gpus, owned.sharers)
                 orphans(nvml, managed, owned, self._cleanup)
                 self._started = True
             for device in gpus:

@@ -13,10 +13,11 @@ prepared or unprepared again.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from driver.checkpoint import Checkpoint
+from driver.gpu.fraction import KIND as SHARED
 from driver.mig.layout import KIND, parse_local_id
 from driver.nvml.backend import GpuInfo, MigInstance, NvmlBackend
 
@@ -29,18 +30,27 @@ class Ownership:
 
     placements: frozenset[tuple[str, int, int]] = frozenset()  # (GPU UUID, profile id, start)
     full_gpus: frozenset[str] = frozenset()
+    sharers: Mapping[str, frozenset[str]] = field(default_factory=dict)  # GPU UUID -> claims
 
 
 def ownership(checkpoint: Checkpoint) -> Ownership:
     placements: set[tuple[str, int, int]] = set()
     full: set[str] = set()
+    shares: dict[str, set[str]] = {}
     for claim in checkpoint.claims.values():
         for device in claim.devices:
             if device.kind == KIND:
                 placements.add(parse_local_id(device.local_id))
             elif device.kind == "gpu":
                 full.add(device.local_id)
-    return Ownership(frozenset(placements), frozenset(full))
+            elif device.kind == SHARED:
+                full.add(device.local_id)
+                shares.setdefault(device.local_id, set()).add(claim.uid)
+    return Ownership(
+        frozenset(placements),
+        frozenset(full),
+        {uuid: frozenset(claims) for uuid, claims in shares.items()},
+    )
 
 
 @dataclass

@@ -252,3 +252,35 @@ def test_mig_claim_does_not_partition_a_gpu_with_sharers(
     assert instances(h100, 0) == [] and not gpu_state(h100, 0)["mig_current"]
     assert len(instances(h100, 1)) == 1
     gone(core, ns, "mig", "sharer")
+
+
+def test_a_container_with_two_share_claims_sees_one_of_them(
+    nodes: tuple[SimNode, SimNode],
+    resource_api: client.ResourceV1Api,
+    core: client.CoreV1Api,
+    namespace: str,
+) -> None:
+    """What docs/sharing.md says of several claims in one container, through
+    the CDI library the runtimes use: one claim's variables win."""
+    a100, ns = nodes[0], namespace
+    on = 'device.attributes["patchbay.dev"].index == {}'
+    share_template(resource_api, ns, "on2", {"memory": "4Gi"}, on.format(2))
+    share_template(resource_api, ns, "on3", {"memory": "8Gi"}, on.format(3))
+    core.create_namespaced_pod(ns, {
+        "metadata": {"name": "both"},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": a100.name},
+            "containers": [{"name": "main", "image": "pause",
+                            "resources": {"claims": [{"name": "a"}, {"name": "b"}]}}],
+            "resourceClaims": [{"name": "a", "resourceClaimTemplateName": "on2"},
+                               {"name": "b", "resourceClaimTemplateName": "on3"}],
+        },
+    })  # fmt: skip
+    running(core, ns, "both")
+    env = env_of(a100, ns, "both")
+    seen = {(env["NVIDIA_VISIBLE_DEVICES"], env["CUDA_DEVICE_MEMORY_LIMIT_0"])}
+    gpu2, gpu3 = gpu_state(a100, 2)["uuid"], gpu_state(a100, 3)["uuid"]
+    print("two claims, one container:", seen, "GPU 2/3:", gpu2, gpu3)
+    assert seen <= {(gpu2, "4096m"), (gpu3, "8192m")}, "one claim's pair, never a mix"
+    assert "CUDA_DEVICE_MEMORY_LIMIT_1" not in env, "each claim numbers its GPUs from 0"
+    gone(core, ns, "both")

@@ -11,16 +11,23 @@ from typing import Any
 import pytest
 
 from driver.cdi import CdiRegistry
-from driver.checkpoint import CheckpointStore
+from driver.checkpoint import Checkpoint, CheckpointStore, ClaimRecord, ClaimState, DeviceRecord
 from driver.claims.model import ClaimRef
 from driver.claims.preparer import ClaimPreparer
 from driver.devices.inventory import NodeInventory
 from driver.devices.kind import Discovery
 from driver.devices.model import CounterConsumption, Device
-from driver.errors import ConfigError
+from driver.errors import ClaimError, ConfigError
 from driver.gpu.fraction import SharePolicy, shared_device, with_shared
 from driver.gpu.hami import LIBRARY_IN_CONTAINER, PRELOAD_IN_CONTAINER, SharedGpuHandler, limits
+from driver.gpu.kind import GpuType
 from driver.gpu.prepare import GpuHandler
+from driver.mig.discovery import MigSupport
+from driver.mig.handler import MigHandler
+from driver.mig.policy import MigPolicy
+from driver.mig.session import NvmlSession
+from driver.nvml.fake import FakeNvml
+from driver.nvml.fake_state import FakeMachine
 from driver.slices.limits import device_problems
 from tests.claims_doubles import NODE, Reader
 
@@ -165,3 +172,45 @@ async def test_limits_are_numbered_by_the_gpu_the_container_sees(
     assert "NVIDIA_VISIBLE_DEVICES=GPU-1,GPU-0" in env_
     assert {"CUDA_DEVICE_MEMORY_LIMIT_0=4096m", "CUDA_DEVICE_SM_LIMIT_0=10"} <= set(env_)
     assert {"CUDA_DEVICE_MEMORY_LIMIT_1=2048m", "CUDA_DEVICE_SM_LIMIT_1=20"} <= set(env_)
+
+
+def mig_node(checkpoint: Checkpoint) -> tuple[FakeMachine, GpuType]:
+    machine = FakeMachine()
+    machine.add_gpu("GPU-0000", "H100-SXM5-80GB", "0000:10:00.0")
+    backend = FakeNvml(machine)
+    support = MigSupport(
+        NvmlSession(backend),
+        MigPolicy.parse("all", "", True, False),
+        lambda s, g: MigHandler(s, g, Path("/nonexistent")),
+        lambda: checkpoint,
+    )
+    share = SharePolicy.parse("all", 1024)
+    return machine, GpuType(backend, Path("/x"), Path("/x"), mig=support, share=share)
+
+
+def share_record(uid: str) -> ClaimRecord:
+    dev = DeviceRecord(request_names=["r"], pool_name="p", device_name="gpu-0-shared",
+                       kind="shared-gpu", local_id="GPU-0000", undo={"claim": uid})  # fmt: skip
+    return ClaimRecord(uid=uid, namespace="n", name=uid, state=ClaimState.PREPARE_COMPLETED,
+                       devices=[dev])  # fmt: skip
+
+
+def test_sharers_hold_a_mig_gpu_whole_until_the_last_leaves_across_a_restart() -> None:
+    _, gpus = mig_node(Checkpoint())
+    devices = {d.name: d for d in gpus.discover().devices}
+    handlers = gpus.handlers()
+    shared, mig = devices["gpu-0-shared"], devices["gpu-0-mig-1g-10gb-0"]
+    assert shared.consumes_counters == devices["gpu-0"].consumes_counters
+    for uid in ("a", "b"):
+        handlers["shared-gpu"].prepare(shared, uid, None)
+    with pytest.raises(ClaimError, match="held whole"):
+        handlers["mig"].prepare(mig, "m", None)
+    # A restart: the guard is seeded from the checkpoint's two shares.
+    _, gpus = mig_node(Checkpoint(claims={u: share_record(u) for u in ("a", "b")}))
+    gpus.discover()
+    handlers = gpus.handlers()
+    handlers["shared-gpu"].unprepare("shared-gpu", "GPU-0000", {"claim": "a"})
+    with pytest.raises(ClaimError, match="held whole"):
+        handlers["mig"].prepare(mig, "m", None)
+    handlers["shared-gpu"].unprepare("shared-gpu", "GPU-0000", {"claim": "b"})
+    handlers["mig"].prepare(mig, "m", None)
