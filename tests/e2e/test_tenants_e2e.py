@@ -402,3 +402,31 @@ def test_admin_access_views_a_held_gpu_and_disturbs_nothing(
     assert spec.read_text() == view_before
     assert phase(core, namespace, "monitor-2") == "Running"
     gone(core, namespace, "monitor-2")
+
+
+def test_the_quota_caps_extended_resource_pods_too(
+    sim: SimNode, resource_api: client.ResourceV1Api, core: client.CoreV1Api, namespace: str
+) -> None:
+    devices = f"{GPU_CLASS}.deviceclass.resource.k8s.io/devices"
+    quota = {"metadata": {"name": "one-gpu"}, "spec": {"hard": {devices: "1"}}}
+    core.create_namespaced_resource_quota(namespace, quota)
+    wait_for("the quota controller's status", lambda: quota_ready(core, namespace, "one-gpu"))
+    limits_pod(core, namespace, "first", sim.name, "patchbay.dev/gpu")
+    running(core, namespace, "first")
+    # The node has a second GPU, but the claim the scheduler makes for this
+    # pod would pass the namespace's cap: the apiserver refuses it.
+    limits_pod(core, namespace, "second", sim.name, "patchbay.dev/gpu")
+    (event, *_) = wait_for(
+        "the scheduler's claim refused by the quota",
+        lambda: [
+            e
+            for e in events_about(core, namespace, "second")
+            if "exceeded quota: one-gpu" in (e.message or "")
+        ],
+        timeout=60,
+    )
+    assert event.reason == "FailedScheduling", event
+    assert phase(core, namespace, "second") == "Pending"
+    gone(core, namespace, "first")
+    running(core, namespace, "second")
+    gone(core, namespace, "second")
