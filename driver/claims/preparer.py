@@ -185,7 +185,10 @@ class ClaimPreparer:
         for uid, record in self.checkpoint.claims.items():
             if record.state is ClaimState.PREPARE_COMPLETED and self._shares(record):
                 assert self._sharing is not None  # adopt what survived, redo what was lost
-                self._sharing.apply(uid, [d.undo for d in record.devices])
+                try:
+                    self._sharing.apply(uid, [d.undo for d in record.devices])
+                except PatchbayError as exc:  # the claim's pods are hit, not the node
+                    log.error("claim %s: its GPU sharing cannot be restored: %s", uid, exc)
         orphans = self._cdi.claim_uids() - set(self.checkpoint.claims)
         for uid in orphans:
             log.info("removing orphaned CDI spec of claim %s", uid)

@@ -71,8 +71,9 @@ class Node:
         self.tmp = tmp
         self.mps = MpsDaemons(self.host.mps_control, self.host.mps_root)
 
-    async def start(self) -> ClaimPreparer:
-        sharing = GpuSharing(FakeNvml(self.machine), self.host.nvidia_smi, self.mps)
+    async def start(self, nvidia_smi: Path | None = None) -> ClaimPreparer:
+        smi = nvidia_smi or self.host.nvidia_smi
+        sharing = GpuSharing(FakeNvml(self.machine), smi, self.mps)
         store = CheckpointStore(self.tmp / "cp.json", "boot")
         handlers = {"gpu": GpuHandler(self.tmp / "dev")}
         prep = ClaimPreparer(
@@ -182,6 +183,29 @@ async def test_timeslicing_set_at_prepare_reset_at_unprepare(node: Node) -> None
     assert node.timeslices() == {node.uuids[1]: 0}
     calls = read_record(node.host.dir)["calls"]
     assert calls == [["compute-policy", "-i", node.uuids[1], "--set-timeslice", s] for s in "30"]
+
+
+async def test_the_limit_index_is_the_gpus_place_in_the_claim(node: Node) -> None:
+    """Only the second request shares by MPS: its GPU is index 1 of the claim."""
+    ref = node.reader.add("c", ["gpu-0", "gpu-1"], config=[gpu_config(MPS, ["req-1"])])
+    prep = await node.start()
+    assert (await prep.prepare([ref]))[ref.uid].error == ""
+    env = node.spec_edits(ref)["env"]
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=1=2048M" in env
+    assert node.modes() == [ComputeMode.DEFAULT, ComputeMode.EXCLUSIVE_PROCESS]
+    assert (await prep.unprepare([ref]))[ref.uid] == ""
+
+
+async def test_a_claim_whose_sharing_cannot_be_restored_does_not_stop_start_up(
+    node: Node, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    sharing = {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Short"}}
+    ref = node.reader.add("c", ["gpu-0"], config=[gpu_config(sharing)])
+    prep = await node.start()
+    assert (await prep.prepare([ref]))[ref.uid].error == ""
+    again = await node.start(nvidia_smi=tmp_path / "gone")  # e.g. a driver root not mounted
+    assert f"claim {ref.uid}: its GPU sharing cannot be restored" in caplog.text
+    assert (await again.prepare([ref]))[ref.uid].error == ""  # still served from the checkpoint
 
 
 @pytest.mark.parametrize("point", PREPARE_POINTS + SHARING_POINTS + UNPREPARE_POINTS)

@@ -17,8 +17,9 @@ the GPU reset.
   directory, ``CUDA_MPS_PIPE_DIRECTORY``, ``CUDA_MPS_LOG_DIRECTORY`` and, from
   the config, ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` and
   ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (``<i>=<n>M`` per GPU, ``i`` the GPU's
-  index among the claim's GPUs as the container sees them). Unprepare stops
-  the daemon, removes its directories and sets compute mode DEFAULT.
+  index in the claim's ``NVIDIA_VISIBLE_DEVICES``, as the container sees
+  it). Unprepare stops the daemon, removes its directories and sets compute
+  mode DEFAULT.
 - Exclusive (or no ``sharing``): nothing.
 """
 
@@ -68,7 +69,9 @@ class GpuSharing:
         self, claim_uid: str, devices: Sequence[tuple[Device, DeviceConfig | None]]
     ) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
+        visible = 0  # the device's index in the claim's NVIDIA_VISIBLE_DEVICES
         for device, config in devices:
+            index, visible = visible, visible + (device.kind in ("gpu", "mig"))
             sharing = config.sharing if isinstance(config, GpuConfig) else None
             if sharing is None or sharing.strategy == "Exclusive":
                 out.append({})
@@ -79,6 +82,7 @@ class GpuSharing:
                     f"full GPUs, not to a {device.kind} device"
                 )
             entry: dict[str, Any] = {"strategy": sharing.strategy, "uuid": device.local_id}
+            entry["index"] = index
             if sharing.strategy == "TimeSlicing":
                 entry["timeslice"] = sharing.timeslice
             else:
@@ -114,7 +118,11 @@ class GpuSharing:
         env.append(f"CUDA_MPS_LOG_DIRECTORY={LOG_IN_CONTAINER}")
         if first.get("threads") is not None:
             env.append(f"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE={first['threads']}")
-        limits = [f"{i}={e['pinned_mib']}M" for i, e in enumerate(entries) if e.get("pinned_mib")]
+        limits = [
+            f"{e.get('index', i)}={e['pinned_mib']}M"
+            for i, e in enumerate(entries)
+            if e.get("pinned_mib")
+        ]
         if limits:
             env.append(f"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={','.join(limits)}")
         return ContainerEdits(
