@@ -228,7 +228,7 @@ def test_cdi_dir_not_writable_fails_the_claim_naming_the_path(
 
 @pytest.mark.skipif(not can_mount(), reason="needs bind mounts (root) for a read-only directory")
 def test_read_only_partial_sysfs_publishes_what_it_can_read(
-    hostile: Hostile, resource_api: client.ResourceV1Api
+    hostile: Hostile, resource_api: client.ResourceV1Api, namespace: str
 ) -> None:
     sysfs = hostile.proc.host.sysfs_root
     devices = sysfs / "bus" / "pci" / "devices"
@@ -240,7 +240,7 @@ def test_read_only_partial_sysfs_publishes_what_it_can_read(
     try:
         proc = hostile.start(library=True)
         node = proc.node_name
-        wait_registered(proc)
+        kubelet = wait_registered(proc)
         gpus = {f"gpu-{i}" for i in range(4)}
         wait_for("GPUs published", lambda: gpus <= published(resource_api, node), timeout=30)
         names = published(resource_api, node)
@@ -250,6 +250,24 @@ def test_read_only_partial_sysfs_publishes_what_it_can_read(
         assert "sriov_numvfs" in log and "Read-only file system" in log
         assert "0000:8a:00.0" in log and "0000:19:00.0" in log
         assert proc.alive
+        # netdev mode writes nothing on the host; vfio-pci rebinds (a sysfs write).
+        endpoint = kubelet.get_info().endpoint
+        netdev_vf, vfio_vf = sorted(vfs)[:2]
+        ok = allocated_claim(resource_api, namespace, "netdev", node, [netdev_vf])
+        params = {"apiVersion": "patchbay.dev/v1alpha1", "kind": "VfConfig", "mode": "vfio-pci"}
+        opaque = {"driver": "patchbay.dev", "parameters": params}
+        config = [{"source": "FromClaim", "requests": ["req-0"], "opaque": opaque}]
+        bad = allocated_claim(resource_api, namespace, "vfio", node, [vfio_vf], config=config)
+        claims = [(namespace, "netdev", ok), (namespace, "vfio", bad)]
+        result = kubelet.prepare(endpoint, claims)
+        assert result[ok].error == "", result[ok].error
+        assert "Read-only file system" in result[bad].error and str(sysfs) in result[bad].error
+        records = json.loads((proc.plugin_dir / "checkpoint.json").read_text())["claims"]
+        assert set(records) == {ok}  # nothing of the failed claim kept
+        assert {p.name for p in proc.cdi_root.glob("*.json")} == {
+            f"k8s.patchbay.dev-claim_{ok}.json"
+        }
+        assert kubelet.unprepare(endpoint, claims)[ok].error == ""
     finally:
         hostile.proc.stop()
         subprocess.run(["umount", str(sysfs)], check=True)
