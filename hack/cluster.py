@@ -19,15 +19,18 @@ Concurrency: plain blocking calls; the components are separate processes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import shutil
+import signal
 import ssl
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from cluster_agent import NodeAgent
@@ -101,16 +104,25 @@ class LocalCluster:
     """etcd + kube-apiserver + kube-scheduler + kube-controller-manager on loopback."""
 
     def __init__(
-        self, run_dir: Path | str, binaries: Path | None = None, *, address: str = "127.0.0.1"
+        self,
+        run_dir: Path | str,
+        binaries: Path | None = None,
+        *,
+        address: str = "127.0.0.1",
+        audit: bool = False,
     ) -> None:
         """``address``: where the apiserver listens and what it advertises; real
-        nodes (hack/realnode.py) need one their network namespaces reach."""
+        nodes (hack/realnode.py) need one their network namespaces reach.
+        ``audit``: the apiserver logs every request's metadata to
+        :attr:`audit_log` (JSON lines; tests count requests per client)."""
         self.run_dir = Path(run_dir).resolve()
+        self.audit_log = self.run_dir / "audit.log" if audit else None
         self.binaries = binaries
         self.address = address
         self.pki = Pki(self.run_dir / "pki")
         self.kubeconfig = self.run_dir / "admin.kubeconfig"
         self.components: list[Component] = []
+        self._ready: dict[str, Callable[[], bool]] = {}  # each component's readiness probe
         self.startup_seconds: float | None = None
         self.server = ""
         self._state = self.run_dir / "state.json"
@@ -177,14 +189,16 @@ class LocalCluster:
         self._state.write_text(json.dumps(state) + "\n")
         gates = ",".join(f"{g}=true" for g in FEATURE_GATES)
         etcd = self._spawn("etcd", self._etcd_argv(bins, etcd_port, peer_port), detach=detach)
-        etcd.wait_ready(lambda: _http_ok(f"http://127.0.0.1:{etcd_port}/health"), timeout)
+        self._ready["etcd"] = lambda: _http_ok(f"http://127.0.0.1:{etcd_port}/health")
+        etcd.wait_ready(self._ready["etcd"], timeout)
         api = self._spawn(
             "kube-apiserver", self._apiserver_argv(bins, etcd_port, api_port, gates), detach=detach
         )
         ctx = ssl.create_default_context(cafile=str(self.pki.ca.cert))
         admin = self.pki.issue("admin", "patchbay-admin", ("system:masters",))
         ctx.load_cert_chain(str(admin.cert), str(admin.key))
-        api.wait_ready(lambda: https_ok(f"{self.server}/readyz", ctx), timeout)
+        self._ready["kube-apiserver"] = lambda: https_ok(f"{self.server}/readyz", ctx)
+        api.wait_ready(self._ready["kube-apiserver"], timeout)
         write_kubeconfig(self.kubeconfig, self.server, self.pki.ca.cert, admin, "patchbay-admin")
         insecure = ssl._create_unverified_context()  # self-signed serving certs of kcm/scheduler
         waits = []
@@ -254,8 +268,18 @@ class LocalCluster:
             # Loopback cannot be an endpoint of the kubernetes Service; real nodes'
             # pods reach a non-loopback address through it (kube-proxy).
             f"--endpoint-reconciler-type={'none' if self.address == '127.0.0.1' else 'lease'}",
-            "--profiling=false", "--v=1",
+            "--profiling=false", "--v=1", *self._audit_args(),
         ]  # fmt: skip
+
+    def _audit_args(self) -> list[str]:
+        if self.audit_log is None:
+            return []
+        policy = self.run_dir / "audit-policy.json"
+        policy.write_text(json.dumps({
+            "apiVersion": "audit.k8s.io/v1", "kind": "Policy",
+            "omitStages": ["RequestReceived"], "rules": [{"level": "Metadata"}],
+        }))  # fmt: skip
+        return [f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}"]
 
     def _common(self, kubeconfig: Path, port: int, gates: str, name: str) -> list[str]:
         return [
@@ -282,6 +306,30 @@ class LocalCluster:
 
     def pids(self) -> dict[str, int]:
         return load_pids(self._pids_path())
+
+    def _component(self, name: str) -> Component:
+        for comp in self.components:
+            if comp.name == name:
+                return comp
+        raise KeyError(f"{name} is not a component this LocalCluster started")
+
+    def stop(self, name: str) -> None:
+        """Kill one component (an outage); its ports, data and identity stay for
+        :meth:`start`. Only components this object started (not a detached CLI's)."""
+        comp = self._component(name)
+        if comp.proc is not None:  # SIGKILL, like a crash (the apiserver drains for 15 s)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(comp.proc.pid, signal.SIGKILL)
+            comp.proc.wait(timeout=10)
+
+    def start(self, name: str, timeout: float = 60.0) -> None:
+        """Start a component :meth:`stop` stopped, with its old arguments; wait until ready."""
+        comp = self._component(name)
+        comp.start(die_with_parent=True)
+        save_pids(self._pids_path(), {c.name: c.pid for c in self.components if c.pid})
+        probe = self._ready.get(name)
+        if probe is not None:
+            comp.wait_ready(probe, timeout)
 
     def down(self) -> None:
         """Stop every component (reverse start order) with its process group."""

@@ -32,6 +32,13 @@ RESOURCE_V1 = "/apis/resource.k8s.io/v1"
 JsonObj = dict[str, Any]
 
 
+def unreachable(method: str, path: str, exc: BaseException) -> ApiError:
+    """A request that got no answer: the message says so in words (a kubelet
+    shows it on the pod), then what the transport said."""
+    detail = str(exc) or ("no answer in time" if isinstance(exc, TimeoutError) else repr(exc))
+    return ApiError(f"{method} {path}: the Kubernetes API is unreachable: {detail}")
+
+
 def claim_path(namespace: str, name: str) -> str:
     return f"{RESOURCE_V1}/namespaces/{namespace}/resourceclaims/{name}"
 
@@ -137,7 +144,7 @@ class KubeApi:
                 server_hostname=conf.tls_server_name or None,
             )
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise ApiError(f"{method} {path}: {exc!r}") from exc
+            raise unreachable(method, path, exc) from exc
 
     async def call(
         self,
@@ -152,7 +159,7 @@ class KubeApi:
         try:
             raw = await resp.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise ApiError(f"{method} {path}: {exc!r}") from exc
+            raise unreachable(method, path, exc) from exc
         finally:
             resp.release()
         if not 200 <= resp.status < 300:
@@ -194,6 +201,6 @@ class KubeApi:
                 if line.strip():
                     yield json.loads(line)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise ApiError(f"watch {path}: {exc!r}") from exc
+            raise unreachable("watch", path, exc) from exc
         finally:
             resp.release()
