@@ -29,6 +29,7 @@ pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "deviceclasses" / "examples" / "four-inference-replicas.yaml"
 SHARED = "shared-gpu.patchbay.dev"
+HAMI = "/usr/local/vgpu/libvgpu.so"  # a host path CDI mounts; nothing reads it here
 
 
 def _node(
@@ -58,7 +59,13 @@ def nodes(
     try:
         started.append(_node(local_cluster, resource_api, "8x-a100", "--shared-gpus=all", 8))
         started.append(
-            _node(local_cluster, resource_api, "2-gpus", "--mig-gpus=all --shared-gpus=all", 2)
+            _node(
+                local_cluster,
+                resource_api,
+                "2-gpus",
+                f"--mig-gpus=all --shared-gpus=all --hami-core-library={HAMI}",
+                2,
+            )
         )
         yield started[0], started[1]
     finally:
@@ -211,6 +218,14 @@ def test_exclusive_claim_waits_for_the_sharers_of_its_gpu(
     for name in ("s1", "s2"):
         pod(core, ns, name, h100.name, share)
         running(core, ns, name)
+    record = h100.agent.pod_record(ns, "s1")
+    assert record is not None and isinstance(record["containers"], dict)
+    (container,) = record["containers"].values()
+    mounts = {m["destination"]: m for m in container["mounts"]}
+    assert mounts["/usr/local/vgpu/libvgpu.so"]["source"] == HAMI, "HAMi-core loaded"
+    preload = Path(mounts["/etc/ld.so.preload"]["source"])
+    assert preload.read_text() == "/usr/local/vgpu/libvgpu.so\n"
+    assert "ro" in mounts["/etc/ld.so.preload"]["options"]
     resource_api.create_namespaced_resource_claim_template(ns, {
         "metadata": {"name": "whole-0"},
         "spec": {"spec": {"devices": {"requests": [{"name": "dev", "exactly": {
