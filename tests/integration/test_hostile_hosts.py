@@ -33,6 +33,7 @@ from simnode import NVML_MOCK_LIB, PLUGIN_GROUP, PluginProcess, apply_plugin_rba
 
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
+from tests.cluster_fixtures import missing_prerequisite
 from tests.e2e.helpers import unique, wait_for
 from tests.integration.test_plugin_process import Kubelet, our_slices, wait_registered
 from tests.kube.claims import allocated_claim
@@ -196,7 +197,15 @@ def can_mount() -> bool:
     return True
 
 
-@pytest.mark.skipif(not can_mount(), reason="needs bind mounts (root) for a read-only directory")
+@pytest.fixture
+def bind_mounts() -> None:
+    """Bind mounts (root) make a read-only directory; without them the test
+    is skipped, and fails under CI=true like every missing prerequisite."""
+    if not can_mount():
+        missing_prerequisite("needs bind mounts (root) for a read-only directory")
+
+
+@pytest.mark.usefixtures("bind_mounts")
 def test_cdi_dir_not_writable_fails_the_claim_naming_the_path(
     hostile: Hostile, resource_api: client.ResourceV1Api, namespace: str
 ) -> None:
@@ -226,7 +235,7 @@ def test_cdi_dir_not_writable_fails_the_claim_naming_the_path(
     assert json.loads((proc.plugin_dir / "checkpoint.json").read_text())["claims"] == {}
 
 
-@pytest.mark.skipif(not can_mount(), reason="needs bind mounts (root) for a read-only directory")
+@pytest.mark.usefixtures("bind_mounts")
 def test_read_only_partial_sysfs_publishes_what_it_can_read(
     hostile: Hostile, resource_api: client.ResourceV1Api, namespace: str
 ) -> None:
