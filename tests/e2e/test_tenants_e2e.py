@@ -60,6 +60,33 @@ def sim(
         delete_quietly(core.delete_node, node.name)
 
 
+@pytest.fixture(scope="module")
+def mig_sim(
+    local_cluster: LocalCluster, resource_api: client.ResourceV1Api, core: client.CoreV1Api
+) -> Iterator[SimNode]:
+    """A second node, 2 x H100 with dynamic MIG (``--mig-gpus=all``)."""
+    build_nvml_mock()
+    apply_plugin_rbac(local_cluster.kubeconfig)
+    apply_deviceclasses(resource_api)
+    kubeconfig = local_cluster.kubeconfig_for(
+        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
+    )
+    node = SimNode(local_cluster, unique("tenant-mig"), "2-gpus", kubeconfig)
+    node.plugin.extra_args = ("--mig-gpus=all",)
+    node.start()
+    try:
+
+        def published() -> bool:
+            node.check_alive()
+            return len(node_devices(resource_api, node.name)) > 2
+
+        wait_for("MIG devices published", published, timeout=90)
+        yield node
+    finally:
+        node.stop()
+        delete_quietly(core.delete_node, node.name)
+
+
 def limits_pod(core: client.CoreV1Api, ns: str, name: str, node: str, resource: str) -> None:
     """A device-plugin style pod: no claim, one extended resource in its limits."""
     container = {"name": "main", "image": "pause", "resources": {"limits": {resource: "1"}}}
@@ -430,3 +457,74 @@ def test_the_quota_caps_extended_resource_pods_too(
     gone(core, namespace, "first")
     running(core, namespace, "second")
     gone(core, namespace, "second")
+
+
+def mig_state(sim: SimNode) -> list[Any]:
+    """Every GPU's MIG mode and instances, as the NVML mock holds them."""
+    gpus = sorted(sim.host.nvml.read()["gpus"], key=lambda g: g["pci_bus_id"])
+    return [(g["mig_current"], g["gpu_instances"]) for g in gpus]
+
+
+def test_admin_access_to_mig_devices_never_changes_them(
+    mig_sim: SimNode, resource_api: client.ResourceV1Api, core: client.CoreV1Api, namespace: str
+) -> None:
+    """Dynamic MIG partitions consume counters, and the 1.37.2 allocator checks
+    counters for admin-access requests too (``checkAvailableCounters`` in
+    k8s.io/dynamic-resource-allocation structured/internal/*/allocator_*.go):
+    a view of a held partition is not allocated, and the holder runs on. A
+    view of a partition nobody holds is allocated, and the plugin refuses it
+    without creating the instance."""
+    sim, ns = mig_sim, namespace
+    core.patch_namespace(ns, {"metadata": {"labels": {ADMIN_LABEL: "true"}}})
+    profile = 'device.attributes["patchbay.dev"].profile == "1g.10gb"'
+    held_body = claim_body("held", "mig.patchbay.dev", selectors=[{"cel": {"expression": profile}}])
+    resource_api.create_namespaced_resource_claim(ns, held_body)
+    claim_pod(core, ns, "holder", sim.name, resourceClaimName="held")
+    running(core, ns, "holder")
+    held = resource_api.read_namespaced_resource_claim("held", ns)
+    (result,) = held.status.allocation.devices.results
+    (dev,) = [d for d in node_devices(resource_api, sim.name) if d.name == result.device]
+    parent, start = dev.attributes["parentUUID"].string, dev.attributes["placementStart"].int
+    held_spec = sim.agent.cdi_root / f"k8s.patchbay.dev-claim_{held.metadata.uid}.json"
+    before, spec_before = mig_state(sim), held_spec.read_text()
+    same = (
+        f'{profile} && device.attributes["patchbay.dev"].parentUUID == "{parent}" && '
+        f'device.attributes["patchbay.dev"].placementStart == {start}'
+    )
+
+    def view(name: str) -> None:
+        body = claim_body(
+            name, "mig.patchbay.dev", selectors=[{"cel": {"expression": same}}], adminAccess=True
+        )
+        resource_api.create_namespaced_resource_claim(ns, body)
+        claim_pod(core, ns, name, sim.name, resourceClaimName=name)
+
+    view("monitor")
+    (event, *_) = wait_for(
+        "the view of a held partition left unallocated",
+        lambda: [
+            e
+            for e in events_about(core, ns, "monitor")
+            if "cannot allocate all claims" in (e.message or "")
+        ],
+        timeout=60,
+    )
+    assert event.reason == "FailedScheduling"
+    assert resource_api.read_namespaced_resource_claim("monitor", ns).status.allocation is None
+    assert mig_state(sim) == before and held_spec.read_text() == spec_before
+    assert phase(core, ns, "holder") == "Running"
+    core.delete_namespaced_pod("monitor", ns)
+    gone(core, ns, "holder")
+    after = mig_state(sim)
+    assert after != before, "the holder's instance went with it"
+    view("nobody")
+    (event, *_) = wait_for(
+        "the view of a partition nobody holds refused",
+        lambda: [
+            e for e in events_about(core, ns, "nobody") if "is not created" in (e.message or "")
+        ],
+        timeout=60,
+    )
+    assert event.reason == "FailedPrepareDynamicResources", event
+    assert mig_state(sim) == after, "admin access never creates a MIG instance"
+    core.delete_namespaced_pod("nobody", ns)
