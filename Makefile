@@ -27,6 +27,7 @@ include hack/helm.mk
 include hack/containerd.mk
 include hack/images.mk
 include hack/monitoring.mk
+include hack/kueue.mk
 
 lint: venv proto-check ## ruff, format check, mypy strict, import-linter, module size
 	$(VENV)/bin/ruff check .
@@ -54,7 +55,7 @@ test-contract: venv nvml-mock ## NVML contract: the same scenarios on the fake a
 test-integration: venv nvml-mock k8s-bins ## real plugin process, real sockets, pynvml + C mock, real apiserver
 	$(PYTEST) -q -m integration tests/integration
 
-test-e2e: venv nvml-mock k8s-bins helm-bin promtool prometheus-crds ## real control plane + node agents + plugin processes
+test-e2e: venv nvml-mock k8s-bins helm-bin promtool prometheus-crds kueue-bin ## real control plane + node agents + plugin processes
 	$(PYTEST) -q -m cluster tests/e2e
 
 node-bins: k8s-bins k8s-node-bins containerd-bins node-prereqs nvml-mock helm-bin ## everything a real node needs (kubelet, kube-proxy, kubectl, containerd, runc, CNI)
@@ -64,7 +65,7 @@ test-node: venv node-bins images ## real nodes (kubelet + containerd in namespac
 
 # One pytest session for the cluster tiers so they share one control plane;
 # the real-node tier runs its own (on the node bridge) in a session of its own.
-test: lint nvml-mock k8s-bins helm-bin promtool prometheus-crds node-bins images ## every tier (what CI runs)
+test: lint nvml-mock k8s-bins helm-bin promtool prometheus-crds kueue-bin node-bins images ## every tier (what CI runs)
 	$(PYTEST) -q tests/unit
 	$(PYTEST) -q -p no:cacheprovider tests/contract tests/integration tests/e2e
 	$(PYTEST) -q -p no:cacheprovider -m node tests/node

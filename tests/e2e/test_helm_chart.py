@@ -86,9 +86,9 @@ def test_default_render_applies_server_side(
     helm: Path, namespace: str, applier: Applier, resource_api: client.ResourceV1Api
 ) -> None:
     docs = render(helm, unique("pbh"), namespace)
-    assert sorted(d["metadata"]["name"] for d in by_kind(docs, "DeviceClass")) == [
-        "gpu.patchbay.dev", "local-gpu.patchbay.dev", "mig.patchbay.dev", "vf.patchbay.dev",
-    ]  # fmt: skip
+    shipped = sorted(p.name.removesuffix(".yaml") for p in (REPO / "deviceclasses").glob("*.yaml"))
+    assert "mig-3g.patchbay.dev" in shipped  # the per-profile MIG classes (docs/kueue.md)
+    assert sorted(d["metadata"]["name"] for d in by_kind(docs, "DeviceClass")) == shipped
     assert not by_kind(docs, "Deployment"), "controller and fabric are off by default"
     (ds,) = by_kind(docs, "DaemonSet")
     pod = ds["spec"]["template"]["spec"]
