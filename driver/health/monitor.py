@@ -44,6 +44,9 @@ def gpu_of(device: Device) -> str | None:
     """The UUID of the GPU whose health decides this device's, if any."""
     if device.kind == "gpu":
         return device.local_id
+    own = device.attributes.get("uuid")
+    if isinstance(own, str) and own == device.local_id:
+        return own  # another view of a whole GPU: its fractional twin (driver.gpu.fraction)
     parent = device.attributes.get("parentUUID")
     return parent if device.kind == "mig" and isinstance(parent, str) else None
 

@@ -22,6 +22,7 @@ from driver.gpu.fraction import SharePolicy, shared_device, with_shared
 from driver.gpu.hami import LIBRARY_IN_CONTAINER, PRELOAD_IN_CONTAINER, SharedGpuHandler, limits
 from driver.gpu.kind import GpuType
 from driver.gpu.prepare import GpuHandler
+from driver.health.monitor import HealthMonitor
 from driver.mig.discovery import MigSupport
 from driver.mig.handler import MigHandler
 from driver.mig.policy import MigPolicy
@@ -214,3 +215,12 @@ def test_sharers_hold_a_mig_gpu_whole_until_the_last_leaves_across_a_restart() -
         handlers["mig"].prepare(mig, "m", None)
     handlers["shared-gpu"].unprepare("shared-gpu", "GPU-0000", {"claim": "b"})
     handlers["mig"].prepare(mig, "m", None)
+
+
+def test_a_critical_xid_taints_the_shared_twin_too() -> None:
+    found = with_shared(Discovery(devices=(gpu(0), gpu(1))), SharePolicy.parse("all", 1024))
+    monitor = HealthMonitor()
+    monitor.set_devices({NODE: found.devices})
+    monitor.report_xid("GPU-0", 79)
+    tainted = {d.name for d in monitor.tainted(found.devices) if d.taints}
+    assert tainted == {"gpu-0", "gpu-0-shared"}
