@@ -30,7 +30,7 @@ kueue-bin: ## build (or reuse) Kueue's manager and copy its CRDs and webhooks in
 	cp "$$src/config/components/webhook/manifests.yaml" "$$dir/webhook/.tmp.$$$$"; \
 	mv -f "$$dir/webhook/.tmp.$$$$" "$$dir/webhook/manifests.yaml"; \
 	if [ ! -x "$$dir/bin/kueue" ]; then \
-	  echo "building kueue $(KUEUE_VERSION) into $$dir (cold: ~10 min on 2 cores)"; start=$$(date +%s); \
+	  echo "building kueue $(KUEUE_VERSION) into $$dir (cold: 10-20 min on 2 cores)"; start=$$(date +%s); \
 	  (cd $(KUEUE_MOD_DIR) && go build -mod=readonly -p 2 -trimpath -ldflags "$(KUEUE_LDFLAGS)" \
 	    -o "$$dir/bin/kueue.tmp.$$$$" $(KUEUE_MOD)/cmd/kueue) || { rm -f "$$dir/bin/kueue.tmp.$$$$"; exit 1; }; \
 	  mv -f "$$dir/bin/kueue.tmp.$$$$" "$$dir/bin/kueue"; \
