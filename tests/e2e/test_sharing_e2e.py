@@ -5,14 +5,16 @@ One simulated node of 2 x H100 (the plugin pointed at the host's
 the kubelet's own DRA manager, so it prepares a claim once per node however
 many pods reference it and unprepares it when the last one goes.
 
-- An MPS ResourceClaim shared by two pods: prepared once (one prepare in the
+- An MPS ResourceClaim shared by two pods (the claim of the shipped
+  deviceclasses/examples/mps-pair.yaml): prepared once (one prepare in the
   plugin's log, one daemon start), compute mode EXCLUSIVE_PROCESS in the C
   mock, both pods' containers get the pipe directory and the limits; the
   daemon survives ``kill -9`` of the plugin (the restarted plugin adopts it);
   the first pod's deletion leaves it, the second's stops it and resets the
   compute mode.
-- Two containers of one pod on one TimeSlicing GPU: both see the same GPU;
-  the interval is Long while the pod runs and Default after.
+- Two containers of one pod on one TimeSlicing GPU (the template of
+  two-containers-one-gpu.yaml): both see the same GPU; the interval is Long
+  while the pod runs and Default after.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from cluster import LocalCluster
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -35,6 +38,14 @@ from tests.e2e.helpers import delete_quietly, unique, wait_for
 pytestmark = pytest.mark.cluster
 
 EXCLUSIVE_PROCESS = 3
+EXAMPLES = Path(__file__).resolve().parents[2] / "deviceclasses" / "examples"
+
+
+def example_spec(file: str, kind: str) -> dict[str, Any]:
+    """The claim spec of the shipped example (a template's inner spec)."""
+    doc = next(d for d in yaml.safe_load_all((EXAMPLES / file).read_text()) if d["kind"] == kind)
+    spec: dict[str, Any] = doc["spec"]
+    return spec["spec"] if kind == "ResourceClaimTemplate" else spec
 
 
 @pytest.fixture(scope="module")
@@ -63,16 +74,6 @@ def sim(
         for d in node.host.mps_root.glob("*"):
             MpsDaemons(node.host.mps_control, node.host.mps_root).stop(d)
         delete_quietly(core.delete_node, node.name)
-
-
-def sharing_config(sharing: dict[str, Any]) -> list[dict[str, Any]]:
-    params = {"apiVersion": "patchbay.dev/v1alpha1", "kind": "GpuConfig", "sharing": sharing}
-    return [{"requests": ["gpu"], "opaque": {"driver": "patchbay.dev", "parameters": params}}]
-
-
-def devices_spec(sharing: dict[str, Any]) -> dict[str, Any]:
-    request = {"name": "gpu", "exactly": {"deviceClassName": "gpu.patchbay.dev"}}
-    return {"devices": {"requests": [request], "config": sharing_config(sharing)}}
 
 
 def pod(
@@ -136,10 +137,9 @@ def test_an_mps_claim_shared_by_two_pods_is_prepared_once_and_outlives_a_plugin_
     sim: SimNode, resource_api: client.ResourceV1Api, core: client.CoreV1Api, namespace: str
 ) -> None:
     ns, name = namespace, unique("mps")
-    mps = {"strategy": "MPS", "mpsConfig": {"defaultActiveThreadPercentage": 50,
-                                            "defaultPinnedDeviceMemoryLimit": "20Gi"}}  # fmt: skip
+    spec = example_spec("mps-pair.yaml", "ResourceClaim")  # the shipped MPS pair's claim
     claim = resource_api.create_namespaced_resource_claim(
-        ns, {"metadata": {"name": name}, "spec": devices_spec(mps)}
+        ns, {"metadata": {"name": name}, "spec": spec}
     )
     uid = claim.metadata.uid
     daemons = MpsDaemons(sim.host.mps_control, sim.host.mps_root)
@@ -185,9 +185,9 @@ def test_two_containers_of_one_pod_share_a_time_sliced_gpu(
     sim: SimNode, resource_api: client.ResourceV1Api, core: client.CoreV1Api, namespace: str
 ) -> None:
     ns, tmpl = namespace, unique("ts")
-    sharing = {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}}
+    spec = example_spec("two-containers-one-gpu.yaml", "ResourceClaimTemplate")
     resource_api.create_namespaced_resource_claim_template(
-        ns, {"metadata": {"name": tmpl}, "spec": {"spec": devices_spec(sharing)}}
+        ns, {"metadata": {"name": tmpl}, "spec": {"spec": spec}}
     )
     pod(core, ns, "two", sim.name, {"resourceClaimTemplateName": tmpl}, n=2)
     running(core, ns, "two")
