@@ -114,6 +114,7 @@ class FabricService(_Proc):
         self.topology = directory / "fabric.json"
         self.topology.write_text(json.dumps({"fabrics": [{"id": "pcie0", "type": "PCIe", **spec}]}))
         self.port_file = directory / "port"
+        self.port = 0  # 0 picks one; a restart keeps the first one (clients keep their URL)
         self.url = ""
 
     def rotate_token(self, token: str) -> None:
@@ -142,7 +143,7 @@ class FabricService(_Proc):
             [
                 sys.executable, "-m", "fabric.service.main",
                 f"--fabric-topology={self.topology}", f"--fabric-db={self.dir / 'fabric.db'}",
-                "--fabric-port=0", f"--port-file={self.port_file}",
+                f"--fabric-port={self.port}", f"--port-file={self.port_file}",
                 f"--fabric-token-file={self.token_file}", f"--attach-latency={attach_latency}",
                 "--detach-latency=0.1", *tls,
             ]
@@ -153,7 +154,8 @@ class FabricService(_Proc):
                 raise RuntimeError(f"fabric did not start:\n{self.log_tail()}")
             time.sleep(0.05)
         scheme = "http" if self.insecure else "https"
-        self.url = f"{scheme}://127.0.0.1:{self.port_file.read_text().strip()}"
+        self.port = int(self.port_file.read_text().strip())
+        self.url = f"{scheme}://127.0.0.1:{self.port}"
         return self
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
