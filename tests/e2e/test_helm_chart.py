@@ -104,10 +104,12 @@ def test_default_render_applies_server_side(
     host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
     assert host_paths == {
         "/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins/patchbay.dev",
-        "/var/run/cdi", "/sys", "/dev", "/",
+        "/var/run/cdi", "/sys", "/dev", "/", "/run/patchbay/mps",
     }  # fmt: skip
-    # The driver root (a host install: "/") is mounted read-only where the plugin looks.
+    assert env["MPS_ROOT"]["value"] == "/run/patchbay/mps"  # the same path inside: CDI mounts it
     mounts = {m["name"]: m for m in ctr["volumeMounts"]}
+    assert mounts["mps-root"]["mountPath"] == "/run/patchbay/mps"
+    # The driver root (a host install: "/") is mounted read-only where the plugin looks.
     assert mounts["driver-root"] == {"name": "driver-root", "mountPath": "/driver-root",
                                      "readOnly": True}  # fmt: skip
     assert env["DRIVER_ROOT"]["value"] == "/driver-root"
