@@ -19,8 +19,9 @@ a cluster, found out here:
 - Kueue writes its certificate into a Secret and waits for the files in its
   cert directory (in its Deployment, a secret volume): the helper creates the
   empty Secret and writes the files, as the kubelet would.
-- The manager runs with the admin kubeconfig (a test of Kueue's behaviour, not
-  of its RBAC), without leader election, metrics or the visibility server.
+- The manager runs as its own user (``USER``), bound to Kueue's own
+  ClusterRole and Secrets Role from the module; without leader election,
+  metrics or the visibility server.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ CONFIG = REPO / "deviceclasses" / "examples" / "kueue" / "kueue-config.yaml"
 NAMESPACE = "kueue-system"
 # Kueue's defaults for InternalCertManagement.WebhookServiceName and WebhookSecretName.
 SERVICE, SECRET = "kueue-webhook-service", "kueue-webhook-server-cert"
+USER = "kueue-manager"  # the manager's identity (a client certificate CN)
 # Webhook paths of what the manager serves here (config/components/webhook/manifests.yaml).
 SERVED = ("-kueue-x-k8s-io-", "-batch-v1-job")
 
@@ -102,6 +104,24 @@ def webhook_configurations(build: Path, port: int) -> list[dict[str, Any]]:
     return out
 
 
+def rbac(build: Path) -> list[dict[str, Any]]:
+    """Kueue's manager ClusterRole and its Secrets Role (kueue-system), bound to USER."""
+    out: list[dict[str, Any]] = []
+    for name, kind in (("role", "ClusterRole"), ("manager_secrets_role", "Role")):
+        role = yaml.safe_load((build / "rbac" / f"{name}.yaml").read_text())
+        meta = {"name": f"kueue-{role['metadata']['name']}"}
+        if kind == "Role":
+            meta["namespace"] = NAMESPACE
+        out.append({**role, "metadata": meta})
+        group = "rbac.authorization.k8s.io"
+        out.append({
+            "apiVersion": f"{group}/v1", "kind": f"{kind}Binding", "metadata": meta,
+            "roleRef": {"apiGroup": group, "kind": kind, "name": meta["name"]},
+            "subjects": [{"apiGroup": group, "kind": "User", "name": USER}],
+        })  # fmt: skip
+    return out
+
+
 def manager_config(run_dir: Path, webhook_port: int, health_port: int) -> dict[str, Any]:
     """The shipped configuration with only process-local settings changed."""
     cfg: dict[str, Any] = copy.deepcopy(yaml.safe_load(CONFIG.read_text()))
@@ -125,8 +145,23 @@ def _create_or_replace(create: Any, replace: Any, read: Any, body: dict[str, Any
         replace(body["metadata"]["name"], body)
 
 
+def _rbac_call(
+    authz: client.RbacAuthorizationV1Api, verb: str, obj: dict[str, Any], arg: Any
+) -> Any:
+    """``authz.<verb>_[namespaced_]<kind>(arg[, namespace])`` for an RBAC object."""
+    kind = "".join(f"_{c.lower()}" if c.isupper() else c for c in obj["kind"]).lstrip("_")
+    ns = obj["metadata"].get("namespace")
+    if ns is None:
+        return getattr(authz, f"{verb}_{kind}")(arg)
+    call = getattr(authz, f"{verb}_namespaced_{kind}")
+    return call(ns, arg) if verb == "create" else call(arg, ns)  # the client's argument orders
+
+
 class KueueManager:
-    """Install Kueue's objects, run its manager, remove its webhooks afterwards."""
+    """Install Kueue's objects, run its manager, remove its webhooks afterwards.
+
+    ``api`` is an admin client (to install); ``kubeconfig`` the manager's, for
+    ``USER``."""
 
     def __init__(self, api: client.ApiClient, kubeconfig: Path, run_dir: Path) -> None:
         self.api, self.kubeconfig, self.run_dir = api, kubeconfig, run_dir
@@ -149,6 +184,11 @@ class KueueManager:
             "spec": {"type": "ExternalName", "externalName": "localhost",
                      "ports": [{"port": self.webhook_port}]},
         })  # fmt: skip
+        authz = client.RbacAuthorizationV1Api(self.api)
+        for obj in rbac(self.build):
+            with contextlib.suppress(ApiException):  # same rules every run: delete, create
+                _rbac_call(authz, "delete", obj, obj["metadata"]["name"])
+            _rbac_call(authz, "create", obj, obj)
         ext = client.ApiextensionsV1Api(self.api)
         for crd in crds(self.build, self.webhook_port):
             _create_or_replace(

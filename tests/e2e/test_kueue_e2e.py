@@ -28,7 +28,7 @@ from kubernetes import client
 from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
 from tests.e2e.helpers import delete_quietly, unique, wait_for
-from tests.e2e.kueue_manager import KueueManager
+from tests.e2e.kueue_manager import USER, KueueManager
 
 pytestmark = pytest.mark.cluster
 
@@ -67,9 +67,8 @@ def node(
 
 @pytest.fixture(scope="module")
 def kueue(local_cluster: LocalCluster, api_client: client.ApiClient) -> Iterator[KueueManager]:
-    manager = KueueManager(
-        api_client, local_cluster.kubeconfig, Path(local_cluster.run_dir) / "kueue"
-    )
+    kubeconfig = local_cluster.kubeconfig_for("kueue", USER)
+    manager = KueueManager(api_client, kubeconfig, Path(local_cluster.run_dir) / "kueue")
     manager.install()
     try:
         manager.start()
