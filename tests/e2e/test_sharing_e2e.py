@@ -20,6 +20,7 @@ many pods reference it and unprepares it when the last one goes.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,7 @@ def sim(
         node.stop()
         for d in node.host.mps_root.glob("*"):
             MpsDaemons(node.host.mps_control, node.host.mps_root).stop(d)
+        shutil.rmtree(node.host.mps_root, ignore_errors=True)
         delete_quietly(core.delete_node, node.name)
 
 

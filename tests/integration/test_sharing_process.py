@@ -12,6 +12,8 @@ every GPU in the C mock's state, no CDI spec and an empty checkpoint.
 from __future__ import annotations
 
 import json
+import shutil
+from collections.abc import Iterator
 
 import grpc
 import pytest
@@ -30,6 +32,13 @@ __all__ = ["node", "plugin"]  # the fixtures this module uses
 
 EXCLUSIVE_PROCESS = 3
 UNPREPARE_SIDE = (*UNPREPARE_POINTS, "sharing-mps-stopped")
+
+
+@pytest.fixture(autouse=True)
+def no_mps_root_left(plugin: PluginProcess) -> Iterator[None]:
+    """The host's MPS root lives outside its directory (a short socket path)."""
+    yield
+    shutil.rmtree(plugin.host.mps_root, ignore_errors=True)
 
 
 def modes(plugin: PluginProcess) -> list[int]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,6 +126,7 @@ def node(tmp_path: Path) -> Iterator[Node]:
     yield n
     for d in n.host.mps_root.glob("*"):  # never leave a daemon behind a failed test
         n.mps.stop(d)
+    shutil.rmtree(n.host.mps_root, ignore_errors=True)
 
 
 async def test_mps_claim_shared_by_two_pods_one_daemon_through_a_restart(node: Node) -> None:
