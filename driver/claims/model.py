@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -41,12 +41,25 @@ class PrepareResult:
     error: str = ""
 
 
+# What ``ClaimHandler.read`` found: a claim's UID -> the object read, or the
+# exception its read raised (kept for that claim's result).
+Fetched = Mapping[str, Mapping[str, Any] | BaseException]
+
+
 class ClaimHandler(Protocol):
     """What the gRPC servicer calls. Implementations never raise for a
     per-claim problem: it goes into that claim's result."""
 
-    async def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
-        """Prepare every claim; the result maps each claim UID to its outcome."""
+    async def read(self, claims: Sequence[ClaimRef]) -> Fetched:
+        """What ``prepare`` needs from the API, read before any lock is taken
+        (a slow read never holds up other calls); never raises per claim."""
+        ...
+
+    async def prepare(
+        self, claims: Sequence[ClaimRef], fetched: Fetched | None = None
+    ) -> Mapping[str, PrepareResult]:
+        """Prepare every claim (with what ``read`` returned, or reading
+        itself); the result maps each claim UID to its outcome."""
         ...
 
     async def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:

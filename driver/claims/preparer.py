@@ -7,13 +7,13 @@ do its work, write the claim's CDI spec and record ``PrepareCompleted``.
 Every claim gets its own result: an error in one never fails the others.
 
 Concurrency: calls are serialised by an asyncio lock (the plugin adds a
-cross-process lock during rolling updates); the API read happens on the
-loop. A claim with a device whose handler may block (NVML, sysfs: the
-handler's ``blocking``) is prepared or unprepared in a worker thread, with
-its checkpoint and CDI files; a claim that needs only CDI edits (full GPUs
-without dynamic MIG) on the loop itself, where its work is a few stat calls
-and two unsynced file replacements (a thread hop costs more than that on a
-busy node).
+cross-process lock during rolling updates); the API reads happen on the
+loop before either lock is taken (``driver.claims.fetch``). A claim with a
+device whose handler may block (NVML, sysfs: the handler's ``blocking``)
+is prepared or unprepared in a worker thread, with its checkpoint and CDI
+files; a claim that needs only CDI edits (full GPUs without dynamic MIG) on
+the loop itself, where its work is a few stat calls and two unsynced file
+replacements (a thread hop costs more than that on a busy node).
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 from driver.cdi import CdiDevice, CdiRegistry, ContainerEdits, canonical_claim_uid
 from driver.checkpoint import Checkpoint, CheckpointStore, ClaimRecord, ClaimState, DeviceRecord
 from driver.claims import admin
 from driver.claims.allocation import Allocation, parse_allocation
-from driver.claims.model import ClaimRef, PrepareResult, log_fields
+from driver.claims.fetch import ClaimReader, read_claims
+from driver.claims.model import ClaimRef, Fetched, PrepareResult, log_fields
 from driver.claims.results import SHARE_ID, merge_edits, result_of, unique_devices
 from driver.config import opaque
 from driver.devices.handler import ClaimSharing, DeviceHandler, Inventory
@@ -45,10 +46,6 @@ from driver.metrics import (
 )
 
 log = logging.getLogger(__name__)
-
-
-class ClaimReader(Protocol):
-    async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any]: ...
 
 
 class ClaimPreparer:
@@ -92,12 +89,23 @@ class ClaimPreparer:
 
     # -- public API -------------------------------------------------------
 
-    async def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
+    async def read(self, claims: Sequence[ClaimRef]) -> Fetched:
+        """The API reads of a prepare, taken before any lock (driver.claims.fetch)."""
+        return await read_claims(self._reader, claims, self._needs_read)
+
+    def _needs_read(self, uid: str) -> bool:
+        record = self.checkpoint.claims.get(uid)
+        return record is None or record.state is not ClaimState.PREPARE_COMPLETED
+
+    async def prepare(
+        self, claims: Sequence[ClaimRef], fetched: Fetched | None = None
+    ) -> Mapping[str, PrepareResult]:
         results: dict[str, PrepareResult] = {}
         started = time.perf_counter()
+        if fetched is None:
+            fetched = await self.read(claims)
         async with self._lock:
             self._reload_if_shared()
-            fetched = await self._fetch(claims)
             for ref in claims:
                 try:
                     results[ref.uid] = await self._prepare_one(ref, fetched.get(ref.uid))
@@ -202,34 +210,6 @@ class ClaimPreparer:
         it again only if the file changed since this process read or wrote it."""
         if self._shared and self._store.changed():
             self.checkpoint = self._store.load()
-
-    async def _fetch(
-        self, claims: Sequence[ClaimRef]
-    ) -> dict[str, Mapping[str, Any] | BaseException]:
-        """Read every claim that still needs preparing, concurrently (a pod's
-        claims arrive in one call); a failed read is kept for that claim."""
-        wanted = [
-            ref for ref in claims
-            if (rec := self.checkpoint.claims.get(ref.uid)) is None
-            or rec.state is not ClaimState.PREPARE_COMPLETED
-        ]  # fmt: skip
-        started = time.perf_counter()
-        answers: list[Mapping[str, Any] | BaseException]
-        if len(wanted) == 1:  # the usual call: one read needs no task of its own
-            try:
-                answers = [await self._reader.read_claim(wanted[0].namespace, wanted[0].name)]
-            except Exception as exc:
-                answers = [exc]
-        else:
-            answers = await asyncio.gather(
-                *(self._reader.read_claim(ref.namespace, ref.name) for ref in wanted),
-                return_exceptions=True,
-            )
-        if wanted:
-            log.debug(
-                "read %d claim(s) in %.1f ms", len(wanted), (time.perf_counter() - started) * 1000
-            )
-        return {ref.uid: answer for ref, answer in zip(wanted, answers, strict=True)}
 
     async def _prepare_one(
         self, ref: ClaimRef, claim: Mapping[str, Any] | BaseException | None

@@ -44,8 +44,11 @@ class DraServicer:
         claims = translate.claims_from_proto(request.claims)
         log.info("prepare %d claim(s): %s", len(claims), [c.uid for c in claims])
         try:
+            # The API reads first, outside the locks: a read that hangs (the
+            # apiserver or etcd down) never holds up an unprepare.
+            fetched = await self._handler.read(claims)
             async with self._lock:
-                results = await self._handler.prepare(claims)
+                results = await self._handler.prepare(claims, fetched)
         except Exception as exc:
             log.exception("prepare failed for the whole batch")
             errors = translate.batch_failure(claims, exc)

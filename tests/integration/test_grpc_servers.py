@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 import pytest
 
-from driver.claims.model import ClaimRef, PreparedDevice, PrepareResult
+from driver.claims.model import ClaimRef, Fetched, PreparedDevice, PrepareResult
 from driver.health.model import DeviceHealth, HealthStatus
 from plugin.grpc_server import PluginServers
 from plugin.proto import (
@@ -47,7 +47,12 @@ class FakeHandler:
         self.release.set()
         self.entered = asyncio.Event()
 
-    async def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
+    async def read(self, claims: Sequence[ClaimRef]) -> Fetched:
+        return {}
+
+    async def prepare(
+        self, claims: Sequence[ClaimRef], fetched: Fetched | None = None
+    ) -> Mapping[str, PrepareResult]:
         self.calls.append(("prepare", [c.uid for c in claims]))
         self.entered.set()
         await self.release.wait()

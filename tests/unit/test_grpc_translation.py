@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from driver.claims.model import ClaimRef, PreparedDevice, PrepareResult
+from driver.claims.model import ClaimRef, Fetched, PreparedDevice, PrepareResult
 from driver.health.model import DeviceHealth, HealthStatus
 from plugin.flock import ClaimLock
 from plugin.proto import dra_v1_pb2, dra_v1beta1_pb2, health_v1alpha1_pb2
@@ -96,7 +96,12 @@ def test_unprepare_response_per_claim() -> None:
 
 
 class _Raising:
-    async def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, PrepareResult]:
+    async def read(self, claims: Sequence[ClaimRef]) -> Fetched:
+        return {}
+
+    async def prepare(
+        self, claims: Sequence[ClaimRef], fetched: Fetched | None = None
+    ) -> Mapping[str, PrepareResult]:
         raise RuntimeError("nvml exploded")
 
     async def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:
