@@ -32,6 +32,7 @@ from tests.e2e.fabric_helpers import (
     POOL_SIZE,
     Env,
     fabric_pool,
+    fabric_slices,
 )
 from tests.e2e.helpers import delete_quietly, unique, wait_for
 
@@ -98,15 +99,26 @@ def env(local_cluster, resource_api, core, tmp_path_factory) -> Iterator[Env]:  
             n.start()
         fabric.start()
         ctl.start()
+        mine = set(names)
+
+        def published() -> bool:  # by this module's controller, for these nodes
+            pool = fabric_pool(resource_api).values()
+            return len(pool) == POOL_SIZE and all(d.node_name in mine for d in pool)
+
         wait_for(
-            f"{POOL_SIZE} fabric variants published",
-            lambda: e.check_alive() and len(fabric_pool(resource_api)) == POOL_SIZE,
+            f"{POOL_SIZE} fabric variants published for {names}",
+            lambda: e.check_alive() and published(),
             timeout=90,
         )
         yield e
     finally:
+        # A test may have replaced env.ctl (a standby that took over): stop
+        # both, or the leftover keeps the Lease from the next module's.
+        e.ctl.stop()
         ctl.stop()
         fabric.stop()
+        for s in fabric_slices(resource_api):  # the next module starts from none
+            delete_quietly(resource_api.delete_resource_slice, s.metadata.name)
         for n in nodes:
             n.stop()
             delete_quietly(core.delete_node, n.name)
