@@ -25,10 +25,11 @@ import pytest
 import yaml
 from cluster import LocalCluster
 from kubernetes import client
-from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
+from simnode import SimNode
 
 from tests.e2e.helpers import delete_quietly, unique, wait_for
 from tests.e2e.kueue_manager import USER, KueueManager
+from tests.e2e.plugin_nodes import plugin_node
 
 pytestmark = pytest.mark.cluster
 
@@ -43,26 +44,11 @@ DEVICES = 4 * (1 + 7 + 7 + 4 + 3 + 2 + 1 + 1)  # 4 H100: the GPU and every MIG p
 def node(
     local_cluster: LocalCluster, resource_api: client.ResourceV1Api, core: client.CoreV1Api
 ) -> Iterator[SimNode]:
-    build_nvml_mock()
-    apply_plugin_rbac(local_cluster.kubeconfig)
-    apply_deviceclasses(resource_api)
-    kubeconfig = local_cluster.kubeconfig_for(
-        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
-    )
-    sim = SimNode(local_cluster, unique("kq"), "4x-h100", kubeconfig)
-    sim.plugin.extra_args = ("--mig-gpus=all",)
-    sim.start()
-    try:
-
-        def published() -> bool:
-            sim.check_alive()
-            return len(devices(resource_api, sim.name)) == DEVICES
-
-        wait_for("GPUs and MIG devices published", published, timeout=90)
+    with plugin_node(
+        local_cluster, resource_api, core, "kq", "4x-h100", args=("--mig-gpus=all",),
+        ready=lambda n: n == DEVICES, what="GPUs and MIG devices published",
+    ) as sim:  # fmt: skip
         yield sim
-    finally:
-        sim.stop()
-        delete_quietly(core.delete_node, sim.name)
 
 
 @pytest.fixture(scope="module")

@@ -20,11 +20,12 @@ import pytest
 from cluster import LocalCluster
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
+from simnode import SimNode
 
 from driver.mig.handler import CRASH_AFTER_GI
 from tests.bench.mig_bench import FirstFit, profile_is
-from tests.e2e.helpers import delete_quietly, unique, wait_for
+from tests.e2e.helpers import wait_for
+from tests.e2e.plugin_nodes import plugin_node
 
 pytestmark = pytest.mark.cluster
 
@@ -36,26 +37,11 @@ PER_GPU = 1 + 7 + 7 + 4 + 3 + 2 + 1 + 1
 def sim(
     local_cluster: LocalCluster, resource_api: client.ResourceV1Api, core: client.CoreV1Api
 ) -> Iterator[SimNode]:
-    build_nvml_mock()
-    apply_plugin_rbac(local_cluster.kubeconfig)
-    apply_deviceclasses(resource_api)
-    kubeconfig = local_cluster.kubeconfig_for(
-        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
-    )
-    node = SimNode(local_cluster, unique("mig"), "2-gpus", kubeconfig)
-    node.plugin.extra_args = ("--mig-gpus=all",)
-    node.start()
-    try:
-
-        def published() -> bool:
-            node.check_alive()
-            return len(devices(resource_api, node.name)) == 2 * PER_GPU
-
-        wait_for("MIG devices published", published, timeout=90)
+    with plugin_node(
+        local_cluster, resource_api, core, "mig", "2-gpus", args=("--mig-gpus=all",),
+        ready=lambda n: n == 2 * PER_GPU, what="MIG devices published",
+    ) as node:  # fmt: skip
         yield node
-    finally:
-        node.stop()
-        delete_quietly(core.delete_node, node.name)
 
 
 def slice_specs(resource_api: client.ResourceV1Api, node: str) -> list[dict[str, Any]]:

@@ -30,11 +30,12 @@ import yaml
 from cluster import LocalCluster
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
+from simnode import SimNode
 
 from driver.gpu.sharing.mps import MpsDaemons, start_time
 from fabric.simhost.nvidia_smi import read_record
 from tests.e2e.helpers import delete_quietly, unique, wait_for
+from tests.e2e.plugin_nodes import plugin_node
 
 pytestmark = pytest.mark.cluster
 
@@ -53,29 +54,16 @@ def example_spec(file: str, kind: str) -> dict[str, Any]:
 def sim(
     local_cluster: LocalCluster, resource_api: client.ResourceV1Api, core: client.CoreV1Api
 ) -> Iterator[SimNode]:
-    build_nvml_mock()
-    apply_plugin_rbac(local_cluster.kubeconfig)
-    apply_deviceclasses(resource_api)
-    kubeconfig = local_cluster.kubeconfig_for(
-        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
-    )
-    node = SimNode(local_cluster, unique("share"), "2-gpus", kubeconfig)
-    node.start()
-    try:
-
-        def published() -> bool:
-            node.check_alive()
-            items = resource_api.list_resource_slice(field_selector=f"spec.nodeName={node.name}")
-            return sum(len(s.spec.devices or []) for s in items.items) >= 2
-
-        wait_for("GPUs published", published, timeout=90)
-        yield node
-    finally:
-        node.stop()
+    def stop_mps(node: SimNode) -> None:
         for d in node.host.mps_root.glob("*"):
             MpsDaemons(node.host.mps_control, node.host.mps_root).stop(d)
         shutil.rmtree(node.host.mps_root, ignore_errors=True)
-        delete_quietly(core.delete_node, node.name)
+
+    with plugin_node(
+        local_cluster, resource_api, core, "share", "2-gpus",
+        ready=lambda n: n >= 2, what="GPUs published", after_stop=stop_mps,
+    ) as node:  # fmt: skip
+        yield node
 
 
 def pod(
