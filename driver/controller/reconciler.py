@@ -186,7 +186,10 @@ class Reconciler:
             needed.add(v.device_id)
             if not a.ready:
                 self.workers.attach(a, v)
-        self.workers.cancel_unneeded({(a.claim_uid, a.device) for a in allocs if not a.ready})
+        # Only an allocation that is gone cancels its attach: one that just
+        # turned ready is the attach's own status write, and cancelling then
+        # would drop the rest of its work (the Attached Event, its figures).
+        self.workers.cancel_unneeded({(a.claim_uid, a.device) for a in allocs})
         for device in inv.devices:
             conn = device.connection
             if conn is None or device.id in needed:
