@@ -110,10 +110,8 @@ def test_default_render_applies_server_side(
     mounts = {m["name"]: m for m in ctr["volumeMounts"]}
     assert mounts["mps-root"]["mountPath"] == "/run/patchbay/mps"
     # The driver root (a host install: "/") is mounted read-only where the plugin looks.
-    # HostToContainer: a driver installed (mounted) later is seen without a restart.
     assert mounts["driver-root"] == {"name": "driver-root", "mountPath": "/driver-root",
-                                     "readOnly": True,
-                                     "mountPropagation": "HostToContainer"}  # fmt: skip
+                                     "readOnly": True}  # fmt: skip
     assert env["DRIVER_ROOT"]["value"] == "/driver-root"
     assert ctr["readinessProbe"]["httpGet"]["path"] == "/healthz"
     pod["nodeSelector"] = NO_NODE  # see NO_NODE: the only change to the default render
