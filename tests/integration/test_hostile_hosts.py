@@ -29,12 +29,12 @@ import pytest
 from cluster import LocalCluster
 from cluster_proc import free_port
 from kubernetes import client
-from simnode import NVML_MOCK_LIB, PLUGIN_GROUP, PluginProcess, apply_plugin_rbac, build_nvml_mock
+from simnode import NVML_MOCK_LIB, PluginProcess
 
-from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
 from tests.cluster_fixtures import missing_prerequisite
-from tests.e2e.helpers import unique, wait_for
+from tests.e2e.helpers import wait_for
+from tests.integration.own_node import OwnNode, own_node
 from tests.integration.test_plugin_process import Kubelet, our_slices, wait_registered
 from tests.kube.claims import allocated_claim
 
@@ -47,25 +47,18 @@ DISCOVERY_EXIT = 3  # driver.errors.DiscoveryError.exit_code
 class Hostile:
     """One plugin on its own simulated host, started as a test asks."""
 
-    def __init__(self, local_cluster: LocalCluster, node: str) -> None:
-        self.base = Path(tempfile.mkdtemp(prefix="pb-", dir="/tmp"))
+    def __init__(self, node: OwnNode) -> None:
+        self.base = node.base
         self.driver_root = self.base / "driver"
         self.driver_root.mkdir()
         vf_config = self.base / "vf.yaml"
         vf_config.write_text("pfs:\n  - vendorID: '15b3'\n")
         self.port = free_port()
-        host = SimHost.build(TOPOLOGIES["2x-h100-nic"](), self.base / "host", name=node)
-        self.proc = PluginProcess(
-            node, host,
-            local_cluster.kubeconfig_for("patchbay-plugin", "patchbay-plugin", (PLUGIN_GROUP,)),
-            registry_dir=self.base / "reg", plugin_dir=self.base / "plug",
-            cdi_root=self.base / "cdi",
-            log_path=Path(local_cluster.run_dir) / "logs" / f"plugin-{node}.log",
-            extra_args=(
-                f"--vf-config={vf_config}", f"--driver-root={self.driver_root}",
-                f"--metrics-port={self.port}",
-            ),
-        )  # fmt: skip
+        self.proc = node.plugin(
+            f"--vf-config={vf_config}",
+            f"--driver-root={self.driver_root}",
+            f"--metrics-port={self.port}",
+        )
 
     def start(self, *args: str, library: bool = False) -> PluginProcess:
         """Start the plugin; without ``library`` no NVML library is reachable."""
@@ -89,15 +82,8 @@ class Hostile:
 
 @pytest.fixture
 def hostile(local_cluster: LocalCluster, core: client.CoreV1Api) -> Iterator[Hostile]:
-    build_nvml_mock()
-    apply_plugin_rbac(local_cluster.kubeconfig)
-    node = unique("hostile")
-    core.create_node({"metadata": {"name": node}})
-    h = Hostile(local_cluster, node)
-    yield h
-    h.proc.stop()
-    core.delete_node(node)
-    shutil.rmtree(h.base, ignore_errors=True)
+    with own_node(local_cluster, core, "hostile", TOPOLOGIES["2x-h100-nic"]()) as node:
+        yield Hostile(node)
 
 
 def any_vf(names: set[str]) -> bool:

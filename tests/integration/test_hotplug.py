@@ -4,8 +4,6 @@ adapter it came through."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,37 +11,21 @@ from pathlib import Path
 import pytest
 from cluster import LocalCluster
 from kubernetes import client
-from simnode import PluginProcess, apply_plugin_rbac, build_nvml_mock
+from simnode import PluginProcess
 
 from driver.errors import HotplugError
-from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
 from fabric.simhost.topology import Gpu
-from tests.e2e.helpers import unique, wait_for
+from tests.e2e.helpers import wait_for
+from tests.integration.own_node import own_node
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 
 @pytest.fixture
 def gpuless(local_cluster: LocalCluster, core: client.CoreV1Api) -> Iterator[PluginProcess]:
-    build_nvml_mock()
-    apply_plugin_rbac(local_cluster.kubeconfig)
-    node = unique("hp-node")
-    core.create_node({"metadata": {"name": node}})
-    kubeconfig = local_cluster.kubeconfig_for(
-        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
-    )
-    base = Path(tempfile.mkdtemp(prefix="pb-", dir="/tmp"))
-    host = SimHost.build(TOPOLOGIES["fabric-adapters"](), base / "host", name=node)
-    proc = PluginProcess(
-        node, host, kubeconfig,
-        registry_dir=base / "reg", plugin_dir=base / "plug", cdi_root=base / "cdi",
-        log_path=Path(local_cluster.run_dir) / "logs" / f"plugin-{node}.log",
-    ).start()  # fmt: skip
-    yield proc
-    proc.stop()
-    core.delete_node(node)
-    shutil.rmtree(base, ignore_errors=True)
+    with own_node(local_cluster, core, "hp-node", TOPOLOGIES["fabric-adapters"]()) as node:
+        yield node.plugin().start()
 
 
 def gpus(resource_api: client.ResourceV1Api, node: str) -> list[client.V1Device]:

@@ -11,20 +11,17 @@ pool stays at generation 1 and its slices keep their resourceVersion.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from cluster import LocalCluster
 from kubernetes import client
-from simnode import PluginProcess, apply_plugin_rbac, build_nvml_mock
+from simnode import PluginProcess
 
-from fabric.simhost.host import SimHost
 from fabric.simhost.topology import Gpu, RootComplex, RootPort, Topology
-from tests.e2e.helpers import unique, wait_for
+from tests.e2e.helpers import wait_for
+from tests.integration.own_node import own_node
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
@@ -59,25 +56,8 @@ def idle(
     request: pytest.FixtureRequest, local_cluster: LocalCluster, core: client.CoreV1Api
 ) -> Iterator[tuple[PluginProcess, int]]:
     model, args, count = CASES[request.param]
-    build_nvml_mock()
-    apply_plugin_rbac(local_cluster.kubeconfig)
-    node = unique(f"idle-{request.param}")
-    core.create_node({"metadata": {"name": node}})
-    kubeconfig = local_cluster.kubeconfig_for(
-        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
-    )
-    base = Path(tempfile.mkdtemp(prefix="pb-", dir="/tmp"))
-    host = SimHost.build(two_gpus(model), base / "host", name=node)
-    proc = PluginProcess(
-        node, host, kubeconfig,
-        registry_dir=base / "reg", plugin_dir=base / "plug", cdi_root=base / "cdi",
-        log_path=Path(local_cluster.run_dir) / "logs" / f"plugin-{node}.log",
-        extra_args=args,
-    ).start()  # fmt: skip
-    yield proc, count
-    proc.stop()
-    core.delete_node(node)
-    shutil.rmtree(base, ignore_errors=True)
+    with own_node(local_cluster, core, f"idle-{request.param}", two_gpus(model)) as node:
+        yield node.plugin(*args).start(), count
 
 
 def test_idle_node_does_not_rewrite_its_slices(

@@ -11,24 +11,21 @@ plugin metric the chart's dashboard and alerts read must be served.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from cluster import LocalCluster
 from cluster_proc import free_port
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
-from simnode import PluginProcess, apply_plugin_rbac, build_nvml_mock
+from simnode import PluginProcess
 
-from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
 from fabric.simhost.topology import Gpu
 from tests import monitoring
-from tests.e2e.helpers import unique, wait_for
+from tests.e2e.helpers import wait_for
+from tests.integration.own_node import own_node
 from tests.integration.test_plugin_process import our_slices, wait_registered
 from tests.kube.claims import allocated_claim
 
@@ -56,25 +53,8 @@ class Scrape:
 
 @pytest.fixture
 def plugin(local_cluster: LocalCluster, core: client.CoreV1Api) -> Iterator[PluginProcess]:
-    build_nvml_mock()
-    apply_plugin_rbac(local_cluster.kubeconfig)
-    node = unique("met-node")
-    core.create_node({"metadata": {"name": node}})
-    kubeconfig = local_cluster.kubeconfig_for(
-        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
-    )
-    base = Path(tempfile.mkdtemp(prefix="pb-", dir="/tmp"))
-    host = SimHost.build(TOPOLOGIES["fabric-adapters"](), base / "host", name=node)
-    proc = PluginProcess(
-        node, host, kubeconfig,
-        registry_dir=base / "reg", plugin_dir=base / "plug", cdi_root=base / "cdi",
-        log_path=Path(local_cluster.run_dir) / "logs" / f"plugin-{node}.log",
-        extra_args=(f"--metrics-port={free_port()}",),
-    ).start()  # fmt: skip
-    yield proc
-    proc.stop()
-    core.delete_node(node)
-    shutil.rmtree(base, ignore_errors=True)
+    with own_node(local_cluster, core, "met-node", TOPOLOGIES["fabric-adapters"]()) as node:
+        yield node.plugin(f"--metrics-port={free_port()}").start()
 
 
 def metrics_port(proc: PluginProcess) -> int:

@@ -10,8 +10,6 @@ converges with nothing leaked.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,10 +19,9 @@ import grpc
 import pytest
 from cluster import LocalCluster
 from kubernetes import client
-from simnode import PluginProcess, apply_plugin_rbac, build_nvml_mock
+from simnode import PluginProcess
 
 from driver.faults import PREPARE_POINTS, UNPREPARE_POINTS
-from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
 from plugin.proto import (
     dra_v1_pb2,
@@ -35,6 +32,7 @@ from plugin.proto import (
     registration_pb2_grpc,
 )
 from tests.e2e.helpers import unique, wait_for
+from tests.integration.own_node import own_node
 from tests.kube.claims import allocated_claim
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
@@ -92,27 +90,11 @@ def node(local_cluster: LocalCluster, core: client.CoreV1Api) -> Iterator[str]:
 
 
 @pytest.fixture
-def plugin(local_cluster: LocalCluster, node: str) -> Iterator[PluginProcess]:
-    build_nvml_mock()
-    apply_plugin_rbac(local_cluster.kubeconfig)
-    kubeconfig = local_cluster.kubeconfig_for(
-        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
-    )
-    base = Path(tempfile.mkdtemp(prefix="pb-", dir="/tmp"))
-    host = SimHost.build(TOPOLOGIES["2-gpus"](), base / "host", name=node)
-    proc = PluginProcess(
-        node,
-        host,
-        kubeconfig,
-        registry_dir=base / "reg",
-        plugin_dir=base / "plug",
-        cdi_root=base / "cdi",
-        log_path=Path(local_cluster.run_dir) / "logs" / f"plugin-{node}.log",
-    )
-    proc.start()
-    yield proc
-    proc.stop()
-    shutil.rmtree(base, ignore_errors=True)
+def plugin(
+    local_cluster: LocalCluster, core: client.CoreV1Api, node: str
+) -> Iterator[PluginProcess]:
+    with own_node(local_cluster, core, "", TOPOLOGIES["2-gpus"](), name=node) as own:
+        yield own.plugin().start()
 
 
 def wait_registered(proc: PluginProcess) -> Kubelet:

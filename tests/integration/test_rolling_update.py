@@ -5,8 +5,6 @@ prepared by the old pod is known to, and unprepared by, the new one."""
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,12 +13,12 @@ import grpc
 import pytest
 from cluster import LocalCluster
 from kubernetes import client
-from simnode import PluginProcess, apply_plugin_rbac, build_nvml_mock
+from simnode import PluginProcess
 
-from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
 from plugin.proto import dra_v1_pb2, dra_v1_pb2_grpc, registration_pb2, registration_pb2_grpc
-from tests.e2e.helpers import unique, wait_for
+from tests.e2e.helpers import wait_for
+from tests.integration.own_node import own_node
 from tests.kube.claims import allocated_claim
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
@@ -54,29 +52,11 @@ def call(endpoint: str, method: str, ns: str, name: str, uid: str) -> str:
 def two_pods(
     local_cluster: LocalCluster, core: client.CoreV1Api
 ) -> Iterator[tuple[PluginProcess, PluginProcess]]:
-    build_nvml_mock()
-    apply_plugin_rbac(local_cluster.kubeconfig)
-    node = unique("ru-node")
-    core.create_node({"metadata": {"name": node}})
-    kubeconfig = local_cluster.kubeconfig_for(
-        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
-    )
-    base = Path(tempfile.mkdtemp(prefix="pb-", dir="/tmp"))
-    host = SimHost.build(TOPOLOGIES["2-gpus"](), base / "host", name=node)
-    procs = tuple(
-        PluginProcess(
-            node, host, kubeconfig,
-            registry_dir=base / "reg", plugin_dir=base / "plug", cdi_root=base / "cdi",
-            log_path=Path(local_cluster.run_dir) / "logs" / f"plugin-{node}-{i}.log",
-            extra_args=(f"--pod-uid={uuid.uuid4()}",),
-        ).start()
-        for i in range(2)
-    )  # fmt: skip
-    yield procs  # type: ignore[misc]
-    for p in procs:
-        p.stop()
-    core.delete_node(node)
-    shutil.rmtree(base, ignore_errors=True)
+    with own_node(local_cluster, core, "ru-node", TOPOLOGIES["2-gpus"]()) as node:
+        old, new = (
+            node.plugin(f"--pod-uid={uuid.uuid4()}", log_name=str(i)).start() for i in range(2)
+        )
+        yield old, new
 
 
 def test_new_pod_unprepares_what_the_old_one_prepared(
