@@ -80,10 +80,19 @@ def shared_devices(resource_api: client.ResourceV1Api, node: str) -> list[dict[s
     ]
 
 
-def share_template(
-    resource_api: client.ResourceV1Api, ns: str, name: str, requests: dict[str, str], cel: str = ""
+def claim_template(
+    resource_api: client.ResourceV1Api,
+    ns: str,
+    name: str,
+    requests: dict[str, str] | None,
+    cel: str = "",
+    device_class: str = SHARED,
 ) -> str:
-    exactly: dict[str, Any] = {"deviceClassName": SHARED, "capacity": {"requests": requests}}
+    """A one-request template: a share of ``requests`` (or a whole device
+    of ``device_class`` when None), narrowed by ``cel``."""
+    exactly: dict[str, Any] = {"deviceClassName": device_class}
+    if requests is not None:
+        exactly["capacity"] = {"requests": requests}
     if cel:
         exactly["selectors"] = [{"cel": {"expression": cel}}]
     spec = {"devices": {"requests": [{"name": "dev", "exactly": exactly}]}}
@@ -195,8 +204,8 @@ def test_requests_outside_the_published_range_never_schedule(
     namespace: str,
 ) -> None:
     a100, ns = nodes[0], namespace
-    pod(core, ns, "big", a100.name, share_template(resource_api, ns, "g90", {"memory": "90Gi"}))
-    pod(core, ns, "cores", a100.name, share_template(resource_api, ns, "c101", {"cores": "101"}))
+    pod(core, ns, "big", a100.name, claim_template(resource_api, ns, "g90", {"memory": "90Gi"}))
+    pod(core, ns, "cores", a100.name, claim_template(resource_api, ns, "c101", {"cores": "101"}))
     for name in ("big", "cores"):
         message = unschedulable(core, ns, name)
         print(f"{name}: {message}")  # the scheduler's own words, shown with -s
@@ -214,7 +223,7 @@ def test_exclusive_claim_waits_for_the_sharers_of_its_gpu(
 ) -> None:
     h100, ns = nodes[1], namespace
     on0 = 'device.attributes["patchbay.dev"].index == 0'
-    share = share_template(resource_api, ns, "s10", {"memory": "10Gi"}, on0)
+    share = claim_template(resource_api, ns, "s10", {"memory": "10Gi"}, on0)
     for name in ("s1", "s2"):
         pod(core, ns, name, h100.name, share)
         running(core, ns, name)
@@ -226,13 +235,8 @@ def test_exclusive_claim_waits_for_the_sharers_of_its_gpu(
     preload = Path(mounts["/etc/ld.so.preload"]["source"])
     assert preload.read_text() == "/usr/local/vgpu/libvgpu.so\n"
     assert "ro" in mounts["/etc/ld.so.preload"]["options"]
-    resource_api.create_namespaced_resource_claim_template(ns, {
-        "metadata": {"name": "whole-0"},
-        "spec": {"spec": {"devices": {"requests": [{"name": "dev", "exactly": {
-            "deviceClassName": "gpu.patchbay.dev",
-            "selectors": [{"cel": {"expression": on0}}]}}]}}},
-    })  # fmt: skip
-    pod(core, ns, "whole", h100.name, "whole-0")
+    whole = claim_template(resource_api, ns, "whole-0", None, on0, "gpu.patchbay.dev")
+    pod(core, ns, "whole", h100.name, whole)
     print("exclusive:", unschedulable(core, ns, "whole"))
     gone(core, ns, "s1")
     time.sleep(3)
@@ -252,16 +256,12 @@ def test_mig_claim_does_not_partition_a_gpu_with_sharers(
     h100, ns = nodes[1], namespace
     on0 = 'device.attributes["patchbay.dev"].index == 0'
     pod(
-        core, ns, "sharer", h100.name, share_template(resource_api, ns, "s", {"memory": "8Gi"}, on0)
+        core, ns, "sharer", h100.name, claim_template(resource_api, ns, "s", {"memory": "8Gi"}, on0)
     )
     running(core, ns, "sharer")
-    resource_api.create_namespaced_resource_claim_template(ns, {
-        "metadata": {"name": "mig-1g"},
-        "spec": {"spec": {"devices": {"requests": [{"name": "dev", "exactly": {
-            "deviceClassName": "mig.patchbay.dev", "selectors": [{"cel": {"expression":
-                'device.attributes["patchbay.dev"].profile == "1g.10gb"'}}]}}]}}},
-    })  # fmt: skip
-    pod(core, ns, "mig", h100.name, "mig-1g")
+    profile = 'device.attributes["patchbay.dev"].profile == "1g.10gb"'
+    mig = claim_template(resource_api, ns, "mig-1g", None, profile, "mig.patchbay.dev")
+    pod(core, ns, "mig", h100.name, mig)
     running(core, ns, "mig")
     assert str(result_of(core, resource_api, ns, "mig").device).startswith("gpu-1-mig-")
     assert instances(h100, 0) == [] and not gpu_state(h100, 0)["mig_current"]
@@ -279,8 +279,8 @@ def test_a_container_with_two_share_claims_sees_one_of_them(
     the CDI library the runtimes use: one claim's variables win."""
     a100, ns = nodes[0], namespace
     on = 'device.attributes["patchbay.dev"].index == {}'
-    share_template(resource_api, ns, "on2", {"memory": "4Gi"}, on.format(2))
-    share_template(resource_api, ns, "on3", {"memory": "8Gi"}, on.format(3))
+    claim_template(resource_api, ns, "on2", {"memory": "4Gi"}, on.format(2))
+    claim_template(resource_api, ns, "on3", {"memory": "8Gi"}, on.format(3))
     core.create_namespaced_pod(ns, {
         "metadata": {"name": "both"},
         "spec": {
