@@ -6,13 +6,16 @@ health test, on the port of their ``--metrics-port`` setting
 (:class:`MetricsPortSettings`; 0 disables the endpoint). Served on the
 process's asyncio loop with aiohttp, which the Kubernetes aio client loads
 anyway, so the endpoint costs no extra import; a scrape renders the registry
-on the loop, where the state the sampled gauges read lives.
+on the loop, where the state the sampled gauges read lives. :func:`serve_app`
+is the serving part alone, which the controller's admission webhook
+(``driver.controller.webhook``) uses with its TLS context.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable
 
 from aiohttp import web
@@ -52,11 +55,18 @@ async def serve_http(
     app = web.Application()
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
+    await serve_app(app, host, port, None, "/metrics and /healthz")
+
+
+async def serve_app(
+    app: web.Application, host: str, port: int, tls: ssl.SSLContext | None, what: str
+) -> None:
+    """Serve ``app`` on ``host:port`` (HTTPS with ``tls``) until cancelled."""
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, host, port, ssl_context=tls)
     await site.start()
-    log.info("serving /metrics and /healthz on %s:%d", host, port)
+    log.info("serving %s on %s:%d%s", what, host, port, " over TLS" if tls else "")
     try:
         await asyncio.Event().wait()
     finally:

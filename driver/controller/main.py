@@ -4,7 +4,9 @@ Concurrency model: one asyncio loop. The replica first waits for the leader
 Lease; once it holds it, the reconciler (watches, publisher, fabric refresh,
 attach/detach tasks) and the lease renewal run in one TaskGroup. The HTTP
 endpoint (``--metrics-port``: ``/metrics``, ``/healthz``) serves from the
-start, also while the replica waits as a follower. Losing the
+start, also while the replica waits as a follower, and so does the
+admission webhook (``--webhook-port``, ``driver.controller.webhook``): every
+replica answers admission, so a leader change never interrupts it. Losing the
 lease ends the process with exit code 5 (``driver.errors.LeaseLost``) so
 its supervisor restarts it as a follower: state is rebuilt from the API and
 the fabric, never carried over. SIGTERM/SIGINT stop everything; the lease
@@ -20,6 +22,7 @@ import sys
 from collections.abc import Sequence
 
 from driver.controller.settings import ControllerSettings
+from driver.controller.webhook import serve_webhook
 from driver.errors import LeaseLost, Stopped
 from driver.httpendpoint import serve_http
 from driver.metrics import CONTROLLER, CONTROLLER_LEADER
@@ -64,6 +67,8 @@ async def _run(settings: ControllerSettings) -> None:
                     if settings.metrics_port:  # followers are scraped and probed too
                         http = serve_http(settings.metrics_port, CONTROLLER, lambda: True)
                         group.create_task(http, name="http")
+                    if settings.webhook_port:  # every replica admits, not only the leader
+                        group.create_task(serve_webhook(settings), name="webhook")
                     await lease.acquire()
                     CONTROLLER_LEADER.set(1)
                     group.create_task(keep_lease(), name="lease")

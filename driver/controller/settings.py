@@ -12,6 +12,7 @@ from typing import Self
 
 from pydantic import ConfigDict, Field, model_validator
 
+from driver.controller.webhook import WebhookSettings
 from driver.fabric_devices.settings import FabricPoolSettings
 from driver.fabricclient.tls import FabricTlsClientSettings, check_url
 from driver.fabricclient.token import FabricTokenSettings
@@ -25,6 +26,7 @@ class ControllerSettings(
     FabricTlsClientSettings,
     FabricPoolSettings,
     MetricsPortSettings,
+    WebhookSettings,
 ):
     """patchbay controller: publishes the fabric pool and attaches allocated fabric devices."""
 

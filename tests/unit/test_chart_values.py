@@ -24,6 +24,7 @@ CHART = REPO / "helm" / "patchbay"
 CHART_SET = {
     "node_name", "pod_uid", "fabric_token", "fabric_token_file", "port_file", "identity",
     "fabric_ca_bundle", "fabric_tls_cert", "fabric_tls_key",  # from tls.secretName
+    "webhook_tls_cert", "webhook_tls_key",  # the same Secret's
 }  # fmt: skip
 # Settings several processes read, with their ONE value: (section, Helm name).
 SHARED = {
@@ -90,6 +91,7 @@ def test_helm_value_defaults_match_process_defaults(section: str, model: type[Ba
     chart_differs = {
         ("kubeletPlugin", "metrics_port"),  # the liveness probe needs /healthz
         ("controller", "metrics_port"),  # the same
+        ("controller", "webhook_port"),  # passed only with webhook.enabled (0: off)
         ("kubeletPlugin", "registry_dir"),  # derived from kubeletRootDir
         ("kubeletPlugin", "plugin_dir"),  # derived from kubeletRootDir
         ("fabric", "fabric_db"),  # state on the pod's emptyDir
