@@ -1,22 +1,46 @@
-"""Run every benchmark with its defaults and print the figures.
+"""Run every benchmark with its defaults and print the figures, or one by name.
 
-Each benchmark also runs alone with its own options, e.g.
-``python -m tests.bench.plugin_bench --iterations 500``.
+``python -m tests.bench`` runs the default set; ``python -m tests.bench
+<name> [options]`` runs one (``make bench BENCH=<name>``), e.g.
+``python -m tests.bench soak --soak-seconds 120``. Each also runs alone as
+its module, e.g. ``python -m tests.bench.plugin_bench --iterations 500``.
+The soak (10 minutes by default) is not in the default set.
 """
 
 from __future__ import annotations
 
 import sys
+from types import ModuleType
 
-from tests.bench import fabric_bench, mig_bench, plugin_bench, sched_bench, share_bench
+from tests.bench import (
+    burst_bench,
+    fabric_bench,
+    mig_bench,
+    plugin_bench,
+    sched_bench,
+    share_bench,
+    soak_bench,
+)
+
+DEFAULT = (plugin_bench, mig_bench, fabric_bench, sched_bench, share_bench, burst_bench)
+BY_NAME: dict[str, ModuleType] = {
+    m.__name__.rsplit(".", 1)[-1].removesuffix("_bench"): m for m in (*DEFAULT, soak_bench)
+}
 
 
-def main() -> int:
-    for bench in (plugin_bench, mig_bench, fabric_bench, sched_bench, share_bench):
+def main(argv: list[str]) -> int:
+    if argv:
+        bench = BY_NAME.get(argv[0])
+        if bench is None:
+            print(f"unknown benchmark {argv[0]!r}; one of: {', '.join(BY_NAME)}", file=sys.stderr)
+            return 2
+        bench.main(argv[1:])
+        return 0
+    for bench in DEFAULT:
         print(f"== {bench.__name__.rsplit('.', 1)[-1]}", flush=True)
         bench.main([])
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,185 @@
+"""A burst of pods on two simulated nodes: the workload, its creation and its settling.
+
+Why this module exists: the burst e2e module (tests/e2e/test_burst_e2e.py)
+and the burst benchmark (tests/bench/burst_bench.py) create the same burst
+on the same nodes: a MIG node (2 x H100, ``--mig-gpus=all``, pods asking for
+one 1g partition) and a GPU + VF node (4 x H100 and 2 NIC PFs of 8 VFs, pods
+asking for a whole GPU, a netdev VF or a ``vfio-pci`` VF), many more pods
+than fit. What is audited afterwards lives in tests/e2e/burst_audit.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cluster import LocalCluster
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from simnode import SimNode
+
+from tests.e2e.plugin_nodes import plugin_node
+
+VFS_PER_PF = 8
+VFIO = {"apiVersion": "patchbay.dev/v1alpha1", "kind": "VfConfig", "mode": "vfio-pci"}
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of pod in the burst: its template, its node and how many fit."""
+
+    name: str
+    node: str  # "mig" or "vf": the role of the node it is pinned to
+    device_class: str
+    pods: int
+    pool: str  # the capacity it shares with other kinds (they compete for it)
+    config: tuple[tuple[str, Any], ...] = ()
+
+
+KINDS = (
+    Kind("mig", "mig", "mig-1g.patchbay.dev", 40, "mig-1g"),
+    Kind("gpu", "vf", "gpu.patchbay.dev", 20, "gpu"),
+    Kind("vf", "vf", "vf.patchbay.dev", 20, "vf"),
+    Kind("vfio", "vf", "vf.patchbay.dev", 20, "vf", (("mode", "vfio-pci"),)),
+)
+# How many pods of each capacity pool the nodes hold at once: 7 x 1g per H100,
+# 4 GPUs, 2 PFs x 8 VFs.
+CAPACITY = {"mig-1g": 2 * 7, "gpu": 4, "vf": 2 * VFS_PER_PF}
+PODS = sum(k.pods for k in KINDS)
+NODE_DEVICES = {"mig": 2 * (1 + 7 + 7 + 4 + 3 + 2 + 1 + 1), "vf": 4 + 2 * VFS_PER_PF}
+
+
+@dataclass
+class BurstNodes:
+    """The two nodes by role ("mig", "vf")."""
+
+    by_role: dict[str, SimNode]
+
+    def __iter__(self) -> Iterator[SimNode]:
+        return iter(self.by_role.values())
+
+    def role_of(self, node_name: str) -> str:
+        return next(r for r, n in self.by_role.items() if n.name == node_name)
+
+
+@contextlib.contextmanager
+def burst_nodes(
+    cluster: LocalCluster,
+    resource_api: client.ResourceV1Api,
+    core: client.CoreV1Api,
+    work: Path,
+    extra_args: Mapping[str, Sequence[str]] | None = None,
+) -> Iterator[BurstNodes]:
+    """The MIG node and the GPU + VF node, started, their devices published
+    (``extra_args``: more plugin arguments by role)."""
+    more = extra_args or {}
+    vf_config = work / "vf.yaml"
+    vf_config.write_text(f"pfs:\n  - vendorID: '15b3'\n    numVfs: {VFS_PER_PF}\n")
+    with (
+        plugin_node(
+            cluster, resource_api, core, "bmig", "2-gpus",
+            args=("--mig-gpus=all", *more.get("mig", ())),
+            ready=lambda n: n == NODE_DEVICES["mig"], what="MIG devices of the burst published",
+        ) as mig,
+        plugin_node(
+            cluster, resource_api, core, "bvf", "2x-h100-nic",
+            args=(f"--vf-config={vf_config}", *more.get("vf", ())),
+            ready=lambda n: n == NODE_DEVICES["vf"], what="GPUs and VFs of the burst published",
+        ) as vf,
+    ):  # fmt: skip
+        yield BurstNodes({"mig": mig, "vf": vf})
+
+
+def create_templates(resource_api: client.ResourceV1Api, ns: str) -> None:
+    for kind in KINDS:
+        request = {"name": "dev", "exactly": {"deviceClassName": kind.device_class}}
+        devices: dict[str, Any] = {"requests": [request]}
+        if kind.config:
+            params = {**VFIO, **dict(kind.config)}
+            opaque = {"driver": "patchbay.dev", "parameters": params}
+            devices["config"] = [{"requests": ["dev"], "opaque": opaque}]
+        body = {"metadata": {"name": kind.name}, "spec": {"spec": {"devices": devices}}}
+        resource_api.create_namespaced_resource_claim_template(ns, body)
+
+
+def pod_names() -> list[tuple[str, Kind]]:
+    """Every pod of the burst, the kinds interleaved (as a burst arrives)."""
+    out: list[tuple[str, Kind]] = []
+    for i in range(max(k.pods for k in KINDS)):
+        out += [(f"{k.name}-{i:02d}", k) for k in KINDS if i < k.pods]
+    return out
+
+
+def pod_body(name: str, kind: Kind, node: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"burst-kind": kind.name}},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "containers": [
+                {"name": "main", "image": "pause", "resources": {"claims": [{"name": "dev"}]}}
+            ],
+            "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": kind.name}],
+        },
+    }
+
+
+def create_burst(core: client.CoreV1Api, ns: str, nodes: BurstNodes, threads: int = 10) -> None:
+    """Create every pod of the burst at once (``threads`` concurrent creates)."""
+
+    def create(item: tuple[str, Kind]) -> None:
+        name, kind = item
+        core.create_namespaced_pod(ns, pod_body(name, kind, nodes.by_role[kind.node].name))
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(create, pod_names()))
+
+
+@dataclass
+class Settled:
+    """Where the burst's pods stand: Running ones and waiting ones (with the
+    scheduler's reason), by name."""
+
+    running: dict[str, str]  # pod -> node
+    waiting: dict[str, str]  # pod -> "<reason>: <message>"
+    other: dict[str, str]  # pod -> what it is instead (e.g. "Pending on node-x")
+
+    def running_per_pool(self) -> dict[str, int]:
+        kinds = {k.name: k for k in KINDS}
+        out = dict.fromkeys(CAPACITY, 0)
+        for name in self.running:
+            out[kinds[name.rsplit("-", 1)[0]].pool] += 1
+        return out
+
+
+def settle_state(core: client.CoreV1Api, ns: str) -> Settled:
+    s = Settled({}, {}, {})
+    for pod in core.list_namespaced_pod(ns).items:
+        name, status = pod.metadata.name, pod.status
+        conds = {c.type: c for c in status.conditions or []}
+        sched = conds.get("PodScheduled")
+        if status.phase == "Running" and pod.spec.node_name:
+            s.running[name] = pod.spec.node_name
+        elif status.phase == "Pending" and sched is not None and sched.status == "False":
+            s.waiting[name] = f"{sched.reason}: {sched.message}"
+        else:
+            s.other[name] = f"{status.phase} on {pod.spec.node_name or 'no node'}"
+    return s
+
+
+def is_settled(s: Settled, pods: int) -> bool:
+    """Every pod either Running or refused by the scheduler, each pool full."""
+    full = all(s.running_per_pool()[p] == c for p, c in CAPACITY.items())
+    return not s.other and len(s.running) + len(s.waiting) == pods and full
+
+
+def delete_pods(core: client.CoreV1Api, ns: str, names: Sequence[str], threads: int = 10) -> None:
+    def delete(name: str) -> None:
+        with contextlib.suppress(ApiException):
+            core.delete_namespaced_pod(name, ns)
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(delete, names))
