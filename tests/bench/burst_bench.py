@@ -34,7 +34,6 @@ from simnode import SimNode, build_nvml_mock
 
 from tests.bench.contenders import percentile
 from tests.e2e.burst import (
-    PODS,
     BurstNodes,
     burst_nodes,
     create_burst,
@@ -107,7 +106,7 @@ def one_burst(core: client.CoreV1Api, nodes: BurstNodes) -> tuple[float, int]:
     create_burst(core, NS, nodes)
     state = wait_for(
         "the burst settled",
-        lambda: s if is_settled(s := settle_state(core, NS), PODS) else None,
+        lambda: s if is_settled(s := settle_state(core, NS), nodes.pods, nodes) else None,
         timeout=300,
         interval=0.5,
     )
@@ -135,7 +134,7 @@ def main(argv: list[str]) -> None:
         ports = {"mig": free_port(), "vf": free_port()}
         extra = {role: (f"--metrics-port={port}",) for role, port in ports.items()}
         with burst_nodes(cluster, res, core, run, extra) as nodes:
-            create_templates(res, NS)
+            create_templates(res, NS, nodes.kinds)
             calls: dict[str, list[float]] = {role: [] for role in nodes.by_role}
             hist: dict[str, list[tuple[int, str]]] = {role: [] for role in nodes.by_role}
             for i in range(args.rounds):
@@ -145,8 +144,8 @@ def main(argv: list[str]) -> None:
                 for role, node in nodes.by_role.items():
                     calls[role] += call_latencies(node.plugin.log_path, offsets[role])
                     hist[role].append(bucket_p99(before[role], histogram(ports[role])))
-                print(f"burst {i + 1}: {PODS} pods, {running} Running, the rest Unschedulable,"
-                      f" settled in {seconds:.1f}s", flush=True)  # fmt: skip
+                print(f"burst {i + 1}: {nodes.pods} pods, {running} Running, the rest"
+                      f" Unschedulable, settled in {seconds:.1f}s", flush=True)  # fmt: skip
                 clear(core, res)
             for role in nodes.by_role:
                 what = "MIG node (1g)" if role == "mig" else "GPU + VF node"

@@ -4,8 +4,9 @@ Why this module exists: the burst e2e module (tests/e2e/test_burst_e2e.py)
 and the burst benchmark (tests/bench/burst_bench.py) create the same burst
 on the same nodes: a MIG node (2 x H100, ``--mig-gpus=all``, pods asking for
 one 1g partition) and a GPU + VF node (4 x H100 and 2 NIC PFs of 8 VFs, pods
-asking for a whole GPU, a netdev VF or a ``vfio-pci`` VF), many more pods
-than fit. What is audited afterwards lives in tests/e2e/burst_audit.py.
+asking for a whole GPU, a netdev VF or a ``vfio-pci`` VF) and, where one is
+given, a fabric node (pods asking for a fabric GPU); many more pods than
+fit. What is audited afterwards lives in tests/e2e/burst_audit.py.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ class Kind:
     """One kind of pod in the burst: its template, its node and how many fit."""
 
     name: str
-    node: str  # "mig" or "vf": the role of the node it is pinned to
+    node: str  # "mig", "vf" or "fabric": the role of the node it is pinned to
     device_class: str
     pods: int
     pool: str  # the capacity it shares with other kinds (they compete for it)
@@ -46,18 +47,38 @@ KINDS = (
     Kind("vf", "vf", "vf.patchbay.dev", 20, "vf"),
     Kind("vfio", "vf", "vf.patchbay.dev", 20, "vf", (("mode", "vfio-pci"),)),
 )
+# With a fabric node, ten of the whole-GPU pods ask it for a fabric GPU instead.
+FABRIC = Kind("fabric", "fabric", "gpu.patchbay.dev", 10, "fabric")
 # How many pods of each capacity pool the nodes hold at once: 7 x 1g per H100,
-# 4 GPUs, 2 PFs x 8 VFs.
-CAPACITY = {"mig-1g": 2 * 7, "gpu": 4, "vf": 2 * VFS_PER_PF}
+# 4 GPUs, 2 PFs x 8 VFs, the 3 fabric GPUs a fabric node of the e2e tier's
+# fabric reaches (tests/e2e/conftest.py).
+CAPACITY = {"mig-1g": 2 * 7, "gpu": 4, "vf": 2 * VFS_PER_PF, "fabric": 3}
 PODS = sum(k.pods for k in KINDS)
 NODE_DEVICES = {"mig": 2 * (1 + 7 + 7 + 4 + 3 + 2 + 1 + 1), "vf": 4 + 2 * VFS_PER_PF}
 
 
 @dataclass
 class BurstNodes:
-    """The two nodes by role ("mig", "vf")."""
+    """The nodes by role ("mig", "vf", and "fabric" if one is given)."""
 
     by_role: dict[str, SimNode]
+
+    @property
+    def kinds(self) -> tuple[Kind, ...]:
+        if "fabric" not in self.by_role:
+            return KINDS
+        return (*(replace(k, pods=10) if k.name == "gpu" else k for k in KINDS), FABRIC)
+
+    @property
+    def capacity(self) -> dict[str, int]:
+        return {k.pool: CAPACITY[k.pool] for k in self.kinds}
+
+    @property
+    def pods(self) -> int:
+        return sum(k.pods for k in self.kinds)
+
+    def with_fabric(self, node: SimNode) -> BurstNodes:
+        return BurstNodes({**self.by_role, "fabric": node})
 
     def __iter__(self) -> Iterator[SimNode]:
         return iter(self.by_role.values())
@@ -94,8 +115,8 @@ def burst_nodes(
         yield BurstNodes({"mig": mig, "vf": vf})
 
 
-def create_templates(resource_api: client.ResourceV1Api, ns: str) -> None:
-    for kind in KINDS:
+def create_templates(resource_api: client.ResourceV1Api, ns: str, kinds: Sequence[Kind]) -> None:
+    for kind in kinds:
         request = {"name": "dev", "exactly": {"deviceClassName": kind.device_class}}
         devices: dict[str, Any] = {"requests": [request]}
         if kind.config:
@@ -106,11 +127,11 @@ def create_templates(resource_api: client.ResourceV1Api, ns: str) -> None:
         resource_api.create_namespaced_resource_claim_template(ns, body)
 
 
-def pod_names() -> list[tuple[str, Kind]]:
+def pod_names(kinds: Sequence[Kind]) -> list[tuple[str, Kind]]:
     """Every pod of the burst, the kinds interleaved (as a burst arrives)."""
     out: list[tuple[str, Kind]] = []
-    for i in range(max(k.pods for k in KINDS)):
-        out += [(f"{k.name}-{i:02d}", k) for k in KINDS if i < k.pods]
+    for i in range(max(k.pods for k in kinds)):
+        out += [(f"{k.name}-{i:02d}", k) for k in kinds if i < k.pods]
     return out
 
 
@@ -135,7 +156,7 @@ def create_burst(core: client.CoreV1Api, ns: str, nodes: BurstNodes, threads: in
         core.create_namespaced_pod(ns, pod_body(name, kind, nodes.by_role[kind.node].name))
 
     with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(create, pod_names()))
+        list(pool.map(create, pod_names(nodes.kinds)))
 
 
 @dataclass
@@ -147,9 +168,9 @@ class Settled:
     waiting: dict[str, str]  # pod -> "<reason>: <message>"
     other: dict[str, str]  # pod -> what it is instead (e.g. "Pending on node-x")
 
-    def running_per_pool(self) -> dict[str, int]:
-        kinds = {k.name: k for k in KINDS}
-        out = dict.fromkeys(CAPACITY, 0)
+    def running_per_pool(self, nodes: BurstNodes) -> dict[str, int]:
+        kinds = {k.name: k for k in nodes.kinds}
+        out = dict.fromkeys(nodes.capacity, 0)
         for name in self.running:
             out[kinds[name.rsplit("-", 1)[0]].pool] += 1
         return out
@@ -170,9 +191,9 @@ def settle_state(core: client.CoreV1Api, ns: str) -> Settled:
     return s
 
 
-def is_settled(s: Settled, pods: int) -> bool:
+def is_settled(s: Settled, pods: int, nodes: BurstNodes) -> bool:
     """Every pod either Running or refused by the scheduler, each pool full."""
-    full = all(s.running_per_pool()[p] == c for p, c in CAPACITY.items())
+    full = s.running_per_pool(nodes) == nodes.capacity
     return not s.other and len(s.running) + len(s.waiting) == pods and full
 
 

@@ -24,27 +24,37 @@ from tests.e2e.burst import BurstNodes
 Key = tuple[str, str, str]  # (claim uid, pool, device)
 
 
-def allocations(resource_api: client.ResourceV1Api, ns: str) -> set[Key]:
-    """(claim uid, pool, device) of every device allocated to a claim in ``ns``."""
-    out: set[Key] = set()
+def _node_of(alloc: Any) -> str:
+    """The node an allocation is for (its node selector's metadata.name)."""
+    for term in alloc.node_selector.node_selector_terms if alloc.node_selector else []:
+        for field in term.match_fields or []:
+            if field.key == "metadata.name" and field.values:
+                return str(field.values[0])
+    return ""
+
+
+def allocations(resource_api: client.ResourceV1Api, ns: str) -> dict[Key, str]:
+    """(claim uid, pool, device) of every device of ours allocated to a claim
+    in ``ns``, with the node the allocation is for."""
+    out: dict[Key, str] = {}
     for claim in resource_api.list_namespaced_resource_claim(ns).items:
         alloc = claim.status.allocation if claim.status else None
         for r in alloc.devices.results if alloc else []:
             if r.driver == "patchbay.dev":
-                out.add((claim.metadata.uid, r.pool, r.device))
+                out[(claim.metadata.uid, r.pool, r.device)] = _node_of(alloc)
     return out
 
 
-def cdi_devices(node: SimNode) -> list[Key]:
-    """(claim uid, pool, device) of every device in the node's CDI specs of ours."""
-    out: list[Key] = []
+def cdi_devices(node: SimNode) -> list[tuple[str, str]]:
+    """(claim uid, device) of every device in the node's CDI specs of ours."""
+    out: list[tuple[str, str]] = []
     for path in sorted(node.agent.cdi_root.glob(f"{FILE_PREFIX}*.json")):
         uid = path.name[len(FILE_PREFIX) : -len(".json")]
         spec = json.loads(path.read_text())
         for dev in spec.get("devices") or []:
             name = str(dev["name"])
             assert name.startswith(uid + "-"), f"{path}: device {name} of another claim"
-            out.append((uid, node.name, name[len(uid) + 1 :]))
+            out.append((uid, name[len(uid) + 1 :]))
     return out
 
 
@@ -64,11 +74,11 @@ def checkpoint_devices(node: SimNode) -> list[Key]:
     ]
 
 
-def _one_to_one(what: str, found: list[Key], expected: set[Key]) -> list[str]:
+def _one_to_one(what: str, found: list[Any], expected: set[Any]) -> list[str]:
     problems = [f"{what}: {k} appears {n} times" for k, n in Counter(found).items() if n > 1]
     problems += [f"{what}: {k} is not allocated to that claim" for k in set(found) - expected]
     problems += [f"{what}: allocated {k} is missing" for k in expected - set(found)]
-    devices = Counter((pool, dev) for _, pool, dev in set(found))
+    devices = Counter(k[1:] for k in set(found))
     problems += [f"{what}: device {d} is in {n} claims" for d, n in devices.items() if n > 1]
     return problems
 
@@ -80,8 +90,9 @@ def audit(resource_api: client.ResourceV1Api, ns: str, nodes: BurstNodes) -> lis
     per_device = Counter((pool, dev) for _, pool, dev in allocated)
     problems = [f"allocation: {d} is in {n} claims" for d, n in per_device.items() if n > 1]
     for node in nodes:
-        mine = {k for k in allocated if k[1] == node.name}
-        problems += _one_to_one(f"{node.name} CDI", cdi_devices(node), mine)
+        mine = {k for k, on in allocated.items() if on == node.name}
+        cdi = {(uid, dev) for uid, _, dev in mine}
+        problems += _one_to_one(f"{node.name} CDI", cdi_devices(node), cdi)
         problems += _one_to_one(f"{node.name} checkpoint", checkpoint_devices(node), mine)
         states = {r.get("state") for r in checkpoint(node).values()}
         if states - {"PrepareCompleted"}:

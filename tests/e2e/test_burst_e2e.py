@@ -22,8 +22,6 @@ from cluster import LocalCluster
 from kubernetes import client
 
 from tests.e2e.burst import (
-    CAPACITY,
-    PODS,
     BurstNodes,
     burst_nodes,
     create_burst,
@@ -33,11 +31,10 @@ from tests.e2e.burst import (
     settle_state,
 )
 from tests.e2e.burst_audit import allocations, audit, leftovers
+from tests.e2e.fabric_helpers import Env
 from tests.e2e.helpers import wait_for
 
 pytestmark = pytest.mark.cluster
-
-ADMITTED = sum(CAPACITY.values())
 
 
 @pytest.fixture(scope="module")
@@ -46,10 +43,13 @@ def nodes(
     resource_api: client.ResourceV1Api,
     core: client.CoreV1Api,
     tmp_path_factory: pytest.TempPathFactory,
+    env: Env,
 ) -> Iterator[BurstNodes]:
+    """The burst's MIG and GPU + VF nodes, and the first node of the fabric
+    environment (tests/e2e/conftest.py) as the fabric node."""
     work: Path = tmp_path_factory.mktemp("burst")
     with burst_nodes(local_cluster, resource_api, core, work) as n:
-        yield n
+        yield n.with_fabric(env.nodes[0])
 
 
 def settled(
@@ -62,15 +62,16 @@ def settled(
     """Wait until every pod runs or waits and each pool is full; the Running ones.
     On a timeout the failure says where the pods stand and what the audit found."""
     deadline = time.monotonic() + 120
-    while not is_settled(state := settle_state(core, ns), pods):
+    while not is_settled(state := settle_state(core, ns), pods, nodes):
         if time.monotonic() > deadline:
             pytest.fail(
                 f"{pods} pods did not settle in 120s: Running per pool "
-                f"{state.running_per_pool()} (want {CAPACITY}), waiting {len(state.waiting)}, "
+                f"{state.running_per_pool(nodes)} (want {nodes.capacity}), "
+                f"waiting {len(state.waiting)}, "
                 f"neither: {state.other}; audit: {audit(resource_api, ns, nodes)}"
             )
         time.sleep(1.0)
-    assert len(state.running) == ADMITTED, state.running_per_pool()
+    assert len(state.running) == sum(nodes.capacity.values())
     for name, why in state.waiting.items():
         assert why.startswith("Unschedulable: ") and "claim" in why, (name, why)
     return dict(state.running)
@@ -81,20 +82,23 @@ def test_burst_admits_what_fits_and_leaves_nothing(
     resource_api: client.ResourceV1Api,
     core: client.CoreV1Api,
     namespace: str,
+    env: Env,
 ) -> None:
     ns = namespace
-    create_templates(resource_api, ns)
+    create_templates(resource_api, ns, nodes.kinds)
     create_burst(core, ns, nodes)
-    first = settled(core, resource_api, nodes, ns, PODS)
+    assert nodes.pods == 100
+    first = settled(core, resource_api, nodes, ns, nodes.pods)
+    kinds = {k.name: k for k in nodes.kinds}
     for name, node in first.items():
-        assert nodes.by_role["mig" if name.startswith("mig") else "vf"].name == node
+        assert nodes.by_role[kinds[name.rsplit("-", 1)[0]].node].name == node
         assert nodes.by_role[nodes.role_of(node)].agent.pod_record(ns, name) is not None, name
-    assert len(allocations(resource_api, ns)) == ADMITTED  # one device per claim
+    assert len(allocations(resource_api, ns)) == len(first)  # one device per claim
     assert audit(resource_api, ns, nodes) == []
 
     # The first wave goes; the waiting pods take its place.
     delete_pods(core, ns, list(first))
-    left = PODS - len(first)
+    left = nodes.pods - len(first)
     second = settled(core, resource_api, nodes, ns, left)  # the waiting pods admitted
     assert not set(second) & set(first)
     assert audit(resource_api, ns, nodes) == []
@@ -107,3 +111,4 @@ def test_burst_admits_what_fits_and_leaves_nothing(
         timeout=60,
     )
     assert leftovers(nodes) == []
+    wait_for("the fabric GPUs detached", lambda: not env.fabric.connections(), timeout=60)
