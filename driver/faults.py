@@ -31,6 +31,13 @@ SHARING_POINTS = (
     "sharing-mps-started",  # the MPS daemon runs, the CDI spec not written
     "sharing-mps-stopped",  # unprepare stopped the daemon, compute mode not reset
 )
+# Inside the MPS supervisor's converge (driver.gpu.sharing.supervisor), or the
+# plugin's without a supervisor.
+MPS_POINTS = (
+    "mps-daemon-started",  # the daemon runs, its daemon.json not written
+    "mps-ready-unwritten",  # the daemon is configured, ready.json not written
+    "mps-daemon-stopped",  # the daemon quit, its directory not removed
+)
 UNPREPARE_POINTS = (
     "unprepare-devices-undone",  # the handlers undid the devices, the record is still there
     "unprepare-recorded",  # the record is gone from disk, the CDI spec not yet

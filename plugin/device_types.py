@@ -12,6 +12,7 @@ from driver.fabric_devices.node import FabricNodeView, load_adapters
 from driver.gpu.fraction import SharePolicy
 from driver.gpu.kind import GpuType
 from driver.gpu.sharing.claims import GpuSharing
+from driver.gpu.sharing.handoff import MpsHandoff
 from driver.gpu.sharing.mps import MpsDaemons
 from driver.health.xid import XidWatcher
 from driver.mig.discovery import mig_support
@@ -76,9 +77,10 @@ def xid_watcher(
 
 def gpu_sharing(settings: PluginSettings, types: Sequence[DeviceType]) -> GpuSharing | None:
     """``GpuConfig.sharing`` of the GPU family (``--nvidia-smi``, ``--mps-control``,
-    ``--mps-root``); None when this plugin serves no GPUs through NVML."""
+    ``--mps-root``, ``--mps-supervisor``); None when this plugin serves no GPUs through NVML."""
     for t in types:
         if isinstance(t, GpuType) and t.nvml is not None:
-            mps = MpsDaemons(settings.tool("nvidia-cuda-mps-control"), settings.mps_root)
-            return GpuSharing(t.nvml, settings.tool("nvidia-smi"), mps, t.nvml_lock)
+            daemons = MpsDaemons(settings.mps_control_path, settings.mps_root)
+            mps = MpsHandoff(daemons, supervised=settings.mps_supervisor)
+            return GpuSharing(t.nvml, settings.nvidia_smi_path, mps, t.nvml_lock)
     return None

@@ -3,7 +3,9 @@
 Each field is one setting: flag ``--<field-with-dashes>``, env var
 ``<FIELD_UPPER>``, Helm value ``kubeletPlugin.<fieldCamel>``; except
 ``fabric_pool``, which the controller reads too: it has one Helm value,
-``controller.fabricPool``, that feeds both processes.
+``controller.fabricPool``, that feeds both processes. The MPS settings
+(``driver.gpu.sharing.settings``) are the MPS supervisor's too, from the same
+``kubeletPlugin`` values.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from pathlib import Path
 from pydantic import ConfigDict, Field
 
 from driver.fabric_devices.settings import FabricPoolSettings
+from driver.gpu.sharing.settings import MpsSettings
 from driver.httpendpoint import MetricsPortSettings
 from driver.process import ProcessSettings
 
 
-class PluginSettings(ProcessSettings, FabricPoolSettings, MetricsPortSettings):
+class PluginSettings(ProcessSettings, FabricPoolSettings, MetricsPortSettings, MpsSettings):
     """patchbay node plugin: publishes this node's devices and prepares claims."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -42,11 +45,6 @@ class PluginSettings(ProcessSettings, FabricPoolSettings, MetricsPortSettings):
         default=Path("/sys"), description="sysfs mount to discover PCI topology"
     )
     dev_root: Path = Field(default=Path("/dev"), description="device node directory of the host")
-    driver_root: Path = Field(
-        default=Path("/"),
-        description="root of the NVIDIA driver installation: libnvidia-ml.so.1 is loaded "
-        "from below it (usr/lib/x86_64-linux-gnu, usr/lib64, ...), else by soname",
-    )
     nvml_required: bool = Field(
         default=False,
         description="exit (discovery error, exit code 3) when NVML cannot be initialised "
@@ -95,15 +93,11 @@ class PluginSettings(ProcessSettings, FabricPoolSettings, MetricsPortSettings):
         description="nvidia-smi binary: sets a TimeSlicing claim's interval (compute-policy); "
         "empty: usr/bin/nvidia-smi below --driver-root",
     )
-    mps_control: str = Field(
-        default="",
-        description="MPS control binary: one daemon per MPS claim, in a session of its own; "
-        "empty: usr/bin/nvidia-cuda-mps-control below --driver-root",
-    )
-    mps_root: Path = Field(
-        default=Path("/run/patchbay/mps"),
-        description="host directory of the MPS claims' pipe and log directories "
-        "(mounted into their containers)",
+    mps_supervisor: bool = Field(
+        default=False,
+        description="MPS daemons are run by patchbay-mps-supervisor (a pod of its own, "
+        "which a plugin rolling update leaves running), told through want files in "
+        "--mps-root; off: the plugin starts them itself, in a session of its own",
     )
     fabric_adapters: str = Field(
         default="",
@@ -112,10 +106,9 @@ class PluginSettings(ProcessSettings, FabricPoolSettings, MetricsPortSettings):
         "fabric-attached (never offered as local) and reported in the Node annotation",
     )
 
-    def tool(self, name: str) -> Path:
-        """An NVIDIA tool's path: its setting, else below the driver root."""
-        given = {"nvidia-smi": self.nvidia_smi, "nvidia-cuda-mps-control": self.mps_control}
-        return Path(given[name]) if given[name] else self.driver_root / "usr" / "bin" / name
+    @property
+    def nvidia_smi_path(self) -> Path:
+        return self.driver_tool("nvidia-smi", self.nvidia_smi)
 
     @property
     def rolling_update(self) -> bool:

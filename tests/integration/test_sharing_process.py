@@ -2,42 +2,96 @@
 host's nvidia-cuda-mps-control, real sockets, the real apiserver; this test
 plays the kubelet.
 
-An MPS claim over both GPUs, the plugin SIGKILLed at each step of its
-prepare and unprepare (the preparer's crash points and the sharing step's
-own): after a restart the kubelet's retry converges and the last unprepare
-leaves no daemon process, no pipe or log directory, compute mode DEFAULT on
-every GPU in the C mock's state, no CDI spec and an empty checkpoint.
+The plugin runs with ``--mps-supervisor`` and ``patchbay-mps-supervisor``
+runs as a process beside it, as the chart runs the two (a pod each): the
+daemons are the supervisor's, told through want/ready files in the host's
+MPS root. An MPS claim over both GPUs, the plugin SIGKILLed at each step of
+its prepare and unprepare (the preparer's crash points and the sharing
+step's own), or the supervisor SIGKILLed at each of its own: after a restart
+the kubelet's retry converges and the last unprepare leaves no daemon
+process, no pipe or log directory, compute mode DEFAULT on every GPU in the
+C mock's state, no CDI spec and an empty checkpoint. A daemon outlives both
+a plugin kill and a supervisor kill (the same pid, adopted).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
-from collections.abc import Iterator
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 from kubernetes import client
 from simnode import PluginProcess
 
-from driver.faults import PREPARE_POINTS, SHARING_POINTS, UNPREPARE_POINTS
+from driver.faults import MPS_POINTS, PREPARE_POINTS, SHARING_POINTS, UNPREPARE_POINTS
 from driver.gpu.sharing.mps import MpsDaemons
+from driver.gpu.sharing.supervisor import READY_FILE, WANT_FILE
 from tests.e2e.helpers import wait_for
-from tests.integration.test_plugin_process import node, our_slices, plugin, wait_registered
+from tests.integration.test_plugin_process import (
+    Kubelet,
+    node,
+    our_slices,
+    plugin,
+    wait_registered,
+)
 from tests.kube.claims import allocated_claim
 from tests.unit.test_gpu_sharing import MPS, daemons_of, gpu_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 __all__ = ["node", "plugin"]  # the fixtures this module uses
 
+REPO = Path(__file__).resolve().parents[2]
 EXCLUSIVE_PROCESS = 3
 UNPREPARE_SIDE = (*UNPREPARE_POINTS, "sharing-mps-stopped")
 
 
-@pytest.fixture(autouse=True)
-def no_mps_root_left(plugin: PluginProcess) -> Iterator[None]:
-    """The host's MPS root lives outside its directory (a short socket path)."""
-    yield
+class Supervisor:
+    """``patchbay-mps-supervisor`` as a process beside the plugin."""
+
+    def __init__(self, plugin: PluginProcess) -> None:
+        self.host = plugin.host
+        self.log_path = plugin.log_path.with_name("mps-supervisor.log")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, **env: str) -> Supervisor:
+        argv = [sys.executable, "-m", "plugin.mps_supervisor", "--log-level=debug"]
+        argv += [f"--mps-control={self.host.mps_control}", f"--mps-root={self.host.mps_root}"]
+        with self.log_path.open("ab") as out:
+            self.proc = subprocess.Popen(
+                argv, env={**os.environ, "PYTHONPATH": str(REPO), **env},
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        return self
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def wait_exit(self, timeout: float) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout=timeout)
+
+
+@pytest.fixture
+def supervisor(plugin: PluginProcess) -> Iterator[Supervisor]:
+    """A supervisor beside the plugin, which now runs with --mps-supervisor."""
+    plugin.extra_env["MPS_SUPERVISOR"] = "true"
+    sup = Supervisor(plugin)
+    yield sup
+    sup.kill()
+    for pid in daemons_of(plugin.host.mps_root):  # never leave one behind a failed test
+        os.kill(pid, signal.SIGKILL)
     shutil.rmtree(plugin.host.mps_root, ignore_errors=True)
 
 
@@ -45,18 +99,43 @@ def modes(plugin: PluginProcess) -> list[int]:
     return [int(g.get("compute_mode", 0)) for g in plugin.host.nvml.read()["gpus"]]
 
 
-@pytest.mark.parametrize("point", PREPARE_POINTS + SHARING_POINTS + UNPREPARE_POINTS)
-def test_crash_at_each_step_of_an_mps_claim_converges(
-    point: str, plugin: PluginProcess, resource_api: client.ResourceV1Api, namespace: str, node: str
-) -> None:
+def mps_claim(
+    plugin: PluginProcess, api: client.ResourceV1Api, namespace: str, node: str
+) -> tuple[str, list[tuple[str, str, str]]]:
     config = [{**gpu_config(MPS, ["req-0", "req-1"]), "source": "FromClaim"}]
-    uid = allocated_claim(resource_api, namespace, "c", node, ["gpu-0", "gpu-1"], config=config)
-    claim = [(namespace, "c", uid)]
-    wait_for("devices discovered", lambda: len(our_slices(resource_api, node)) == 1, timeout=30)
+    uid = allocated_claim(api, namespace, "c", node, ["gpu-0", "gpu-1"], config=config)
+    wait_for("devices discovered", lambda: len(our_slices(api, node)) == 1, timeout=30)
+    return uid, [(namespace, "c", uid)]
+
+
+def restart(plugin: PluginProcess, **env: str) -> tuple[Kubelet, str]:
     plugin.stop()
-    plugin.start(PATCHBAY_CRASH_POINT=point)
+    plugin.start(**env)
     kubelet = wait_registered(plugin)
-    endpoint = kubelet.get_info().endpoint
+    return kubelet, kubelet.get_info().endpoint
+
+
+def assert_nothing_left(plugin: PluginProcess) -> None:
+    assert daemons_of(plugin.host.mps_root) == []
+    assert not plugin.host.mps_root.exists() or list(plugin.host.mps_root.iterdir()) == []
+    assert modes(plugin) == [0, 0]
+    assert list(plugin.cdi_root.glob("*.json")) == []
+    checkpoint = json.loads((plugin.plugin_dir / "checkpoint.json").read_text())
+    assert checkpoint["claims"] == {}
+
+
+@pytest.mark.parametrize("point", PREPARE_POINTS + SHARING_POINTS + UNPREPARE_POINTS)
+def test_plugin_crash_at_each_step_of_an_mps_claim_converges(
+    point: str,
+    plugin: PluginProcess,
+    supervisor: Supervisor,
+    resource_api: client.ResourceV1Api,
+    namespace: str,
+    node: str,
+) -> None:
+    uid, claim = mps_claim(plugin, resource_api, namespace, node)
+    supervisor.start()
+    kubelet, endpoint = restart(plugin, PATCHBAY_CRASH_POINT=point)
     daemons = MpsDaemons(plugin.host.mps_control, plugin.host.mps_root)
     if point in UNPREPARE_SIDE:
         assert kubelet.prepare(endpoint, claim)[uid].error == ""
@@ -76,10 +155,76 @@ def test_crash_at_each_step_of_an_mps_claim_converges(
         spec = json.loads((plugin.cdi_root / f"k8s.patchbay.dev-claim_{uid}.json").read_text())
         assert "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps" in spec["containerEdits"]["env"]
         assert daemons.running(daemons.directory(uid)) is not None
+        assert len(daemons_of(plugin.host.mps_root)) == 1
     assert kubelet.unprepare(endpoint, claim)[uid].error == ""
-    assert daemons_of(plugin.host.mps_root) == []
-    assert not plugin.host.mps_root.exists() or list(plugin.host.mps_root.iterdir()) == []
-    assert modes(plugin) == [0, 0]
-    assert list(plugin.cdi_root.glob("*.json")) == []
-    checkpoint = json.loads((plugin.plugin_dir / "checkpoint.json").read_text())
-    assert checkpoint["claims"] == {}
+    assert_nothing_left(plugin)
+
+
+def _through_a_supervisor_crash(sup: Supervisor, call: Callable[[], dict[str, Any]]) -> Any:
+    """``call`` (a kubelet call) while the supervisor dies at its crash point and
+    is started again: the plugin's wait sees the restarted one answer."""
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(call)
+        assert sup.wait_exit(30) != 0, "the supervisor should have been killed at the crash point"
+        sup.start()
+        return pending.result(timeout=45)
+
+
+@pytest.mark.parametrize("point", MPS_POINTS)
+def test_supervisor_crash_at_each_step_converges(
+    point: str,
+    plugin: PluginProcess,
+    supervisor: Supervisor,
+    resource_api: client.ResourceV1Api,
+    namespace: str,
+    node: str,
+) -> None:
+    uid, claim = mps_claim(plugin, resource_api, namespace, node)
+    kubelet, endpoint = restart(plugin)
+    daemons = MpsDaemons(plugin.host.mps_control, plugin.host.mps_root)
+    supervisor.start(PATCHBAY_CRASH_POINT=point)
+    if point == "mps-daemon-stopped":
+        assert kubelet.prepare(endpoint, claim)[uid].error == ""
+        result = _through_a_supervisor_crash(supervisor, lambda: kubelet.unprepare(endpoint, claim))
+        assert result[uid].error == ""
+        assert_nothing_left(plugin)
+        return
+    result = _through_a_supervisor_crash(supervisor, lambda: kubelet.prepare(endpoint, claim))
+    assert result[uid].error == ""
+    # One daemon: the one a crash left before its daemon.json was killed.
+    pid = daemons.running(daemons.directory(uid))
+    assert daemons_of(plugin.host.mps_root) == [pid]
+    assert modes(plugin) == [EXCLUSIVE_PROCESS] * 2
+    assert kubelet.unprepare(endpoint, claim)[uid].error == ""
+    assert_nothing_left(plugin)
+
+
+def test_the_daemon_outlives_a_plugin_kill_and_a_supervisor_kill(
+    plugin: PluginProcess,
+    supervisor: Supervisor,
+    resource_api: client.ResourceV1Api,
+    namespace: str,
+    node: str,
+) -> None:
+    uid, claim = mps_claim(plugin, resource_api, namespace, node)
+    supervisor.start()
+    kubelet, endpoint = restart(plugin)
+    assert kubelet.prepare(endpoint, claim)[uid].error == ""
+    daemons = MpsDaemons(plugin.host.mps_control, plugin.host.mps_root)
+    directory = daemons.directory(uid)
+    pid = daemons.running(directory)
+    assert pid is not None and daemons_of(plugin.host.mps_root) == [pid]
+    plugin.kill()  # SIGKILL: a rolling update ends the plugin's container too
+    kubelet, endpoint = restart(plugin)  # its start-up wants the claim's daemon again
+    supervisor.kill()
+    supervisor.start()
+
+    def answered() -> bool:  # the restarted supervisor answered the plugin's start-up want
+        want = json.loads((directory / WANT_FILE).read_text())
+        ready = json.loads((directory / READY_FILE).read_text())
+        return bool(ready["request"] == want["request"] and ready["pid"] == pid)
+
+    wait_for("the same daemon adopted and ready", answered, timeout=30)
+    assert daemons.running(directory) == pid and daemons_of(plugin.host.mps_root) == [pid]
+    assert kubelet.unprepare(endpoint, claim)[uid].error == ""
+    assert_nothing_left(plugin)

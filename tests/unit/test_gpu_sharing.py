@@ -28,6 +28,7 @@ from driver.devices.model import Device
 from driver.faults import PREPARE_POINTS, SHARING_POINTS, UNPREPARE_POINTS
 from driver.gpu.prepare import GpuHandler
 from driver.gpu.sharing.claims import GpuSharing
+from driver.gpu.sharing.handoff import MpsHandoff
 from driver.gpu.sharing.mps import MpsDaemons, start_time
 from driver.nvml.backend import ComputeMode
 from driver.nvml.fake import FakeNvml
@@ -70,7 +71,9 @@ class Node:
         self.reader = Reader()
         self.cdi = CdiRegistry(tmp / "cdi")
         self.tmp = tmp
-        self.mps = MpsDaemons(self.host.mps_control, self.host.mps_root)
+        self.mps = MpsHandoff(
+            MpsDaemons(self.host.mps_control, self.host.mps_root), supervised=False
+        )
 
     async def start(self, nvidia_smi: Path | None = None) -> ClaimPreparer:
         smi = nvidia_smi or self.host.nvidia_smi

@@ -12,10 +12,11 @@ the GPU reset.
 
 - TimeSlicing: ``nvidia-smi compute-policy --set-timeslice <n>`` on the
   claim's GPUs at prepare, ``0`` (Default) at unprepare; no CDI edits.
-- MPS: compute mode EXCLUSIVE_PROCESS through NVML, one control daemon for
-  the claim's GPUs; containers get the pipe directory (read-write) and the log
-  directory, ``CUDA_MPS_PIPE_DIRECTORY``, ``CUDA_MPS_LOG_DIRECTORY`` and, from
-  the config, ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` and
+- MPS: compute mode EXCLUSIVE_PROCESS through NVML (always the plugin's), one
+  control daemon for the claim's GPUs (wanted through ``handoff``, run by the
+  MPS supervisor or by the plugin itself); containers get the pipe directory
+  (read-write) and the log directory, ``CUDA_MPS_PIPE_DIRECTORY``,
+  ``CUDA_MPS_LOG_DIRECTORY`` and, from the config, ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` and
   ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (``<i>=<n>M`` per GPU, ``i`` the GPU's
   index in the claim's ``NVIDIA_VISIBLE_DEVICES``, as the container sees
   it). Unprepare stops the daemon, removes its directories and sets compute
@@ -37,7 +38,7 @@ from driver.config.opaque import DeviceConfig, GpuConfig
 from driver.devices.model import Device
 from driver.errors import ConfigError, NvmlError
 from driver.faults import crash_point
-from driver.gpu.sharing.mps import MpsDaemons
+from driver.gpu.sharing.handoff import MpsHandoff
 from driver.gpu.sharing.timeslice import NvidiaSmi
 from driver.nvml.backend import ComputeMode, NvmlBackend, NvmlReturn
 
@@ -56,7 +57,7 @@ class GpuSharing:
         self,
         nvml: NvmlBackend,
         nvidia_smi: Path,
-        mps: MpsDaemons,
+        mps: MpsHandoff,
         lock: threading.RLock | None = None,
     ) -> None:
         self._nvml = nvml

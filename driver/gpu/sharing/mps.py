@@ -1,14 +1,17 @@
-"""One MPS control daemon per claim's GPU set, outliving the plugin.
+"""One MPS control daemon per claim's GPU set, outliving its starter.
 
 The daemon is ``nvidia-cuda-mps-control -d`` (its path a setting,
 ``--mps-control``) with ``CUDA_VISIBLE_DEVICES`` set to the claim's GPUs and
-its pipe and log directories under ``--mps-root/<claim uid>/``. ``-d``
-forks a daemon in a session of its own, so it is not a child of the plugin
-and keeps serving running pods through a plugin restart or rolling update;
-the daemon writes ``nvidia-cuda-mps-control.pid`` into its pipe directory,
+its pipe and log directories under ``--mps-root/<claim uid>/``. Who calls
+this: the MPS supervisor (a pod of its own, so a plugin rolling update leaves
+the daemons running), or the plugin itself without one
+(``driver.gpu.sharing.supervisor.converge`` either way). ``-d`` forks a
+daemon in a session of its own, so it is not a child of its starter and
+keeps serving running pods through a restart of that process; the daemon
+writes ``nvidia-cuda-mps-control.pid`` into its pipe directory,
 and we keep its pid and start time (``/proc/<pid>/stat`` field 22, so a
 reused pid is never mistaken for it) in ``daemon.json`` beside it. A
-restarted plugin adopts a daemon that is still running; the claim's last
+restarted starter adopts a daemon that is still running; the claim's last
 unprepare sends it ``quit`` through the control pipe (what NVIDIA's
 scripts do), kills it if it does not go, and removes the directories.
 Everything here is idempotent: the claim's checkpoint holds only the
@@ -28,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from driver.errors import DeviceError
+from driver.faults import crash_point
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +138,7 @@ class MpsDaemons:
             why = (done.stderr or done.stdout).strip() or f"exit status {done.returncode}"
             raise DeviceError(f"MPS control daemon for {','.join(uuids)} failed: {why}")
         pid = self._daemon_pid(directory)
+        crash_point("mps-daemon-started")
         started = start_time(pid)
         if started is None:
             raise DeviceError(f"MPS control daemon {pid} of {directory.name} exited at start")
@@ -181,6 +186,7 @@ class MpsDaemons:
             log.info("MPS daemon %d of %s stopped", pid, directory.name)
         else:
             self._kill_leftover(directory)
+        crash_point("mps-daemon-stopped")
         shutil.rmtree(directory, ignore_errors=True)
 
 
