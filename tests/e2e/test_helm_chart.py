@@ -55,6 +55,14 @@ NON_DEFAULT = {
         "token": "s3cret",
         "topology": {"fabrics": []},
     },
+    # Applied for real (the apiserver compiles its matchCondition): scoped to
+    # namespaces nobody labels, so Fail never touches the other tests' claims.
+    "webhook": {
+        "enabled": True,
+        "failurePolicy": "Fail",
+        "namespaceSelector": {"matchLabels": {"patchbay.dev/helm-e2e": "no-such-namespace"}},
+        "timeoutSeconds": 3,
+    },
 }
 
 
@@ -142,6 +150,8 @@ def test_non_default_render_applies_server_side(
                    for d in by_kind(docs, "Deployment")}  # fmt: skip
     assert set(deployments) == {"patchbay-controller", "patchbay-fabric"}
     assert deployments["patchbay-controller"]["spec"]["replicas"] == 2
+    (vwc,) = by_kind(docs, "ValidatingWebhookConfiguration")
+    assert vwc["webhooks"][0]["failurePolicy"] == "Fail"
     for doc in docs:
         applier.apply(doc, namespace)
 
