@@ -105,6 +105,13 @@ class FabricNodeView:
                 return name
         return None
 
+    def _present(self, bdf: str) -> bool:
+        try:
+            sysfs.device_path(self.sysfs_root, bdf)
+        except (OSError, ValueError):
+            return False
+        return True
+
     def behind_adapter(self, bdf: str) -> bool:
         return self.adapter_of(bdf) is not None
 
@@ -136,6 +143,12 @@ class FabricNodeView:
         fabric: list[Device] = []
         for device in devices:
             bdf = device.attributes.get(PCI_BUS_ID)
+            if isinstance(bdf, str) and not self._present(bdf):
+                # It left the bus between the scan and now (a fabric detach
+                # hot-removes it): where it sat is unknown, so it is not
+                # offered as local; the removal's rescan settles it.
+                log.info("%s (%s) is gone from sysfs: not offered", device.name, bdf)
+                continue
             adapter = self.adapter_of(bdf) if isinstance(bdf, str) else None
             named = self._fabric_name(device, adapter) if adapter is not None else None
             if adapter is None:

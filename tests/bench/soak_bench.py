@@ -159,7 +159,7 @@ def main(argv: list[str]) -> None:
         wait_for(
             "the MIG node's and the fabric's slices",
             lambda: {mig.name, "fabric"} <= set(generations(res)),
-            90,
+            180,
         )
         soak = Soak(core, res, {"mig": mig.name, "fabric": fab.name})
         soak.templates()

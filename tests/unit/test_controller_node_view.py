@@ -40,6 +40,19 @@ def test_gpu_behind_an_adapter_is_fabric_never_local(tmp_path: Path) -> None:
     assert held.busy == {"GPU-6f1f0c64-5a43-4c63-9d8e-8f3b3c1d2e11"}
 
 
+def test_gpu_gone_from_sysfs_during_the_scan_is_not_offered_as_local(tmp_path: Path) -> None:
+    """A detach hot-removes the GPU after the scan found it: seen in a soak as
+    two slice rewrites offering the departing fabric GPU as a local one."""
+    host = SimHost.build(TOPOLOGIES["fabric-adapters"](), tmp_path, "node-a")
+    bdf = host.free_bdf("adapter0")
+    uuid = "GPU-0b7a7f50-8f6e-4f8e-9a43-3b5d2f6c1a22"
+    host.hot_add("adapter0", Gpu(bdf, uuid=uuid))
+    view = FabricNodeView("node-a", parse_adapters("adapter0=0000:15:02.0"), host.sysfs_root)
+    scanned = [Device("gpu-0", "gpu", uuid, {PCI_BUS_ID: bdf})]
+    host.hot_remove(bdf)
+    assert view.split(scanned) == ([], [])
+
+
 def test_nic_behind_an_adapter_offers_its_vf0_as_the_fabric_variant(tmp_path: Path) -> None:
     host = SimHost.build(TOPOLOGIES["fabric-adapters"](), tmp_path, "node-a")
     bdf = host.free_bdf("adapter1")
