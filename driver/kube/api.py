@@ -10,6 +10,7 @@ line by line.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import logging
@@ -22,6 +23,7 @@ from urllib.parse import urlencode
 import aiohttp
 
 from driver.errors import ApiError, ApiStatusError
+from driver.kube.http1 import Http1Getter
 
 if TYPE_CHECKING:
     from kubernetes.aio.client import api_client
@@ -29,6 +31,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RESOURCE_V1 = "/apis/resource.k8s.io/v1"
+REQUEST_TIMEOUT_S = 30.0  # one request, answer included (watches have their own)
+USER_AGENT = "patchbay"
 JsonObj = dict[str, Any]
 
 
@@ -37,6 +41,11 @@ def unreachable(method: str, path: str, exc: BaseException) -> ApiError:
     shows it on the pod), then what the transport said."""
     detail = str(exc) or ("no answer in time" if isinstance(exc, TimeoutError) else repr(exc))
     return ApiError(f"{method} {path}: the Kubernetes API is unreachable: {detail}")
+
+
+def _with_query(path: str, query: Mapping[str, Any] | None) -> str:
+    params = {k: str(v) for k, v in (query or {}).items() if v is not None}
+    return path + ("?" + urlencode(params) if params else "")
 
 
 def claim_path(namespace: str, name: str) -> str:
@@ -74,6 +83,16 @@ class KubeApi:
     def __init__(self, client: api_client.ApiClient) -> None:
         self._client = client
         self._session: aiohttp.ClientSession | None = None
+        conf = client.configuration
+        # GETs (the claim read of every prepare) take the lean path; through
+        # a proxy, everything goes through aiohttp.
+        self._getter = (
+            None
+            if conf.proxy
+            else Http1Getter(
+                conf.host, client.rest_client.ssl_context, conf.tls_server_name or None
+            )
+        )
 
     @classmethod
     async def connect(cls, kubeconfig: str | None, context: str | None = None) -> KubeApi:
@@ -93,6 +112,8 @@ class KubeApi:
         return cls(api_client.ApiClient(configuration=conf))
 
     async def close(self) -> None:
+        if self._getter is not None:
+            await self._getter.close()
         if self._session is not None:
             await self._session.close()
         await self._client.close()
@@ -112,6 +133,15 @@ class KubeApi:
             )
         return self._session
 
+    async def _headers(self, content_type: str | None = "application/json") -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        auth = (await self._client.configuration.auth_settings()).get("BearerToken")
+        if auth:
+            headers["Authorization"] = auth["value"]
+        return headers
+
     async def _request(
         self,
         method: str,
@@ -119,19 +149,15 @@ class KubeApi:
         query: Mapping[str, Any] | None = None,
         body: Any = None,
         content_type: str = "application/json",
-        request_timeout: float | None = 30.0,
+        request_timeout: float | None = REQUEST_TIMEOUT_S,
     ) -> aiohttp.ClientResponse:
         # The generated request path (parameter sanitising, per-call
         # serialisation) costs about a millisecond per call; we use the
         # client's TLS context (client certificates) and its auth settings
         # (bearer tokens, refreshed by its hook) directly.
         conf = self._client.configuration
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        auth = (await conf.auth_settings()).get("BearerToken")
-        if auth:
-            headers["authorization"] = auth["value"]
-        params = {k: str(v) for k, v in (query or {}).items() if v is not None}
-        url = conf.host + path + ("?" + urlencode(params) if params else "")
+        headers = await self._headers(content_type)
+        url = conf.host + _with_query(path, query)
         data = None if body is None else json.dumps(body).encode()
         try:
             return await self._http().request(
@@ -168,7 +194,19 @@ class KubeApi:
         return result
 
     async def get(self, path: str, query: Mapping[str, Any] | None = None) -> JsonObj:
-        return await self.call("GET", path, query)
+        if self._getter is None:
+            return await self.call("GET", path, query)
+        try:
+            async with asyncio.timeout(REQUEST_TIMEOUT_S):
+                status, raw = await self._getter.get(
+                    _with_query(path, query), await self._headers(None)
+                )
+        except (OSError, TimeoutError) as exc:  # ConnectionError and ssl.SSLError too
+            raise unreachable("GET", path, exc) from exc
+        if not 200 <= status < 300:
+            raise ApiStatusError("GET", path, status, raw.decode(errors="replace"))
+        result: JsonObj = json.loads(raw) if raw else {}
+        return result
 
     async def create(self, path: str, body: JsonObj) -> JsonObj:
         return await self.call("POST", path, body=body)

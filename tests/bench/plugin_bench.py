@@ -10,8 +10,11 @@ With ``REFERENCE_PLUGIN=<binary>`` (or ``--reference``; see
 the same control plane twice, with its client QPS as shipped (5, burst 10)
 and raised (``--raised-qps``), under the same identity and ClusterRole as
 ours, on nodes of their own; the three take turns in rounds. Without it the
-table has our column only (CI has no checkout of the reference). Figures
-only: nothing here asserts a timing.
+table has our column only (CI has no checkout of the reference). With
+``--baseline-tree <checkout>`` a second plugin of ours runs from that tree
+(e.g. a worktree of the previous commit) as column ``base``, in the same
+rounds: an A/B of a change on one machine at one time. Figures only:
+nothing here asserts a timing.
 """
 
 from __future__ import annotations
@@ -61,6 +64,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
         else None,
         help="dra-example-kubeletplugin binary (default: $REFERENCE_PLUGIN)",
     )
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        default=None,
+        help="also run our plugin from this checkout (e.g. a git worktree of the "
+        "previous commit) on a node of its own, as column 'base': an A/B of two of ours",
+    )
     parser.add_argument("--raised-qps", type=float, default=1000.0)
     parser.add_argument("--raised-burst", type=int, default=2000)
     return parser.parse_args(argv)
@@ -73,6 +83,7 @@ def main(argv: list[str]) -> None:
     cluster = localk8s.LocalCluster(run / "k8s", localk8s.bin_dir(build=True)).up()
     ours_proc: PluginProcess | None = None
     others: list[int] = []
+    bases: list[PluginProcess] = []
     try:
         api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
         core, res = client.CoreV1Api(api), client.ResourceV1Api(api)
@@ -92,6 +103,24 @@ def main(argv: list[str]) -> None:
         ours = Contender("ours", pid, registered_endpoint(run / "reg", pid), "patchbay.dev",
                          "bench", NS, rss_start_mb=rss_mb(pid))  # fmt: skip
         contenders = [ours]
+        if args.baseline_tree is not None:
+            core.create_node({"metadata": {"name": "bench-base"}})
+            base_host = SimHost.build(TOPOLOGIES["4x-h100"](), run / "host-base", name="bench-base")
+            base_proc = PluginProcess(
+                "bench-base", base_host, kubeconfig, registry_dir=run / "reg-base",
+                plugin_dir=run / "plug-base", cdi_root=run / "cdi-base",
+                log_path=run / "plugin-base.log",
+                # PYTHONSAFEPATH: the working directory (this tree) is not
+                # put before PYTHONPATH (the baseline tree) by ``python -m``.
+                extra_env={"PYTHONPATH": str(args.baseline_tree.resolve()), "PYTHONSAFEPATH": "1"},
+                extra_args=(f"--metrics-port={free_port()}", f"--log-level={args.log_level}"),
+            ).start()  # fmt: skip
+            bases.append(base_proc)
+            assert base_proc.proc is not None
+            bpid = base_proc.proc.pid
+            contenders.append(Contender("base", bpid, registered_endpoint(run / "reg-base", bpid),
+                                        "patchbay.dev", "bench-base", NS,
+                                        rss_start_mb=rss_mb(bpid)))  # fmt: skip
         if args.reference is not None:
             print(f"reference: {reference.describe(args.reference)}", flush=True)
             for label, (qps, burst) in (
@@ -129,6 +158,8 @@ def main(argv: list[str]) -> None:
     finally:
         for other in others:
             stop_group(other, "reference plugin")
+        for base in bases:
+            base.stop()
         if ours_proc is not None:
             ours_proc.stop()
         cluster.down()
