@@ -20,13 +20,15 @@ import base64
 import contextlib
 import json
 import ssl
+import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import LocalCluster
+import yaml
+from cluster import LocalCluster, bin_dir
 from cluster_pki import Pki
 from cluster_proc import free_port
 from fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService
@@ -162,8 +164,9 @@ def refusal(create: Any, delete: Any, name: str, *, expect: str) -> str:
 
 
 def test_a_claim_with_an_unknown_field_is_refused_naming_it(
-    register: Any, resource_api: client.ResourceV1Api, namespace: str
-) -> None:
+    register: Any, resource_api: client.ResourceV1Api, namespace: str,
+    local_cluster: LocalCluster, tmp_path: Path,
+) -> None:  # fmt: skip
     register("Fail")
     body = claim("typo", TYPO)
     message = refusal(
@@ -176,6 +179,16 @@ def test_a_claim_with_an_unknown_field_is_refused_naming_it(
     assert message.startswith("422 ")
     assert f"ResourceClaim {namespace}/typo: spec.devices.config[0] (requests: gpu)" in message
     assert "invalid GpuConfig: field driverCapabilites: Extra inputs are not permitted" in message
+    # What a user sees from kubectl apply.
+    manifest = tmp_path / "claim.yaml"
+    manifest.write_text(yaml.safe_dump({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                                        "metadata": {"name": "typo", "namespace": namespace},
+                                        "spec": body["spec"]}))  # fmt: skip
+    kubectl = [str(bin_dir() / "kubectl"), f"--kubeconfig={local_cluster.kubeconfig}"]
+    proc = subprocess.run([*kubectl, "apply", "-f", str(manifest)], capture_output=True, text=True)
+    print(proc.stderr)
+    assert proc.returncode != 0 and DENIED in proc.stderr
+    assert "field driverCapabilites" in proc.stderr
     # A good config and another driver's (however odd) are admitted.
     resource_api.create_namespaced_resource_claim(namespace, claim("good", GOOD))
     odd = claim("other", {"driverCapabilites": 1}, driver="gpu.nvidia.com")
