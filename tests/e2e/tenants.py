@@ -12,13 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from cluster import LocalCluster
 from kubernetes import client
 from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
-from tests.e2e.helpers import delete_quietly, events_about, unique, wait_for
-from tests.e2e.test_plugin_e2e import node_devices, phase
+from tests.e2e.helpers import delete_quietly, unique, wait_for
+from tests.e2e.test_plugin_e2e import node_devices
 
 GPU_CLASS = "gpu.patchbay.dev"
 
@@ -61,29 +60,6 @@ def limits_pod(core: client.CoreV1Api, ns: str, name: str, node: str, resource: 
     container = {"name": "main", "image": "pause", "resources": {"limits": {resource: "1"}}}
     spec = {"nodeSelector": {"kubernetes.io/hostname": node}, "containers": [container]}
     core.create_namespaced_pod(ns, {"metadata": {"name": name}, "spec": spec})
-
-
-def claim_pod(core: client.CoreV1Api, ns: str, name: str, node: str, **claim: str) -> None:
-    container = {"name": "main", "image": "pause", "resources": {"claims": [{"name": "dev"}]}}
-    spec = {
-        "nodeSelector": {"kubernetes.io/hostname": node},
-        "containers": [container],
-        "resourceClaims": [{"name": "dev", **claim}],
-    }
-    core.create_namespaced_pod(ns, {"metadata": {"name": name}, "spec": spec})
-
-
-def running(core: client.CoreV1Api, ns: str, name: str) -> None:
-    try:
-        wait_for(f"pod {name} Running", lambda: phase(core, ns, name) == "Running", timeout=90)
-    except pytest.fail.Exception:
-        said = [f"{e.reason}: {e.message}" for e in events_about(core, ns, name)]
-        pytest.fail(f"pod {name} is not Running; its events: {said}")
-
-
-def gone(core: client.CoreV1Api, ns: str, name: str) -> None:
-    core.delete_namespaced_pod(name, ns)
-    wait_for(f"pod {name} gone", lambda: phase(core, ns, name) == "Gone", timeout=60)
 
 
 def claim_body(name: str, cls: str = GPU_CLASS, **exactly: Any) -> dict[str, Any]:

@@ -20,16 +20,14 @@ from kubernetes import client
 from simnode import SimNode
 
 from tests.e2e.helpers import events_about, wait_for
+from tests.e2e.pods import gone, phase, pod, running
 from tests.e2e.tenants import (
     claim_body,
-    claim_pod,
     container_record,
-    gone,
-    running,
     start_node,
     visible,
 )
-from tests.e2e.test_plugin_e2e import node_devices, phase
+from tests.e2e.test_plugin_e2e import node_devices
 
 pytestmark = pytest.mark.cluster
 
@@ -58,7 +56,7 @@ def test_admin_access_views_a_held_gpu_and_disturbs_nothing(
 ) -> None:
     core.patch_namespace(namespace, {"metadata": {"labels": {ADMIN_LABEL: "true"}}})
     resource_api.create_namespaced_resource_claim(namespace, claim_body("held"))
-    claim_pod(core, namespace, "holder", sim.name, resourceClaimName="held")
+    pod(core, namespace, "holder", sim.name, {"resourceClaimName": "held"})
     running(core, namespace, "holder")
     held = resource_api.read_namespaced_resource_claim("held", namespace)
     (result,) = held.status.allocation.devices.results
@@ -71,7 +69,7 @@ def test_admin_access_views_a_held_gpu_and_disturbs_nothing(
     def view(name: str) -> Path:
         body = claim_body(name, selectors=[selector], adminAccess=True)
         resource_api.create_namespaced_resource_claim(namespace, body)
-        claim_pod(core, namespace, name, sim.name, resourceClaimName=name)
+        pod(core, namespace, name, sim.name, {"resourceClaimName": name})
         running(core, namespace, name)
         claim = resource_api.read_namespaced_resource_claim(name, namespace)
         (viewed,) = claim.status.allocation.devices.results
@@ -115,7 +113,7 @@ def test_admin_access_to_mig_devices_never_changes_them(
     profile = 'device.attributes["patchbay.dev"].profile == "1g.10gb"'
     held_body = claim_body("held", "mig.patchbay.dev", selectors=[{"cel": {"expression": profile}}])
     resource_api.create_namespaced_resource_claim(ns, held_body)
-    claim_pod(core, ns, "holder", sim.name, resourceClaimName="held")
+    pod(core, ns, "holder", sim.name, {"resourceClaimName": "held"})
     running(core, ns, "holder")
     held = resource_api.read_namespaced_resource_claim("held", ns)
     (result,) = held.status.allocation.devices.results
@@ -133,7 +131,7 @@ def test_admin_access_to_mig_devices_never_changes_them(
             name, "mig.patchbay.dev", selectors=[{"cel": {"expression": same}}], adminAccess=True
         )
         resource_api.create_namespaced_resource_claim(ns, body)
-        claim_pod(core, ns, name, sim.name, resourceClaimName=name)
+        pod(core, ns, name, sim.name, {"resourceClaimName": name})
 
     view("monitor")
     (event, *_) = wait_for(

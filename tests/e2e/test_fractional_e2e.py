@@ -22,7 +22,8 @@ from kubernetes import client
 from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
 from tests.e2e.helpers import delete_quietly, unique, wait_for
-from tests.e2e.test_mig_e2e import devices, gone, gpu_state, instances, phase, pod, running
+from tests.e2e.pods import claim_of, gone, phase, pod, running
+from tests.e2e.test_mig_e2e import devices, gpu_state, instances
 
 pytestmark = pytest.mark.cluster
 
@@ -116,11 +117,7 @@ def example_template(resource_api: client.ResourceV1Api, ns: str) -> str:
 def result_of(
     core: client.CoreV1Api, resource_api: client.ResourceV1Api, ns: str, name: str
 ) -> Any:
-    status = core.read_namespaced_pod(name, ns).status
-    claim = resource_api.read_namespaced_resource_claim(
-        status.resource_claim_statuses[0].resource_claim_name, ns
-    )
-    (result,) = claim.status.allocation.devices.results
+    (result,) = claim_of(core, resource_api, ns, name).status.allocation.devices.results
     return result
 
 

@@ -28,7 +28,8 @@ from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_
 
 from tests.e2e import test_pairing_e2e as pairing
 from tests.e2e.helpers import delete_quietly, unique, wait_for
-from tests.e2e.test_mig_e2e import allocated, gone, pod, profile_template, running, sim
+from tests.e2e.pods import claim_of, gone, pod, running
+from tests.e2e.test_mig_e2e import allocated, profile_template, sim
 
 pytestmark = pytest.mark.cluster
 __all__ = ["sim"]  # the module-scoped MIG node fixture
@@ -156,17 +157,17 @@ def test_topology_of_two_roots_groups_pairs_and_draws_them(
     ns, node = namespace, roots.name
     devs = pairing.devices(resource_api, node)
     pair = pairing.make_template(resource_api, ns, "pair", pairing.pair_spec())
-    pairing.make_pod(core, ns, "pair", node, pair)
-    pairing.running(core, ns, "pair")
-    claim = pairing.claim_of(core, resource_api, ns, "pair")
+    pod(core, ns, "pair", node, pair)
+    running(core, ns, "pair")
+    claim = claim_of(core, resource_api, ns, "pair")
     got = pairing.allocated(claim)
     root = pairing.root_of(devs[got["gpu"]])
     other = ({pairing.ROOT_A, pairing.ROOT_B} - {root}).pop()
     # Root `root` keeps one free GPU: hold it, so only `other` stays pairable.
     hold = pairing.make_template(resource_api, ns, "hold", {"requests": [
         pairing.request("gpu", "gpu.patchbay.dev", 1, root)]})  # fmt: skip
-    pairing.make_pod(core, ns, "hold", node, hold)
-    pairing.running(core, ns, "hold")
+    pod(core, ns, "hold", node, hold)
+    running(core, ns, "hold")
 
     picture = tmp_path / "topology.svg"
     text = kubectl_patchbay(local_cluster, "topology", node, "--svg", str(picture))
@@ -206,7 +207,7 @@ def test_claims_shows_the_kubelets_prepare_error(
     bad = {"apiVersion": "patchbay.dev/v1alpha1", "kind": "VfConfig", "mode": "sriov"}
     config = [{"requests": ["nic"], "opaque": {"driver": "patchbay.dev", "parameters": bad}}]
     tmpl = pairing.make_template(resource_api, ns, "typo", pairing.pair_spec(config))
-    pairing.make_pod(core, ns, "typo", node, tmpl)
+    pod(core, ns, "typo", node, tmpl)
 
     def reported() -> dict[str, Any] | None:
         rows = json.loads(kubectl_patchbay(local_cluster, "claims", "-n", ns, "-o", "json"))

@@ -19,13 +19,12 @@ from typing import Any
 import pytest
 from cluster import LocalCluster
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from simnode import SimNode
 
 from driver.mig.handler import CRASH_AFTER_GI
 from tests.bench.mig_bench import FirstFit, profile_is
-from tests.e2e.helpers import wait_for
 from tests.e2e.plugin_nodes import plugin_node
+from tests.e2e.pods import gone, phase, pod, running
 
 pytestmark = pytest.mark.cluster
 
@@ -67,38 +66,6 @@ def profile_template(resource_api: client.ResourceV1Api, ns: str, profile: str) 
     cel = f'device.attributes["patchbay.dev"].profile == "{profile}"'
     template(resource_api, ns, name, "mig.patchbay.dev", cel)
     return name
-
-
-def pod(core: client.CoreV1Api, ns: str, name: str, node: str, tmpl: str) -> None:
-    core.create_namespaced_pod(ns, {
-        "metadata": {"name": name},
-        "spec": {
-            "nodeSelector": {"kubernetes.io/hostname": node},
-            "containers": [{"name": "main", "image": "pause",
-                            "resources": {"claims": [{"name": "dev"}]}}],
-            "resourceClaims": [{"name": "dev", "resourceClaimTemplateName": tmpl}],
-        },
-    })  # fmt: skip
-
-
-def phase(core: client.CoreV1Api, ns: str, name: str) -> str:
-    try:
-        return str(core.read_namespaced_pod(name, ns).status.phase)
-    except ApiException as exc:
-        if exc.status == 404:
-            return "Gone"
-        raise
-
-
-def running(core: client.CoreV1Api, ns: str, name: str, timeout: float = 90) -> None:
-    wait_for(f"{name} Running", lambda: phase(core, ns, name) == "Running", timeout=timeout)
-
-
-def gone(core: client.CoreV1Api, ns: str, *names: str) -> None:
-    for name in names:
-        core.delete_namespaced_pod(name, ns)
-    for name in names:
-        wait_for(f"{name} gone", lambda n=name: phase(core, ns, n) == "Gone", timeout=60)
 
 
 def allocated(

@@ -19,11 +19,11 @@ import pytest
 import yaml
 from cluster import LocalCluster
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
 from plugin.proto import dra_v1_pb2, dra_v1_pb2_grpc
 from tests.e2e.helpers import delete_quietly, unique, wait_for
+from tests.e2e.pods import claim_of, gone, phase, pod, running
 from tests.kube.claims import allocated_claim
 
 pytestmark = pytest.mark.cluster
@@ -105,46 +105,6 @@ def pair_spec(config: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     }
 
 
-def make_pod(core: client.CoreV1Api, ns: str, name: str, node: str, tmpl: str) -> None:
-    core.create_namespaced_pod(
-        ns,
-        {
-            "metadata": {"name": name},
-            "spec": {
-                "nodeSelector": {"kubernetes.io/hostname": node},
-                "containers": [
-                    {"name": "main", "image": "pause", "resources": {"claims": [{"name": "c"}]}}
-                ],
-                "resourceClaims": [{"name": "c", "resourceClaimTemplateName": tmpl}],
-            },
-        },
-    )
-
-
-def phase(core: client.CoreV1Api, ns: str, name: str) -> str:
-    try:
-        return str(core.read_namespaced_pod(name, ns).status.phase)
-    except ApiException as exc:
-        if exc.status == 404:
-            return "Gone"
-        raise
-
-
-def running(core: client.CoreV1Api, ns: str, name: str) -> None:
-    wait_for(f"pod {name} Running", lambda: phase(core, ns, name) == "Running", timeout=90)
-
-
-def delete_pod(core: client.CoreV1Api, ns: str, name: str) -> None:
-    core.delete_namespaced_pod(name, ns)
-    wait_for(f"pod {name} gone", lambda: phase(core, ns, name) == "Gone", timeout=60)
-
-
-def claim_of(core: client.CoreV1Api, resource_api: client.ResourceV1Api, ns: str, pod: str) -> Any:
-    status = core.read_namespaced_pod(pod, ns).status
-    name = status.resource_claim_statuses[0].resource_claim_name
-    return resource_api.read_namespaced_resource_claim(name, ns)
-
-
 def allocated(claim: Any) -> dict[str, str]:
     """Request name -> device name of an allocated claim."""
     return {r.request: r.device for r in claim.status.allocation.devices.results}
@@ -173,13 +133,13 @@ def test_pairs_share_a_root_and_wait_for_one(
     devs = devices(resource_api, node)
     pair = make_template(resource_api, ns, "pair", pair_spec())
     for i in range(2):
-        make_pod(core, ns, f"pair-{i}", node, pair)
+        pod(core, ns, f"pair-{i}", node, pair)
     for i in range(2):
         running(core, ns, f"pair-{i}")
         got = allocated(claim_of(core, resource_api, ns, f"pair-{i}"))
         assert root_of(devs[got["gpu"]]) == root_of(devs[got["nic"]]), got
     for i in range(2):
-        delete_pod(core, ns, f"pair-{i}")
+        gone(core, ns, f"pair-{i}")
 
     # Root A: all 4 VFs taken; root B: both GPUs taken. No root has a pair.
     vf_hold = make_template(
@@ -188,11 +148,11 @@ def test_pairs_share_a_root_and_wait_for_one(
     gpu_hold = make_template(
         resource_api, ns, "gpus-b", {"requests": [request("gpu", "gpu.patchbay.dev", 2, ROOT_B)]}
     )
-    make_pod(core, ns, "hold-vfs", node, vf_hold)
-    make_pod(core, ns, "hold-gpus", node, gpu_hold)
+    pod(core, ns, "hold-vfs", node, vf_hold)
+    pod(core, ns, "hold-gpus", node, gpu_hold)
     running(core, ns, "hold-vfs")
     running(core, ns, "hold-gpus")
-    make_pod(core, ns, "waiting", node, pair)
+    pod(core, ns, "waiting", node, pair)
 
     def unschedulable() -> Any:
         conds = core.read_namespaced_pod("waiting", ns).status.conditions or []
@@ -207,12 +167,12 @@ def test_pairs_share_a_root_and_wait_for_one(
     prepared = {p.name for p in sim.agent.cdi_root.glob("*.json")}
     assert len(prepared) == 2, prepared  # only the two holders' claims
 
-    delete_pod(core, ns, "hold-vfs")
+    gone(core, ns, "hold-vfs")
     running(core, ns, "waiting")
     got = allocated(claim_of(core, resource_api, ns, "waiting"))
     assert root_of(devs[got["gpu"]]) == root_of(devs[got["nic"]]) == ROOT_A
     for name in ("waiting", "hold-gpus"):
-        delete_pod(core, ns, name)
+        gone(core, ns, name)
 
 
 def test_vfio_mode_binds_while_running_and_restores(
@@ -222,7 +182,7 @@ def test_vfio_mode_binds_while_running_and_restores(
     params = {"apiVersion": "patchbay.dev/v1alpha1", "kind": "VfConfig", "mode": "vfio-pci"}
     config = [{"requests": ["nic"], "opaque": {"driver": "patchbay.dev", "parameters": params}}]
     tmpl = make_template(resource_api, ns, "pair-vfio", pair_spec(config))
-    make_pod(core, ns, "vfio", sim.name, tmpl)
+    pod(core, ns, "vfio", sim.name, tmpl)
     running(core, ns, "vfio")
     vf = devices(resource_api, sim.name)[allocated(claim_of(core, resource_api, ns, "vfio"))["nic"]]
     bdf = vf.attributes["resource.kubernetes.io/pciBusID"].string
@@ -235,7 +195,7 @@ def test_vfio_mode_binds_while_running_and_restores(
     (container,) = containers.values()
     paths = {n["path"] for n in container["deviceNodes"]}
     assert {f"/dev/vfio/{group}", "/dev/vfio/vfio"} <= paths
-    delete_pod(core, ns, "vfio")
+    gone(core, ns, "vfio")
     assert sim.host.tree.driver_of(bdf) == "mlx5_core"
 
 
@@ -315,9 +275,9 @@ def test_numa_fallback_example_prefers_the_root(
     hold = make_template(
         resource_api, ns, "gpus-a", {"requests": [request("gpu", "gpu.patchbay.dev", 2, ROOT_A)]}
     )
-    make_pod(core, ns, "hold", node, hold)
+    pod(core, ns, "hold", node, hold)
     running(core, ns, "hold")
-    make_pod(core, ns, "fallback", node, tmpl)
+    pod(core, ns, "fallback", node, tmpl)
     running(core, ns, "fallback")
     got = allocated(claim_of(core, resource_api, ns, "fallback"))
     assert set(got) == {"gpu", "nic/same-numa"}, got
@@ -326,14 +286,14 @@ def test_numa_fallback_example_prefers_the_root(
     numa = "resource.kubernetes.io/numaNode"
     assert gpu.attributes[numa].int == nic.attributes[numa].int == 0
 
-    delete_pod(core, ns, "hold")
-    make_pod(core, ns, "aligned", node, tmpl)
+    gone(core, ns, "hold")
+    pod(core, ns, "aligned", node, tmpl)
     running(core, ns, "aligned")
     got = allocated(claim_of(core, resource_api, ns, "aligned"))
     assert set(got) == {"gpu", "nic/same-root"}, got
     assert root_of(devs[got["gpu"]]) == root_of(devs[got["nic/same-root"]]) == ROOT_A
     for name in ("fallback", "aligned"):
-        delete_pod(core, ns, name)
+        gone(core, ns, name)
 
 
 def test_one_root_example_puts_all_four_devices_on_one_root(
@@ -345,11 +305,11 @@ def test_one_root_example_puts_all_four_devices_on_one_root(
         d for d in yaml.safe_load_all(example.read_text()) if d["kind"] == "ResourceClaimTemplate"
     )
     resource_api.create_namespaced_resource_claim_template(namespace, doc)
-    make_pod(core, namespace, "quad", sim.name, doc["metadata"]["name"])
+    pod(core, namespace, "quad", sim.name, doc["metadata"]["name"])
     running(core, namespace, "quad")
     claim = claim_of(core, resource_api, namespace, "quad")
     results = claim.status.allocation.devices.results
     assert sorted(r.request for r in results) == ["gpus", "gpus", "nics", "nics"]
     roots = {root_of(devs[r.device]) for r in results}
     assert len(roots) == 1, roots
-    delete_pod(core, namespace, "quad")
+    gone(core, namespace, "quad")

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from cluster import LocalCluster
 from kubernetes import client, watch
-from kubernetes.client.exceptions import ApiException
 from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
 from tests.e2e.helpers import delete_quietly, events_about, unique, wait_for
+from tests.e2e.pods import phase
 
 pytestmark = pytest.mark.cluster
 
@@ -105,15 +105,6 @@ def template(resource_api: client.ResourceV1Api, namespace: str, count: int) -> 
         },
     )
     return name
-
-
-def phase(core: client.CoreV1Api, namespace: str, name: str) -> str:
-    try:
-        return str(core.read_namespaced_pod(name, namespace).status.phase)
-    except ApiException as exc:
-        if exc.status == 404:
-            return "Gone"
-        raise
 
 
 def test_slices_pass_validation_with_topology(

@@ -29,13 +29,13 @@ import pytest
 import yaml
 from cluster import LocalCluster
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from simnode import SimNode
 
 from driver.gpu.sharing.mps import MpsDaemons, start_time
 from fabric.simhost.nvidia_smi import read_record
 from tests.e2e.helpers import delete_quietly, unique, wait_for
 from tests.e2e.plugin_nodes import plugin_node
+from tests.e2e.pods import gone, pod, running
 
 pytestmark = pytest.mark.cluster
 
@@ -64,36 +64,6 @@ def sim(
         ready=lambda n: n >= 2, what="GPUs published", after_stop=stop_mps,
     ) as node:  # fmt: skip
         yield node
-
-
-def pod(
-    core: client.CoreV1Api, ns: str, name: str, node: str, claim: dict[str, str], n: int = 1
-) -> None:
-    containers = [{"name": f"c{i}", "image": "pause", "resources": {"claims": [{"name": "gpu"}]}}
-                  for i in range(n)]  # fmt: skip
-    core.create_namespaced_pod(ns, {
-        "metadata": {"name": name},
-        "spec": {"nodeSelector": {"kubernetes.io/hostname": node}, "containers": containers,
-                 "resourceClaims": [{"name": "gpu", **claim}]},
-    })  # fmt: skip
-
-
-def phase(core: client.CoreV1Api, ns: str, name: str) -> str:
-    try:
-        return str(core.read_namespaced_pod(name, ns).status.phase)
-    except ApiException as exc:
-        if exc.status == 404:
-            return "Gone"
-        raise
-
-
-def running(core: client.CoreV1Api, ns: str, name: str) -> None:
-    wait_for(f"{name} Running", lambda: phase(core, ns, name) == "Running", timeout=90)
-
-
-def gone(core: client.CoreV1Api, ns: str, name: str) -> None:
-    core.delete_namespaced_pod(name, ns)
-    wait_for(f"{name} gone", lambda: phase(core, ns, name) == "Gone", timeout=60)
 
 
 def envs(sim: SimNode, ns: str, name: str) -> list[list[str]]:
@@ -179,7 +149,7 @@ def test_two_containers_of_one_pod_share_a_time_sliced_gpu(
     resource_api.create_namespaced_resource_claim_template(
         ns, {"metadata": {"name": tmpl}, "spec": {"spec": spec}}
     )
-    pod(core, ns, "two", sim.name, {"resourceClaimTemplateName": tmpl}, n=2)
+    pod(core, ns, "two", sim.name, tmpl, containers=2)
     running(core, ns, "two")
     first, second = envs(sim, ns, "two")
     visible = [e for e in first if e.startswith("NVIDIA_VISIBLE_DEVICES=")]

@@ -26,17 +26,14 @@ from simnode import SimNode
 
 from tests.e2e.chart import Applier, by_kind, render
 from tests.e2e.helpers import delete_quietly, events_about, unique, wait_for
+from tests.e2e.pods import gone, phase, pod, running
 from tests.e2e.tenants import (
     GPU_CLASS,
     assert_one_gpu_through_the_extended_claim,
     claim_body,
-    claim_pod,
-    gone,
     limits_pod,
-    running,
     start_node,
 )
-from tests.e2e.test_plugin_e2e import phase
 
 pytestmark = pytest.mark.cluster
 
@@ -296,7 +293,7 @@ def test_a_restricted_class_only_in_labelled_namespaces(
         resource_api.create_namespaced_resource_claim_template(inside, template)
         core.patch_namespace(inside, {"metadata": {"labels": {label: None}}})
         lost = denied.replace(namespace, inside)
-        claim_pod(core, inside, "late", sim.name, resourceClaimTemplateName="t")
+        pod(core, inside, "late", sim.name, "t")
         (event, *_) = wait_for(
             "the controller's claim refused",
             lambda: [e for e in events_about(core, inside, "late") if lost in (e.message or "")],
