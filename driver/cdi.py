@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,8 +34,13 @@ KIND = f"{VENDOR}/{CLASS}"
 FILE_PREFIX = f"{VENDOR}-{CLASS}_"
 
 
+_CANONICAL_UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
 def canonical_claim_uid(uid: str) -> str:
     """The claim UID in canonical form, or :class:`CdiError` if it is not a UUID."""
+    if isinstance(uid, str) and _CANONICAL_UID.fullmatch(uid):
+        return uid  # the apiserver's form: several calls per prepare skip the parse
     try:
         return str(uuid.UUID(uid))
     except (ValueError, TypeError, AttributeError) as exc:
@@ -101,11 +107,15 @@ class CdiRegistry:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._spare_of: tuple[int, Path] | None = None  # (pid, path)
 
     def _spare(self) -> Path:
         # One file recycled between specs (driver.atomicfile.retire); its name
         # ends in neither .json nor .yaml, so runtimes never read it as a spec.
-        return self.root / f".{VENDOR}-{CLASS}.spare.tmp-{os.getpid()}"
+        pid = os.getpid()
+        if self._spare_of is None or self._spare_of[0] != pid:
+            self._spare_of = (pid, self.root / f".{VENDOR}-{CLASS}.spare.tmp-{pid}")
+        return self._spare_of[1]
 
     def remove_debris(self) -> int:
         """Temp files and spares of ours a crash or another process left (only
@@ -151,11 +161,10 @@ class CdiRegistry:
 
     def write_spec(self, claim_uid: str, spec: Mapping[str, Any]) -> None:
         """Write (or re-create) a claim's spec from its JSON data, atomically."""
-        uid = canonical_claim_uid(claim_uid)
+        path = self.spec_path(claim_uid)
+        uid = path.name[len(FILE_PREFIX) : -len(".json")]
         try:
-            create_from_spare(
-                self.spec_path(uid), json.dumps(spec, separators=(",", ":")).encode(), self._spare()
-            )
+            create_from_spare(path, json.dumps(spec, separators=(",", ":")).encode(), self._spare())
         except OSError as exc:
             raise CdiError(f"cannot write CDI spec for claim {uid}: {self._why(exc)}") from exc
 
