@@ -213,7 +213,8 @@ def test_the_webhook_needs_the_controller(helm: Path) -> None:
 def _render_against(helm: Path, kubeconfig: Path, namespace: str, *sets: str) -> dict[str, Any]:
     """The chart's TLS Secrets and caBundle as an upgrade would render them
     (``--dry-run=server``: its ``lookup`` reads the cluster)."""
-    args = [a for s in sets for a in ("--set", s)]
+    # Cluster-scoped DeviceClasses other tests applied would not be this release's to adopt.
+    args = [a for s in (*sets, "deviceClasses.enabled=false") for a in ("--set", s)]
     proc = run_helm(
         helm, "template", "rel", str(CHART), "--namespace", namespace, "--dry-run=server",
         "--kubeconfig", str(kubeconfig), *args,
