@@ -34,6 +34,14 @@ SIM_HOSTS_DIR = "/var/lib/patchbay-sim-hosts"  # every node's, for the simulated
 NVML_MOCK = REPO / "hack" / "nvml-mock" / "build" / "libnvidia-ml.so.1"
 # The driver root layout the plugin searches (like NVIDIA's nvidiaDriverRoot).
 DRIVER_LIB = "driver/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+# NVIDIA's tools in the driver root's usr/bin, as the simulated host's stand-ins
+# (fabric/simhost). They run in the plugin and MPS supervisor pods, with the
+# image's python and its fabric package; the host's bin/ ones name host paths.
+IMAGE_PYTHON = "/opt/patchbay/bin/python3"
+DRIVER_TOOLS = {
+    "nvidia-smi": f"-m fabric.simhost.nvidia_smi --host {SIM_DIR}",
+    "nvidia-cuda-mps-control": "-m fabric.simhost.mps_control",
+}
 
 
 @dataclass(frozen=True)
@@ -125,6 +133,11 @@ class RealNode:
         lib = host.dir / DRIVER_LIB
         lib.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(NVML_MOCK, lib)
+        for tool, args in DRIVER_TOOLS.items():
+            path = host.dir / "driver" / "usr" / "bin" / tool
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f'#!/bin/sh\nexec {IMAGE_PYTHON} {args} "$@"\n')
+            path.chmod(0o755)
         if host.adapters:  # read by the plugin (fabricAdapters: file:...)
             entries = [f"{name}={bdf_numa[0]}" for name, bdf_numa in sorted(host.adapters.items())]
             (host.dir / "fabric-adapters").write_text("\n".join(entries) + "\n")

@@ -4,8 +4,9 @@ Why this module exists: every other cluster tier stops one step short of a
 node (no kubelet, no container). Here one session brings up the control
 plane on the node bridge and two real nodes (hack/realnode.py: node-a with
 4 GPUs and VFs, node-c GPU-less with fabric adapters), installs
-``helm/patchbay`` with ``hack/simulated-values.yaml`` plus the controller
-and the simulated fabric, and the tests run the examples of
+``helm/patchbay`` with ``hack/simulated-values.yaml`` plus the controller,
+the simulated fabric and GPU sharing (a fractional GPU, the MPS supervisor),
+and the tests run the examples of
 ``deviceclasses/examples/`` as real containers.
 
 Needs root (namespaces, mounts, cgroups), the node binaries and images
@@ -24,12 +25,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.cluster_fixtures import missing_prerequisite, record_startup
 from tests.node.helpers import Node, Tier
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_DIR = Path(os.environ.get("PATCHBAY_NODE_RUN_DIR", f"/tmp/pb-node-{os.getuid()}"))
+# GPU sharing on node-a (tests/node/test_sharing_nodes.py): GPU 3 is also a
+# fractional GPU, and MPS daemons run in the MPS supervisor's pods.
+SHARING_VALUES = {"kubeletPlugin": {"sharedGpus": "3", "mpsSupervisor": True}}
 
 
 def _prerequisites() -> None:
@@ -57,6 +62,10 @@ def tier() -> Iterator[Tier]:
         pytest.fail(f"real nodes did not start: {err}", pytrace=False)
     record_startup("real nodes (control plane + 2 nodes Ready)", cluster.startup_seconds)
     release = realnode_chart.Release(cluster.kubeconfig, RUN_DIR / "chart", "node-c")
+    sharing = RUN_DIR / "chart" / "sharing-values.yaml"
+    sharing.parent.mkdir(parents=True, exist_ok=True)
+    sharing.write_text(yaml.safe_dump(SHARING_VALUES))
+    release.values.append(sharing)  # every helm call of the session, upgrades too
     t = Tier(cluster, {n: Node(cluster.nodes[n]) for n in cluster.nodes}, release)
     (RUN_DIR / "figures.json").unlink(missing_ok=True)
     for name, seconds in cluster.ready_seconds.items():
