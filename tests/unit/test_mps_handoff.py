@@ -128,3 +128,22 @@ def test_a_daemon_that_died_is_started_again_for_the_same_want(
     new = wait_for("a new daemon, ready", restarted, timeout=10)
     assert daemons_of(daemons.root) == [new]
     plugin.stop(directory)
+
+
+def test_a_malformed_want_is_answered_with_an_error_not_a_crash(
+    daemons: MpsDaemons, supervisor: MpsSupervisor
+) -> None:
+    directory = daemons.directory("claim-1")
+    directory.mkdir(parents=True)
+    (directory / WANT_FILE).write_text(json.dumps({"request": "r1", "threads": 40}))
+    wait_for("an answer", lambda: (directory / READY_FILE).exists(), timeout=10)
+    ready = json.loads((directory / READY_FILE).read_text())
+    assert ready["request"] == "r1" and "malformed want.json" in ready["error"], ready
+    # The supervisor goes on serving: another claim gets its daemon.
+    plugin = MpsHandoff(daemons, supervised=True)
+    other = plugin.directory("claim-2")
+    assert daemons.running(other) is None
+    assert plugin.ensure(other, UUIDS, None, {}) == daemons.running(other)
+    plugin.stop(other)
+    (directory / WANT_FILE).unlink()
+    wait_for("the malformed claim's directory removed", lambda: not directory.exists(), 10)

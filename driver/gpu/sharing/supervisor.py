@@ -67,18 +67,25 @@ def converge(daemons: MpsDaemons, directory: Path) -> None:
         log.warning("MPS daemon of %s is gone: starting it again", directory.name)
     state: dict[str, Any] = {"request": want.get("request")}
     try:
-        pid = daemons.ensure(
-            directory,
-            [str(u) for u in want["uuids"]],
-            want.get("threads"),
-            {str(k): int(v) for k, v in (want.get("pinned_mib") or {}).items()},
-        )
+        uuids, threads, pinned = _parse(want)
+        pid = daemons.ensure(directory, uuids, threads, pinned)
         state.update(pid=pid, start_time=start_time(pid))
     except DeviceError as exc:
         log.error("MPS daemon of %s: %s", directory.name, exc)
         state["error"] = str(exc)
     crash_point("mps-ready-unwritten")
     write_atomic(directory / READY_FILE, json.dumps(state).encode())
+
+
+def _parse(want: dict[str, Any]) -> tuple[list[str], int | None, dict[str, int]]:
+    """(GPUs, thread percentage, pinned MiB per GPU) of a want; DeviceError if malformed."""
+    try:
+        uuids = [str(u) for u in want["uuids"]]
+        threads = None if want.get("threads") is None else int(want["threads"])
+        pinned = {str(k): int(v) for k, v in (want.get("pinned_mib") or {}).items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise DeviceError(f"malformed {WANT_FILE}: {exc!r}") from exc
+    return uuids, threads, pinned
 
 
 class MpsSupervisor:
