@@ -1,14 +1,16 @@
 """A hundred pods at once on the real control plane (issue 17, "Bursts").
 
 Two simulated nodes of this module's own (tests/e2e/burst.py: a MIG node and
-a GPU + VF node); 100 pods asking for a 1g MIG partition, a whole GPU, a
-netdev VF or a vfio-pci VF are created concurrently, about three times what
-fits. The real scheduler admits what fits and leaves the rest Pending with
-its own reason; the node agent prepares the admitted ones through our
-socket. Checked: every admitted pod Running, every device in exactly one
-claim's CDI spec and checkpoint record and nowhere else
-(tests/e2e/burst_audit.py); the first wave deleted, the waiting pods take
-its place; everything deleted, nothing left on the nodes.
+a GPU + VF node) and the first node of the fabric environment
+(tests/e2e/conftest.py); 100 pods asking for a 1g MIG partition, a whole
+local GPU, a fabric GPU, a netdev VF or a vfio-pci VF are created
+concurrently, about three times what fits. The real scheduler admits what
+fits and leaves the rest Pending with its own reason; the node agent
+prepares the admitted ones through our socket. Checked: every admitted pod
+Running, every device in exactly one claim's CDI spec and checkpoint record
+and nowhere else (tests/e2e/burst_audit.py); the first wave deleted, the
+waiting pods take its place; everything deleted, nothing left on the nodes
+and no fabric attachment.
 """
 
 from __future__ import annotations
