@@ -1,11 +1,13 @@
 """The one module that talks to the Kubernetes API client.
 
 We use the ``kubernetes`` package's asyncio client for what it does well
-(kubeconfig and in-cluster configuration, TLS, token refresh, the aiohttp
-session) and send raw JSON requests through it. The generated typed models
-are skipped on purpose: they cost memory and CPU per object, and the rest of
-patchbay reads only a handful of fields. Watches stream the response body
-line by line.
+(kubeconfig and in-cluster configuration, TLS, token refresh) and send raw
+JSON requests: GETs (a prepare's claim read) through the lean keep-alive
+client of :mod:`driver.kube.http1` on the client's TLS context, writes and
+watches (and everything, behind a proxy) through an aiohttp session. The
+generated typed models are skipped on purpose: they cost memory and CPU per
+object, and the rest of patchbay reads only a handful of fields. Watches
+stream the response body line by line.
 """
 
 from __future__ import annotations
