@@ -225,6 +225,7 @@ async def post_faults(request: web.Request) -> web.Response:
     fab = request.app[FABRIC]
     upd = bodies.parse(bodies.FaultsUpdate, await request.read())
     await fab.call(faults.apply, fab.store, fab.inv, upd)
+    fab.knobs_changed()
     fab.devices_changed(sorted(upd.devices))
     return await get_faults(request)
 

@@ -4,8 +4,8 @@ Concurrency model (the whole process has one asyncio loop): every store and
 simulated-host call runs on ONE worker thread (``_call``), so the
 read-decide-write of an attach or detach is atomic against other requests
 without locks; the loop only awaits that thread and sleeps the configured
-latency. Each task is an asyncio task that sleeps, then finishes in one
-worker call.
+latency (re-read while it sleeps, so lowering it releases waiting tasks).
+Each task is an asyncio task that sleeps, then finishes in one worker call.
 
 Rules: attaching a device already attached (or attaching) to the same
 initiator returns that connection (and its open task); to another initiator,
@@ -25,6 +25,7 @@ once, and no attachment or open task is lost.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -57,6 +58,7 @@ class Fabric:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fabric-worker")
         self._running: dict[int, asyncio.Task[None]] = {}
         self.events = EventBus()
+        self._knobs_changed = asyncio.Event()
 
     def _notify(self, message_id: str, conn: Connection, *extra: str) -> None:
         fabric = self.inv.targets[conn.device].fabric
@@ -66,6 +68,11 @@ class Fabric:
             uris.endpoint_uri(fabric, conn.device),
             *extra,
         )
+
+    def knobs_changed(self) -> None:
+        """Wake the tasks sleeping a latency: it may have been lowered."""
+        self._knobs_changed.set()
+        self._knobs_changed = asyncio.Event()
 
     def devices_changed(self, devices: list[str]) -> None:
         """Announce that these devices' state changed (faults, health)."""
@@ -163,7 +170,7 @@ class Fabric:
     async def _execute(self, task_id: int) -> None:
         try:
             task = await self.call(self._begin_sync, task_id)
-            await asyncio.sleep(await self.call(self.latency, f"{task.kind}_latency"))
+            await self._sleep_latency(f"{task.kind}_latency")
             conn = await self.call(self.store.connection, task.connection)
             problem = await self.call(self._finish_sync, task_id)
             if conn is not None and problem is not None:
@@ -184,6 +191,16 @@ class Fabric:
 
     def latency(self, key: str) -> float:
         return self.store.knob(key, self.default_latency[key])
+
+    async def _sleep_latency(self, key: str) -> None:
+        """Sleep the latency knob, re-read as it runs: a test can hold tasks
+        with a long latency and let them finish by lowering it."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        while (left := await self.call(self.latency, key) - (loop.time() - start)) > 0:
+            changed = self._knobs_changed
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), left)
 
     def _finish_sync(self, task_id: int) -> str | None:
         """Finish a task; its problem ("" when none), None when it had nothing to act on."""

@@ -12,6 +12,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from simnode import SimNode
 
+from tests.e2e import pods
 from tests.e2e.helpers import wait_for
 
 ROOT = "resource.kubernetes.io/pcieRoot"
@@ -66,18 +67,6 @@ def gpu_request(name: str = "gpu", fabric_device: str | None = None) -> dict[str
     return {"name": name, "exactly": exactly}
 
 
-def make_pod(core: Any, ns: str, name: str, tmpl: str, node: str | None = None) -> None:
-    spec: dict[str, Any] = {
-        "containers": [
-            {"name": "main", "image": "pause", "resources": {"claims": [{"name": "c"}]}}
-        ],
-        "resourceClaims": [{"name": "c", "resourceClaimTemplateName": tmpl}],
-    }
-    if node:
-        spec["nodeSelector"] = {"kubernetes.io/hostname": node}
-    core.create_namespaced_pod(ns, {"metadata": {"name": name}, "spec": spec})
-
-
 def pod_attaching(
     env: Env, resource_api: Any, core: Any, ns: str, name: str, device: str, node: str,
     latency: float,
@@ -87,49 +76,26 @@ def pod_attaching(
     template name."""
     env.fabric.faults(attachLatencySeconds=latency)
     tmpl = template(resource_api, ns, name, [gpu_request(fabric_device=device)])
-    make_pod(core, ns, name, tmpl, node)
+    pods.pod(core, ns, name, node, tmpl)
     wait_for(f"{device} attaching", lambda: device in env.fabric.connections(), timeout=60)
     return tmpl
 
 
 def runs_with(
-    env: Env, core: Any, ns: str, pod: str, tmpl: str, node: str, device: str, adapter: str
+    env: Env, core: Any, ns: str, name: str, tmpl: str, node: str, device: str, adapter: str
 ) -> None:
     """A pod from ``tmpl`` on ``node`` runs with ``device`` attached through
     ``adapter``; then it is deleted and the device detached."""
-    make_pod(core, ns, pod, tmpl, node)
-    running(env, core, ns, pod)
+    pods.pod(core, ns, name, node, tmpl)
+    running(env, core, ns, name)
     assert env.fabric.connections()[device][:2] == (node, adapter)
-    delete_pod(core, ns, pod)
+    pods.gone(core, ns, name)
     wait_for(f"{device} detached", lambda: device not in env.fabric.connections(), timeout=60)
 
 
-def phase(core: Any, ns: str, name: str) -> str:
-    try:
-        return str(core.read_namespaced_pod(name, ns).status.phase)
-    except ApiException as exc:
-        if exc.status == 404:
-            return "Gone"
-        raise
-
-
 def running(env: Env, core: Any, ns: str, name: str, timeout: float = 120) -> None:
-    wait_for(
-        f"pod {name} Running",
-        lambda: env.check_alive() and phase(core, ns, name) == "Running",
-        timeout=timeout,
-    )
-
-
-def delete_pod(core: Any, ns: str, name: str) -> None:
-    core.delete_namespaced_pod(name, ns)
-    wait_for(f"pod {name} gone", lambda: phase(core, ns, name) == "Gone", timeout=60)
-
-
-def claim_of(core: Any, resource_api: Any, ns: str, pod: str) -> Any:
-    status = core.read_namespaced_pod(pod, ns).status
-    name = status.resource_claim_statuses[0].resource_claim_name
-    return resource_api.read_namespaced_resource_claim(name, ns)
+    """Wait until the pod runs, failing at once if a node or the controller died."""
+    pods.running(core, ns, name, timeout, alive=env.check_alive)
 
 
 def conditions(claim: Any, device: str) -> dict[str, str]:

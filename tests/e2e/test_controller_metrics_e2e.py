@@ -22,13 +22,12 @@ from tests import monitoring
 from tests.e2e.fabric_helpers import (
     POOL_SIZE,
     Env,
-    delete_pod,
     gpu_request,
-    make_pod,
     running,
     template,
 )
 from tests.e2e.helpers import wait_for
+from tests.e2e.pods import gone, pod
 
 pytestmark = pytest.mark.cluster
 
@@ -58,7 +57,7 @@ def test_controller_metrics_follow_an_attach_and_a_detach(
     timed = value(env, "patchbay_fabric_operation_duration_seconds_count", **attach_ok) or 0
 
     tmpl = template(resource_api, ns, "gm", [gpu_request(fabric_device="gpu-0")])
-    make_pod(core, ns, "metrics", tmpl, node)
+    pod(core, ns, "metrics", node, tmpl)
     running(env, core, ns, "metrics")
     assert value(env, "patchbay_fabric_operations_total", **attach_ok) == before + 1
     assert value(env, "patchbay_fabric_operation_duration_seconds_count", **attach_ok) == timed + 1
@@ -74,7 +73,7 @@ def test_controller_metrics_follow_an_attach_and_a_detach(
     assert wanted and wanted <= names, sorted(wanted - names)
 
     detached = value(env, "patchbay_fabric_operations_total", op="detach", result="ok") or 0
-    delete_pod(core, ns, "metrics")
+    gone(core, ns, "metrics")
     wait_for(
         "the detach counted",
         lambda: (

@@ -19,21 +19,18 @@ from tests.e2e.fabric_helpers import (
     Env,
     attr,
     claim_gone_or_free,
-    claim_of,
     conditions,
-    delete_pod,
     fabric_pool,
     fabric_slices,
     gpu_request,
-    make_pod,
     node_gpus,
     node_vfs,
-    phase,
     running,
     runs_with,
     template,
 )
 from tests.e2e.helpers import events_about, wait_for
+from tests.e2e.pods import claim_of, gone, phase, pod
 
 pytestmark = pytest.mark.cluster
 
@@ -68,7 +65,7 @@ def test_fabric_gpu_attached_released_and_reused(
     ns, node = namespace, env.nodes[0].name
     tmpl = template(resource_api, ns, "g2", [gpu_request(fabric_device="gpu-2")])
     started = time.monotonic()
-    make_pod(core, ns, "first", tmpl, node)
+    pod(core, ns, "first", node, tmpl)
     running(env, core, ns, "first")
     claim = claim_of(core, resource_api, ns, "first")
     (result,) = claim.status.allocation.devices.results
@@ -101,14 +98,14 @@ def test_fabric_gpu_attached_released_and_reused(
     assert ev.reporting_component == "patchbay.dev/controller" and ev.type == "Normal"
     assert ev.involved_object.uid == claim.metadata.uid
 
-    delete_pod(core, ns, "first")
+    gone(core, ns, "first")
     wait_for("gpu-2 detached", lambda: "gpu-2" not in env.fabric.connections(), timeout=60)
-    (gone,) = wait_for(
+    (detached,) = wait_for(
         "Detached Event",
         lambda: events_about(core, ns, claim.metadata.name, "Detached"),
         timeout=30,
     )
-    assert gone.message == f"fabric device gpu-2 detached from node {node}"
+    assert detached.message == f"fabric device gpu-2 detached from node {node}"
     assert len(fabric_pool(resource_api)) == POOL_SIZE
     # The device is back: the next pod (on the other node) gets it.
     runs_with(env, core, ns, "second", tmpl, env.nodes[1].name, "gpu-2", "adapter1")
@@ -119,8 +116,8 @@ def test_two_pods_race_for_the_last_fabric_gpu(
 ) -> None:
     ns = namespace
     tmpl = template(resource_api, ns, "last", [gpu_request(fabric_device="gpu-2")])
-    make_pod(core, ns, "race-a", tmpl)
-    make_pod(core, ns, "race-b", tmpl)
+    pod(core, ns, "race-a", None, tmpl)
+    pod(core, ns, "race-b", None, tmpl)
 
     def one_running() -> str | None:
         env.check_alive()
@@ -135,9 +132,9 @@ def test_two_pods_race_for_the_last_fabric_gpu(
         one_running()
         time.sleep(0.5)
     assert phase(core, ns, loser) == "Pending"
-    delete_pod(core, ns, winner)
+    gone(core, ns, winner)
     running(env, core, ns, loser)
-    delete_pod(core, ns, loser)
+    gone(core, ns, loser)
     wait_for("gpu-2 detached", lambda: "gpu-2" not in env.fabric.connections(), timeout=60)
 
 
@@ -150,7 +147,7 @@ def test_pod_deleted_while_prebind_waits_is_detached_by_the_controller(
     tmpl = template(resource_api, ns, "doomed", [gpu_request(fabric_device="gpu-1")])
     env.fabric.faults(attachLatencySeconds=10)
     try:
-        make_pod(core, ns, "doomed", tmpl, node)
+        pod(core, ns, "doomed", node, tmpl)
 
         def allocated() -> Any:
             env.check_alive()
@@ -168,21 +165,25 @@ def test_pod_deleted_while_prebind_waits_is_detached_by_the_controller(
         assert conditions(claim, result.device) == {}  # not ready: PreBind still waits
         conn = env.fabric.connections()["gpu-1"]
         assert conn[:2] == (node, "adapter0") and conn[2] != "Attached", conn
-        pod = core.read_namespaced_pod("doomed", ns)
-        assert pod.spec.node_name is None and pod.status.phase == "Pending"
-        delete_pod(core, ns, "doomed")
+        doomed = core.read_namespaced_pod("doomed", ns)
+        assert doomed.spec.node_name is None and doomed.status.phase == "Pending"
+        gone(core, ns, "doomed")
         wait_for(
             "the claim gone or deallocated",
             lambda: claim_gone_or_free(resource_api, ns, claim.metadata.name),
             timeout=60,
         )
+        # The in-flight attach finishes (10 s) and must then be rolled back.
+        # The latency stays until then: lowering it releases the attach at
+        # once, and a pod created while the scheduler's binding cycle of the
+        # deleted one still holds the device may wait for its next retry.
+        wait_for(
+            "gpu-1 detached",
+            lambda: env.check_alive() and "gpu-1" not in env.fabric.connections(),
+            timeout=60,
+        )
     finally:
         env.fabric.faults(attachLatencySeconds=0.2)
-    # The in-flight attach finishes (10 s) and must then be rolled back.
-    wait_for(
-        "gpu-1 detached", lambda: env.check_alive() and "gpu-1" not in env.fabric.connections(),
-        timeout=60,
-    )  # fmt: skip
     pool = fabric_pool(resource_api)
     assert len(pool) == POOL_SIZE
     names = {n.name for n in env.nodes}
@@ -208,7 +209,7 @@ def test_gpu_and_vf_pair_through_the_adapter_on_the_vfs_root(
         resource_api, ns, "pair", [gpu_request(), vf],
         constraints=[{"requests": ["gpu", "nic"], "matchAttribute": ROOT}],
     )  # fmt: skip
-    make_pod(core, ns, "pair", tmpl, node)
+    pod(core, ns, "pair", node, tmpl)
     running(env, core, ns, "pair")
     claim = claim_of(core, resource_api, ns, "pair")
     got = {r.request: (r.pool, r.device) for r in claim.status.allocation.devices.results}
@@ -219,7 +220,7 @@ def test_gpu_and_vf_pair_through_the_adapter_on_the_vfs_root(
     vfs = {d.name: d for s in local for d in (s.spec.devices or [])}
     assert attr(vfs[got["nic"][1]], ROOT) == attr(gpu, ROOT) == "pci0000:15"
     assert env.fabric.connections()[attr(gpu, "fabricDevice")][:2] == (node, "adapter0")
-    delete_pod(core, ns, "pair")
+    gone(core, ns, "pair")
     wait_for("pair's GPU detached", lambda: not env.fabric.connections(), timeout=60)
 
 
@@ -235,7 +236,7 @@ def test_gpu_and_vf_both_from_the_fabric_through_one_adapter(
         constraints=[{"requests": ["gpu", "nic"], "matchAttribute": ROOT}],
     )  # fmt: skip
     local_before = node_vfs(resource_api, node)
-    make_pod(core, ns, "fabpair", tmpl, node)
+    pod(core, ns, "fabpair", node, tmpl)
     running(env, core, ns, "fabpair")
     claim = claim_of(core, resource_api, ns, "fabpair")
     got = {r.request: (r.pool, r.device) for r in claim.status.allocation.devices.results}
@@ -249,7 +250,7 @@ def test_gpu_and_vf_both_from_the_fabric_through_one_adapter(
         assert conditions(claim, device) == {"FabricDeviceReady": "True"}
     # The attached NIC's VFs are never offered as free local VFs.
     assert node_vfs(resource_api, node) == local_before
-    delete_pod(core, ns, "fabpair")
+    gone(core, ns, "fabpair")
     wait_for("both detached", lambda: not env.fabric.connections(), timeout=60)
     assert len(fabric_pool(resource_api)) == POOL_SIZE
 
@@ -279,10 +280,10 @@ def test_an_adapter_the_node_loses_is_a_warning_on_the_node(  # keep last: the a
     sim = env.nodes[1]
     sim.host.hot_remove(str(sim.host.adapters["adapter1"][0]))  # the adapter's port goes away
 
-    def gone() -> list[Any]:
+    def adapter_gone() -> list[Any]:
         return events_about(core, "default", sim.name, "FabricAdapterGone")
 
-    (ev,) = wait_for("FabricAdapterGone on the Node", gone, timeout=60)
+    (ev,) = wait_for("FabricAdapterGone on the Node", adapter_gone, timeout=60)
     node = core.read_node(sim.name)
     assert (ev.type, ev.involved_object.kind) == ("Warning", "Node")
     assert ev.involved_object.uid == node.metadata.uid

@@ -20,18 +20,16 @@ from tests.e2e.fabric_helpers import (
     Env,
     attr,
     claim_gone_or_free,
-    claim_of,
     conditions,
-    delete_pod,
     fabric_pool,
     fabric_slices,
     gpu_request,
-    make_pod,
     pod_attaching,
     running,
     template,
 )
 from tests.e2e.helpers import events_about, unique, wait_for
+from tests.e2e.pods import claim_of, gone, pod
 
 pytestmark = pytest.mark.cluster
 
@@ -51,7 +49,7 @@ def test_controller_killed_mid_attach_and_fabric_restarted(
     assert conditions(claim, result.device) == {"FabricDeviceReady": "True"}
     assert set(env.fabric.connections()) == {"gpu-0"}  # nothing a claim does not need
     env.fabric.faults(attachLatencySeconds=0.2)
-    delete_pod(core, ns, "slow")
+    gone(core, ns, "slow")
     wait_for("nothing attached", lambda: not env.fabric.connections(), timeout=60)
 
 
@@ -65,7 +63,7 @@ def test_pod_deleted_while_the_controller_is_down_mid_attach_is_rolled_back(
     pod_attaching(env, resource_api, core, ns, "orphan", "gpu-1", node, latency=15)
     claim = claim_of(core, resource_api, ns, "orphan").metadata.name
     env.ctl.kill()
-    delete_pod(core, ns, "orphan")
+    gone(core, ns, "orphan")
     wait_for(
         "the claim gone or deallocated",
         lambda: claim_gone_or_free(resource_api, ns, claim),
@@ -99,7 +97,7 @@ def test_injected_attach_failure_reschedules_on_another_device(
     assert ids == {"gpu-0", "gpu-1", "gpu-2"}
     env.fabric.faults(failNextAttaches=1)
     tmpl = template(resource_api, ns, "any", [gpu_request()])
-    make_pod(core, ns, "retry", tmpl, node)
+    pod(core, ns, "retry", node, tmpl)
     running(env, core, ns, "retry", timeout=150)
     left = gpu_ids()
     (failed,) = ids - left  # the failed device is out of the pool during its hold
@@ -123,7 +121,7 @@ def test_injected_attach_failure_reschedules_on_another_device(
     assert warning.type == "Warning"
     assert warning.message.startswith(f"attaching {failed} to {node} via adapter")
     assert f"injected failure: attach of {failed} to {node} failed" in warning.message
-    delete_pod(core, ns, "retry")
+    gone(core, ns, "retry")
     wait_for("nothing attached", lambda: not env.fabric.connections(), timeout=60)
     wait_for(
         f"{failed} back after its hold",
@@ -140,7 +138,7 @@ def test_a_released_device_stays_attached_until_its_node_unprepared_it(
     # container. With the plugin down nothing can unprepare it.
     ns, node = namespace, env.nodes[0]
     tmpl = template(resource_api, ns, "held", [gpu_request(fabric_device="gpu-0")])
-    make_pod(core, ns, "held", tmpl, node.name)
+    pod(core, ns, "held", node.name, tmpl)
     running(env, core, ns, "held")
     claim = claim_of(core, resource_api, ns, "held").metadata.name
     node.plugin.kill()
@@ -215,12 +213,12 @@ def test_two_replicas_one_leader_and_standby_takes_over(  # keep last: it replac
             standby.log_tail(200)
         )
         tmpl = template(resource_api, ns, "ha", [gpu_request(fabric_device="gpu-2")])
-        make_pod(core, ns, "ha", tmpl, env.nodes[0].name)
+        pod(core, ns, "ha", env.nodes[0].name, tmpl)
         running(env, core, ns, "ha")
         claim = claim_of(core, resource_api, ns, "ha")
         (result,) = claim.status.allocation.devices.results
         assert conditions(claim, result.device) == {"FabricDeviceReady": "True"}
-        delete_pod(core, ns, "ha")
+        gone(core, ns, "ha")
         wait_for("gpu-2 detached", lambda: "gpu-2" not in env.fabric.connections(), timeout=60)
     finally:
         if env.ctl is not standby:

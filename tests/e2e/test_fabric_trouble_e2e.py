@@ -24,15 +24,13 @@ from tests.e2e.fabric_helpers import (
     POOL_SIZE,
     Env,
     attr,
-    claim_of,
     conditions,
-    delete_pod,
     fabric_pool,
-    make_pod,
     running,
     template,
 )
 from tests.e2e.helpers import events_about, wait_for
+from tests.e2e.pods import claim_of, gone, pod
 
 pytestmark = pytest.mark.cluster
 SLOW_S = float(os.environ.get("PATCHBAY_SLOW_ATTACH_S", "15"))
@@ -70,7 +68,7 @@ def test_a_slow_attach_binds_the_pod_in_one_scheduling_cycle(
     try:
         tmpl = template(resource_api, ns, "slow", [_pinned("gpu-1")])
         started = time.monotonic()
-        make_pod(core, ns, "slow", tmpl, node)
+        pod(core, ns, "slow", node, tmpl)
         running(env, core, ns, "slow", timeout=SLOW_S + 90)
         print(f"attach of {SLOW_S:.0f}s: pod running after {time.monotonic() - started:.1f}s")
     finally:
@@ -80,7 +78,7 @@ def test_a_slow_attach_binds_the_pod_in_one_scheduling_cycle(
     assert conditions(claim, result.device) == {"FabricDeviceReady": "True"}
     wait_for("the Scheduled event", lambda: _scheduled(core, ns, "slow")[0] == 1, timeout=30)
     assert _scheduled(core, ns, "slow") == (1, 0), "bound in one cycle, never retried"
-    delete_pod(core, ns, "slow")
+    gone(core, ns, "slow")
     wait_for("nothing attached", lambda: not env.fabric.connections(), timeout=60)
 
 
@@ -91,7 +89,7 @@ def test_a_fabric_down_for_a_while_fails_no_claim(
     tmpl = template(resource_api, ns, "down", [_pinned("gpu-1")])
     env.fabric.kill()
     try:
-        make_pod(core, ns, "down", tmpl, node)
+        pod(core, ns, "down", node, tmpl)
         wait_for("allocated", lambda: _allocated(core, resource_api, ns, "down"), timeout=60)
         time.sleep(DOWN_S)
         claim = claim_of(core, resource_api, ns, "down")
@@ -106,7 +104,7 @@ def test_a_fabric_down_for_a_while_fails_no_claim(
     (result,) = claim.status.allocation.devices.results
     assert conditions(claim, result.device) == {"FabricDeviceReady": "True"}
     assert [e.reason for e in events_about(core, ns, claim.metadata.name, "AttachFailed")] == []
-    delete_pod(core, ns, "down")
+    gone(core, ns, "down")
     wait_for("nothing attached", lambda: not env.fabric.connections(), timeout=60)
 
 
@@ -128,7 +126,7 @@ def test_a_device_another_tenant_took_after_listing_fails_and_the_pod_gets_anoth
     env.fabric.faults(devices={"gpu-0": {"foreignOwner": "tenant-b"}})
     try:
         tmpl = template(resource_api, ns, "taken", [_pinned("gpu-0", "gpu-2")])
-        make_pod(core, ns, "taken", tmpl, node)
+        pod(core, ns, "taken", node, tmpl)
         wait_for("allocated", lambda: _allocated(core, resource_api, ns, "taken"), timeout=60)
         env.ctl.start()
         running(env, core, ns, "taken", timeout=150)
@@ -143,7 +141,7 @@ def test_a_device_another_tenant_took_after_listing_fails_and_the_pod_gets_anoth
         assert "gpu-0" in failed[0].message
         assert "gpu-0" not in {attr(d, "fabricDevice") for d in fabric_pool(resource_api).values()}
         assert set(env.fabric.connections()) == {"gpu-2"}
-        delete_pod(core, ns, "taken")
+        gone(core, ns, "taken")
         wait_for("nothing attached", lambda: not env.fabric.connections(), timeout=60)
     finally:
         env.fabric.faults(devices={"gpu-0": {"foreignOwner": ""}})

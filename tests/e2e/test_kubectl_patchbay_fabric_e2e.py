@@ -20,14 +20,12 @@ from cluster import LocalCluster
 
 from tests.e2e.fabric_helpers import (
     Env,
-    claim_of,
-    delete_pod,
     gpu_request,
-    make_pod,
     running,
     template,
 )
 from tests.e2e.helpers import wait_for
+from tests.e2e.pods import claim_of, gone, pod
 from tests.e2e.test_kubectl_patchbay_e2e import kubectl_patchbay
 
 pytestmark = pytest.mark.cluster
@@ -50,7 +48,7 @@ def test_claims_and_fabric_show_a_failed_attach_and_a_waiting_one(
     ns, node = namespace, env.nodes[0].name
     env.fabric.faults(failNextAttaches=1)
     doomed = template(resource_api, ns, "only-gpu-1", [gpu_request(fabric_device="gpu-1")])
-    make_pod(core, ns, "doomed", doomed, node)
+    pod(core, ns, "doomed", node, doomed)
 
     def failed() -> dict[str, Any] | None:
         env.check_alive()
@@ -68,10 +66,12 @@ def test_claims_and_fabric_show_a_failed_attach_and_a_waiting_one(
     assert "gpu-1" in pool["gpu-1"]["why"]["message"]
     assert pool["gpu-0"]["state"] == "free" and len(pool["gpu-0"]["reachable"]) == 2
 
-    env.fabric.faults(attachLatencySeconds=20)
+    # The attach is held (a latency the fabric re-reads while it waits) until
+    # every view of it was taken, however slowly kubectl runs here.
+    env.fabric.faults(attachLatencySeconds=600)
     try:
         slow = template(resource_api, ns, "only-gpu-0", [gpu_request(fabric_device="gpu-0")])
-        make_pod(core, ns, "slow", slow, node)
+        pod(core, ns, "slow", node, slow)
         wait_for("gpu-0 attaching", lambda: "gpu-0" in env.fabric.connections(), timeout=60)
         row = claims(local_cluster, ns)["slow"]
         (dev,) = row["devices"]
@@ -96,6 +96,7 @@ def test_claims_and_fabric_show_a_failed_attach_and_a_waiting_one(
         (g0,) = [x for x in table.splitlines() if x.startswith("gpu-0 ")]
         assert g0.split()[2:4] == ["held,", "attaching"]
         # Attached: the node reports it behind adapter0, held by the prepared claim.
+        env.fabric.faults(attachLatencySeconds=0.2)
         running(env, core, ns, "slow")
         g0_view = fabric(local_cluster)["gpu-0"]
         assert g0_view["attached"] == {"node": node, "adapter": "adapter0", "busy": True}
@@ -103,6 +104,5 @@ def test_claims_and_fabric_show_a_failed_attach_and_a_waiting_one(
         assert claims(local_cluster, ns)["slow"]["devices"][0]["binding"]["state"] == "ready"
     finally:
         env.fabric.faults(attachLatencySeconds=0.2)
-        for pod in ("slow", "doomed"):
-            delete_pod(core, ns, pod)
+        gone(core, ns, "slow", "doomed")
     wait_for("nothing attached", lambda: not env.fabric.connections(), timeout=90)

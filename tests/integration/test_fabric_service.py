@@ -149,6 +149,22 @@ async def test_latency_honoured_and_injected_failure(
     assert service.host("node-c").gpu_uuids() == {}
 
 
+async def test_a_lowered_latency_releases_an_attach_in_progress(
+    service: Service, client: FabricClient
+) -> None:
+    # How the e2e tests hold an attach while they look at it: a latency far
+    # longer than any test, lowered once they are done.
+    await faults(service, {"attachLatencySeconds": 3600})
+    res = await client.attach("gpu-1", "node-c", "adapter0")
+    assert res.task is not None
+    await asyncio.sleep(1.0)
+    assert (await client.task(res.task.uri)).state in ("New", "Running")
+    await faults(service, {"attachLatencySeconds": 0.05})
+    assert (await client.wait(res.task.uri, 10, 0.05)).state == "Completed"
+    conn = (await client.device("gpu-1")).connection
+    assert conn is not None and conn.state == "Attached"
+
+
 async def test_concurrent_attaches_one_wins(service: Service, client: FabricClient) -> None:
     results = await asyncio.gather(
         *(client.attach("gpu-1", n, "adapter0") for n in ("node-a", "node-b", "node-c")),
