@@ -53,6 +53,7 @@ SPAM_REFILL_S = 300.0  # one token every 5 minutes (defaultSpamQPS = 1/300)
 SERIES_FINISH_S = 360.0  # client-go tools/events finishTime (6 minutes)
 MAX_QUEUED = 1000  # client-go tools/events maxQueuedEvents
 MAX_CACHED = 4096  # client-go tools/record maxLruCacheEntries
+PRUNE_EVERY_S = 60.0  # how often refilled spam-filter buckets are forgotten
 NOTE_LIMIT = 1024  # apiserver validation: note/message at most 1024 bytes
 FIELD_LIMIT = 128  # reportingInstance, action and reason
 WRITE_TRIES = 3
@@ -163,6 +164,7 @@ class EventRecorder:
         self._queue: asyncio.Queue[tuple[_Key, float]] = asyncio.Queue(max_queued)
         self._series: dict[_Key, _Series] = {}
         self._buckets: dict[tuple[ObjectRef, str], _Bucket] = {}
+        self._pruned_at = clock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.stats = _Stats()
 
@@ -272,9 +274,25 @@ class EventRecorder:
         series.last = at
         return series
 
+    def _prune_buckets(self, now: float) -> None:
+        """Forget the buckets that have refilled: a full bucket is what a new
+        one would be, so a long-running controller keeps only the objects it
+        recorded on lately (the LRU bound alone kept 4096 forever)."""
+        if now - self._pruned_at < PRUNE_EVERY_S:
+            return
+        self._pruned_at = now
+        full = [
+            k for k, b in self._buckets.items()
+            if b.tokens + (now - b.stamp) / self._refill >= self._burst
+        ]  # fmt: skip
+        for k in full:
+            del self._buckets[k]
+
     async def _finish_series(self) -> None:
-        """End series without a repeat for ``finish_s``, writing unwritten counts."""
+        """End series without a repeat for ``finish_s``, writing unwritten counts;
+        forget refilled buckets now and then."""
         now = self._clock()
+        self._prune_buckets(now)
         for key, series in list(self._series.items()):
             if now - series.last <= self._finish:
                 continue

@@ -150,6 +150,34 @@ async def test_spam_filter_is_a_token_bucket_per_object(api: MemoryKube, clock: 
         task.cancel()
 
 
+async def test_refilled_buckets_are_forgotten_and_busy_ones_kept(
+    api: MemoryKube, clock: Clock
+) -> None:
+    # A controller that runs for months must not keep a bucket per claim it
+    # ever recorded on: a refilled bucket is what a new one would be.
+    rec = EventRecorder(api, "patchbay.dev/controller", "c", burst=3, refill_s=300, clock=clock)
+    task = asyncio.create_task(rec.run())
+    try:
+        claims = [ObjectRef("ResourceClaim", f"c{i}", "ns", f"u{i}") for i in range(10)]
+        for ref in claims:
+            rec.normal(ref, "Attached", "Attach", "once")
+        for i in range(4):
+            rec.warning(CLAIM, "AttachFailed", "Attach", f"busy {i}")  # 3 written, 1 dropped
+        await rec.drain()
+        assert len(rec._buckets) == 11
+        clock.now += 301  # the claims' one token is back; CLAIM's bucket is at 1 of 3
+        rec.normal(NODE, "Woken", "Watch", "wakes the writer")
+        await rec.drain()
+        assert set(rec._buckets) == {(CLAIM, "Warning"), (NODE, "Normal")}
+        for i in range(4, 6):
+            rec.warning(CLAIM, "AttachFailed", "Attach", f"busy {i}")
+        await rec.drain()
+        busy = {e["note"] for e in events(api) if e["note"].startswith("busy")}
+        assert busy == {"busy 0", "busy 1", "busy 2", "busy 4"}, "still rate-limited"
+    finally:
+        task.cancel()
+
+
 async def test_recording_never_blocks_or_raises(api: MemoryKube, clock: Clock) -> None:
     rec = EventRecorder(api, "patchbay.dev/plugin", "p", clock=clock, retry_s=0.01, max_queued=2)
     # Before the writer runs, events wait on a bounded queue; beyond it they are dropped.
