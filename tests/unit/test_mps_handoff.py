@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +26,13 @@ import pytest
 from driver.errors import DeviceError
 from driver.gpu.sharing.handoff import MpsHandoff
 from driver.gpu.sharing.mps import MpsDaemons, start_time
-from driver.gpu.sharing.supervisor import READY_FILE, WANT_FILE, MpsSupervisor
+from driver.gpu.sharing.supervisor import (
+    NEW_CLAIM_GRACE_S,
+    READY_FILE,
+    WANT_FILE,
+    MpsSupervisor,
+    converge,
+)
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
 from tests.e2e.helpers import wait_for
@@ -147,3 +154,18 @@ def test_a_malformed_want_is_answered_with_an_error_not_a_crash(
     plugin.stop(other)
     (directory / WANT_FILE).unlink()
     wait_for("the malformed claim's directory removed", lambda: not directory.exists(), 10)
+
+
+def test_a_just_made_claim_directory_is_left_for_its_want(daemons: MpsDaemons) -> None:
+    # The plugin makes the directory, then writes want.json into it: a pass
+    # in between must not remove it (the want would be lost and prepare would
+    # wait for an answer that never comes). What a plugin that died in
+    # between left is removed once it is older than the grace.
+    directory = daemons.directory("claim-new")
+    directory.mkdir(parents=True)
+    converge(daemons, directory)
+    assert directory.exists(), "a just-made directory was taken for a claim that went"
+    old = time.time() - NEW_CLAIM_GRACE_S - 1
+    os.utime(directory, (old, old))
+    converge(daemons, directory)
+    assert not directory.exists(), "an empty leftover directory is removed after the grace"

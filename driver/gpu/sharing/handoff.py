@@ -97,7 +97,7 @@ class MpsHandoff:
         """Want the claim's daemon gone; returns once its directory is."""
         (directory / WANT_FILE).unlink(missing_ok=True)
         if not self.supervised:
-            converge(self.daemons, directory)
+            converge(self.daemons, directory, wait_for_want=False)
         deadline = time.monotonic() + self.timeout
         while directory.exists():
             if time.monotonic() > deadline:

@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 WANT_FILE = "want.json"
 READY_FILE = "ready.json"
 POLL_S = 0.2  # a pass over the claim directories
+NEW_CLAIM_GRACE_S = 10.0  # an empty claim directory younger than this awaits its want
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -51,13 +53,17 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def converge(daemons: MpsDaemons, directory: Path) -> None:
-    """One step towards what ``directory`` wants."""
+def converge(daemons: MpsDaemons, directory: Path, *, wait_for_want: bool = True) -> None:
+    """One step towards what ``directory`` wants (``wait_for_want``: leave a
+    just-made empty one to the writer that made it; the plugin converging on
+    its own, with no one else writing, passes False)."""
     want = read_json(directory / WANT_FILE)
     if want is None:
         if (directory / WANT_FILE).exists():
             log.warning("%s is not a JSON object: left alone", directory / WANT_FILE)
             return
+        if wait_for_want and _just_made(directory):
+            return  # the plugin made it and is writing its want.json
         daemons.stop(directory)
         return
     ready = read_json(directory / READY_FILE)
@@ -75,6 +81,21 @@ def converge(daemons: MpsDaemons, directory: Path) -> None:
         state["error"] = str(exc)
     crash_point("mps-ready-unwritten")
     write_atomic(directory / READY_FILE, json.dumps(state).encode())
+
+
+def _just_made(directory: Path) -> bool:
+    """An empty directory (bar temp files, or a want.json that landed since it
+    was read) younger than the grace: the plugin
+    makes the directory, then writes its want into it; a pass in between must
+    not take it for a claim that went (removing it would lose the want).
+    Older, it is what a plugin that died in between left: removed."""
+    try:
+        young = time.time() - directory.stat().st_mtime < NEW_CLAIM_GRACE_S
+        # want.json may have landed since it was read: the next pass reads it.
+        return young and all(e.name.startswith(".") or e.name == WANT_FILE
+                             for e in directory.iterdir())  # fmt: skip
+    except FileNotFoundError:
+        return False
 
 
 def _parse(want: dict[str, Any]) -> tuple[list[str], int | None, dict[str, int]]:
