@@ -111,6 +111,13 @@ class FabricService(_Proc):
         pki.init()
         self.ca_bundle = pki.ca.cert
         self.cert = pki.issue("fabric", "patchbay-fabric", server_sans=SERVER_SANS)
+        # A new FabricService is a new fabric: a database an earlier one left in
+        # this directory (a test that failed with a device still attached, a
+        # fault knob still set) must not be inherited. start() after stop()
+        # keeps the state: that is a restart of the same fabric.
+        self.db = directory / "fabric.db"
+        for leftover in (self.db, *directory.glob("fabric.db-*")):
+            leftover.unlink(missing_ok=True)
         self.topology = directory / "fabric.json"
         self.topology.write_text(json.dumps({"fabrics": [{"id": "pcie0", "type": "PCIe", **spec}]}))
         self.port_file = directory / "port"
@@ -142,7 +149,7 @@ class FabricService(_Proc):
         self._spawn(
             [
                 sys.executable, "-m", "fabric.service.main",
-                f"--fabric-topology={self.topology}", f"--fabric-db={self.dir / 'fabric.db'}",
+                f"--fabric-topology={self.topology}", f"--fabric-db={self.db}",
                 f"--fabric-port={self.port}", f"--port-file={self.port_file}",
                 f"--fabric-token-file={self.token_file}", f"--attach-latency={attach_latency}",
                 "--detach-latency=0.1", *tls,
