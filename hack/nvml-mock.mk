@@ -1,6 +1,6 @@
 # The NVML mock: our own libnvidia-ml.so.1 (C, sources in hack/nvml-mock/).
 # pynvml loads it by soname; tests and the demo point LD_LIBRARY_PATH (or
-# PATCHBAY_NVML_LIBRARY, see driver/nvml/pynvml_backend.py) at the build dir.
+# PATCHBAY_NVML_LIBRARY, see driver/nvml/pynvml_library.py) at the build dir.
 # Rebuilt only when a source or header changes; the binary is never committed.
 NVML_MOCK_DIR := hack/nvml-mock
 NVML_MOCK_BUILD := $(NVML_MOCK_DIR)/build

@@ -1,9 +1,10 @@
 """Prepare and unprepare claims: the driver's answer to the kubelet.
 
 For each claim of a call: GET the ResourceClaim, check it (UID, allocated,
-our pools), decode its opaque configs, refuse devices that another claim
-holds, record ``PrepareStarted`` in the checkpoint, let each device's handler
-do its work, write the claim's CDI spec and record ``PrepareCompleted``.
+our pools), plan it (driver.claims.plan: decode its opaque configs, refuse
+devices that another claim holds), record ``PrepareStarted`` in the checkpoint,
+let each device's handler do its work, write the claim's CDI spec and record
+``PrepareCompleted``.
 Every claim gets its own result: an error in one never fails the others.
 
 Concurrency: calls are serialised by an asyncio lock (the plugin adds a
@@ -23,17 +24,16 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from driver.cdi import CdiDevice, CdiRegistry, ContainerEdits, canonical_claim_uid
-from driver.checkpoint import Checkpoint, CheckpointStore, ClaimRecord, ClaimState, DeviceRecord
+from driver.checkpoint import Checkpoint, CheckpointStore, ClaimRecord, ClaimState
 from driver.claims import admin
 from driver.claims.allocation import Allocation, parse_allocation
 from driver.claims.fetch import ClaimReader, read_claims
 from driver.claims.model import ClaimRef, Fetched, PrepareResult, log_fields
-from driver.claims.results import SHARE_ID, merge_edits, result_of, unique_devices
-from driver.config import opaque
+from driver.claims.plan import Planned, plan_claim
+from driver.claims.results import merge_edits, result_of, unique_devices
 from driver.devices.handler import ClaimSharing, DeviceHandler, Inventory
 from driver.errors import ClaimError, ConfigError, PatchbayError
 from driver.faults import crash_point
@@ -252,7 +252,9 @@ class ClaimPreparer:
         if stale is not None:
             log.info("claim %s: undoing an interrupted prepare before retrying", ref.uid)
             self._undo(stale)
-        planned = self._plan(ref, allocation)
+        planned = plan_claim(
+            ref, allocation, self.checkpoint, self._inventory, self._handlers, self._sharing
+        )
         record = ClaimRecord(
             uid=ref.uid,
             namespace=ref.namespace,
@@ -283,7 +285,7 @@ class ClaimPreparer:
         self,
         ref: ClaimRef,
         record: ClaimRecord,
-        planned: list[tuple[DeviceRecord, Any, opaque.DeviceConfig | None]],
+        planned: list[Planned],
     ) -> PrepareResult:
         cdi_devices: list[CdiDevice] = []
         common: list[ContainerEdits] = []
@@ -327,69 +329,6 @@ class ClaimPreparer:
         crash_point("prepare-completed")
         PREPARED_CLAIMS.set(len(self.checkpoint.claims))
         return result_of(record)
-
-    def _plan(
-        self, ref: ClaimRef, allocation: Allocation
-    ) -> list[tuple[DeviceRecord, Any, opaque.DeviceConfig | None]]:
-        held: dict[tuple[str, ...], str] = {}
-        sharers: set[tuple[str, ...]] = set()  # held keys only shares of a device hold
-        others: set[tuple[str, ...]] = set()
-        for c in self.checkpoint.claims.values():
-            if c.uid == ref.uid:
-                continue
-            # A newer build's record holds its hardware whatever it calls it.
-            newer = c.not_understood(self._handlers) is not None
-            for d in c.devices:
-                if admin.is_admin(d):  # a read-only view holds nothing
-                    continue
-                held[(d.kind, d.local_id)] = held[(d.local_id,)] = c.uid
-                shared = SHARE_ID in d.undo
-                (sharers if shared else others).update({(d.kind, d.local_id), (d.local_id,)})
-                if newer:
-                    held[(d.local_id,)] = held[(d.pool_name, d.device_name)] = c.uid
-        sharers -= others
-        planned = []
-        for result in allocation.devices:
-            device = self._inventory.lookup(result.pool, result.device)
-            if device is None:
-                raise ClaimError(
-                    f"device {result.device} of pool {result.pool} is not on this node"
-                )
-            if device.kind not in self._handlers:
-                raise ClaimError(f"device {result.device}: no handler for type {device.kind}")
-            keys = [
-                (device.kind, device.local_id),
-                (device.local_id,),
-                (result.pool, result.device),
-            ]
-            owner = next((held[k] for k in keys if k in held and not result.admin_access), None)
-            if owner is not None and not (result.share_id and sharers.issuperset(keys[:2])):
-                raise ClaimError(f"device {result.device} is already prepared for claim {owner}")
-            if result.share_id is not None:  # the share as allocated: what it consumed
-                device = replace(device, capacity=dict(result.consumed_capacity))
-            configs = [
-                opaque.decode(c.parameters, f"config[{c.index}] ({c.source})")
-                for c in allocation.configs_for(result.request)
-            ]
-            config = opaque.effective(configs, device.kind, result.device)
-            record = DeviceRecord(
-                request_names=[result.request],
-                pool_name=result.pool,
-                device_name=result.device,
-                kind=device.kind,
-                local_id=device.local_id,
-                undo=self._handlers[device.kind].plan_undo(device),
-            )
-            if result.share_id is not None:
-                record.undo[SHARE_ID] = result.share_id
-            if result.admin_access:  # a read-only view: no config (no sharing) applies
-                record.undo, config = {admin.ADMIN_ACCESS: True}, None
-            planned.append((record, device, config))
-        if self._sharing is not None:  # undo data on record before it happens
-            extra = self._sharing.plan(ref.uid, [(d, c) for _, d, c in planned])
-            for (record, _, _), undo in zip(planned, extra, strict=True):
-                record.undo = {**record.undo, **undo}
-        return planned
 
     # -- unprepare --------------------------------------------------------
 

@@ -1,23 +1,17 @@
-"""The real NVML backend: ``pynvml`` over ``libnvidia-ml.so.1``.
+"""The real NVML backend: discovery and MIG through ``pynvml``.
 
-This is the only module that imports ``pynvml``. Every call blocks; the
-plugin runs them in a worker thread. pynvml loads the library by soname
-(``CDLL("libnvidia-ml.so.1")``); to use another build (our C mock) either set
-``LD_LIBRARY_PATH`` before the process starts, or set
-``PATCHBAY_NVML_LIBRARY`` to the library's absolute path, or pass
-``driver_root`` (the plugin's ``--driver-root``; the library is looked up
-below it, ``driver.nvml.library``, on every ``init`` until it is loaded, so a
-driver installed later is picked up): we load that file first, and the
-dynamic loader then resolves pynvml's soname lookup to the already loaded
-object. The environment variable (a test hook) wins.
+The real counterpart of :mod:`driver.nvml.fake`. It and its siblings
+:mod:`driver.nvml.pynvml_library` (loading the library, mapping errors) and
+:mod:`driver.nvml.pynvml_events` (XID events) are the only modules that
+import ``pynvml`` (an import-linter contract). Every call blocks; the plugin
+runs them in a worker thread.
 """
 
 from __future__ import annotations
 
 import ctypes
 import logging
-import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,57 +21,22 @@ from driver.errors import NvmlError
 from driver.nvml.backend import (
     ARCHITECTURES,
     BRANDS,
-    XID_FALLEN_OFF_BUS,
     GpuInfo,
     MigInstance,
     MigProfile,
     NvmlReturn,
     SystemInfo,
-    XidEvent,
     counts_errors,
     cuda_version,
     normalize_bus_id,
     nvml_error,
     short_profile_name,
 )
-from driver.nvml.library import find_library, not_found_message
+from driver.nvml.library import not_found_message
+from driver.nvml.pynvml_events import PynvmlEventWatcher
+from driver.nvml.pynvml_library import call, code_of, preload_library
 
 log = logging.getLogger(__name__)
-
-LIBRARY_ENV = "PATCHBAY_NVML_LIBRARY"
-_preloaded: list[ctypes.CDLL] = []
-
-
-def _preload_library(driver_root: Path | None = None) -> None:
-    """Load the library by absolute path once it is there (looked up again on
-    every call until then: a driver installed later is found)."""
-    if _preloaded:
-        return
-    found = find_library(driver_root) if driver_root is not None else None
-    path = os.environ.get(LIBRARY_ENV) or (str(found) if found else "")
-    if not path:
-        return  # pynvml tries the soname through the dynamic loader
-    try:
-        _preloaded.append(ctypes.CDLL(str(Path(path).resolve())))
-    except OSError as exc:
-        raise nvml_error(NvmlReturn.LIBRARY_NOT_FOUND, f"cannot load {path}: {exc}") from exc
-    log.info("NVML library preloaded from %s", path)
-
-
-def call(fn: Callable[..., Any], *args: Any, device: bool = False) -> Any:
-    """Run a pynvml function, turning NVMLError into our NvmlError."""
-    try:
-        return fn(*args)
-    except pynvml.NVMLError as exc:
-        raise nvml_error(int(exc.value), str(exc), device=device) from exc
-
-
-def code_of(exc: NvmlError) -> NvmlReturn | None:
-    try:
-        return NvmlReturn(exc.code)
-    except ValueError:
-        return None
-
 
 GI_PROFILES = range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT)
 CI_PROFILES = range(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT)
@@ -92,7 +51,7 @@ class PynvmlBackend:
         self._driver_root = driver_root
 
     def init(self) -> None:
-        _preload_library(self._driver_root)
+        preload_library(self._driver_root)
         try:
             call(pynvml.nvmlInit)
         except NvmlError as exc:
@@ -351,69 +310,10 @@ class PynvmlBackend:
         call(pynvml.nvmlGpuInstanceDestroy, gi, device=True)
 
     def watch_events(self, uuids: Sequence[str]) -> PynvmlEventWatcher:
-        return PynvmlEventWatcher(self, list(uuids))
+        return PynvmlEventWatcher(self._handle, list(uuids))
 
     def compute_mode(self, uuid: str) -> int:
         return int(call(pynvml.nvmlDeviceGetComputeMode, self._handle(uuid)))
 
     def set_compute_mode(self, uuid: str, mode: int) -> None:
         call(pynvml.nvmlDeviceSetComputeMode, self._handle(uuid), mode, device=True)
-
-
-@counts_errors
-class PynvmlEventWatcher:
-    """XID events through an NVML event set.
-
-    A watched GPU that is lost makes NVML's wait fail with GPU_IS_LOST; we
-    report it once as XID 79 (fallen off the bus) and rebuild the event set
-    without it, so the other GPUs stay watched.
-    """
-
-    def __init__(self, backend: PynvmlBackend, uuids: list[str]) -> None:
-        self._backend = backend
-        self._uuids = uuids
-        self._set: Any = None
-        self._build()
-
-    def _build(self) -> None:
-        if self._set is not None:
-            call(pynvml.nvmlEventSetFree, self._set)
-        self._set = call(pynvml.nvmlEventSetCreate)
-        for uuid in self._uuids:
-            h = self._backend._handle(uuid)
-            call(
-                pynvml.nvmlDeviceRegisterEvents, h, pynvml.nvmlEventTypeXidCriticalError, self._set
-            )
-
-    def _lost(self) -> list[XidEvent]:
-        lost = []
-        for uuid in self._uuids:
-            try:
-                call(pynvml.nvmlDeviceGetUUID, self._backend._handle(uuid))
-            except NvmlError as exc:
-                if exc.code != NvmlReturn.GPU_IS_LOST:
-                    raise
-                lost.append(XidEvent(uuid, XID_FALLEN_OFF_BUS))
-        gone = {e.uuid for e in lost}
-        self._uuids = [u for u in self._uuids if u not in gone]
-        self._build()
-        return lost
-
-    def wait(self, timeout_ms: int) -> list[XidEvent]:
-        events: list[XidEvent] = []
-        while True:
-            try:
-                data = call(pynvml.nvmlEventSetWait_v2, self._set, 0 if events else timeout_ms)
-            except NvmlError as exc:
-                if exc.code == NvmlReturn.TIMEOUT:
-                    return events
-                if exc.code == NvmlReturn.GPU_IS_LOST:
-                    return events + self._lost()
-                raise
-            uuid = call(pynvml.nvmlDeviceGetUUID, data.device)
-            events.append(XidEvent(uuid, int(data.eventData)))
-
-    def close(self) -> None:
-        if self._set is not None:
-            call(pynvml.nvmlEventSetFree, self._set)
-            self._set = None
