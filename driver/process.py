@@ -10,8 +10,9 @@ configuration, 3 discovery or hot-plug, 4 Kubernetes API, 5 leader lease
 lost, 1 any other). A vital task that fails ends its supervising task group
 with an ``ExceptionGroup``; the code comes from the errors inside it, not
 from the group. Anything that is not one of our errors (a bug) keeps its
-traceback. Shared by ``patchbay-plugin``, ``patchbay-controller`` and
-``patchbay-fabric`` so the three binaries behave alike.
+traceback. SIGUSR2 logs a heap summary (``driver.heapsummary``). Shared by
+``patchbay-plugin``, ``patchbay-controller`` and ``patchbay-fabric`` so the
+three binaries behave alike.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Literal, TypeVar
 import uvloop
 from pydantic import BaseModel, Field
 
+from driver import heapsummary
 from driver.errors import PatchbayError, leaves
 from driver.logconfig import configure
 from driver.settingsflags import parse_settings
@@ -57,9 +59,14 @@ def run_process(
         print(f"{prog}: {exc}", file=sys.stderr)
         return 2
     configure(settings.log_level, settings.log_format)
+
+    async def main() -> None:
+        heapsummary.install(asyncio.get_running_loop())  # SIGUSR2: driver.heapsummary
+        await run(settings)
+
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(run(settings))  # type: ignore[arg-type]
+            runner.run(main())
     except (PatchbayError, ExceptionGroup) as exc:
         status = exit_status(exc)
         if status is None:

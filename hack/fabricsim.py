@@ -63,10 +63,11 @@ class _Proc:
         self.name = name
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
+        self.env: dict[str, str] = {}  # added to the process's environment
 
     def _spawn(self, argv: list[str]) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, PYTHONPATH=str(REPO))
+        env = dict(os.environ, PYTHONPATH=str(REPO), **self.env)
         with self.log_path.open("ab") as out:
             out.write(f"--- start: {' '.join(argv)}\n".encode())
             out.flush()

@@ -15,12 +15,20 @@ memory and open file descriptors of both plugins and the controller
 is a slice rewrite), the writes the apiserver served in the interval by
 resource (its request counter, all clients) and the pods churned. The goal
 is no growth beyond noise. Figures only: nothing is asserted.
+
+``--heap`` (env ``SOAK_HEAP=1``) runs the plugins and the controller with
+Python's allocation tracing on and prints each one's heap summary
+(``driver.heapsummary``, asked for with SIGUSR2) after the warm-up and at
+the end: the allocation sites that grew in between, to tell objects that
+pile up from an allocator keeping its arenas. Tracing costs memory of its
+own: the RSS figures of such a run are not comparable with a plain one.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -119,11 +127,34 @@ def sample(label: str, procs: dict[str, int], soak: Soak, last: dict[str, Any]) 
     last.update(t=now, gens=gens, writes=writes, churned=soak.churned)
 
 
+def heap(when: str, procs: dict[str, int], logs: dict[str, Path]) -> None:
+    """Ask each process for its heap summary (SIGUSR2) and print it from its log."""
+    sizes = {n: logs[n].stat().st_size for n in procs}
+    for pid in procs.values():
+        os.kill(pid, signal.SIGUSR2)
+    for name in procs:
+
+        def lines(name: str = name) -> list[str]:
+            with logs[name].open("rb") as f:
+                f.seek(sizes[name])
+                text = f.read().decode(errors="replace")
+            return [ln.split("heap: ", 1)[1] for ln in text.splitlines() if "heap: " in ln]
+
+        wait_for(f"the heap summary of the {name}", lines, 30)
+        time.sleep(0.5)  # one callback logs the whole summary: let it finish
+        got = lines()
+        print(f"[heap {when}] {name}:", flush=True)
+        for line in got:
+            print(f"    {line}", flush=True)
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="soak_bench")
     parser.add_argument("--soak-seconds", type=float,
                         default=float(os.environ.get("SOAK_SECONDS", "600")))  # fmt: skip
     parser.add_argument("--interval", type=float, default=60.0, help="seconds between samples")
+    parser.add_argument("--heap", action="store_true",
+                        default=os.environ.get("SOAK_HEAP", "") not in ("", "0"))  # fmt: skip
     args = parser.parse_args(argv)
     build_nvml_mock()
     run = Path(tempfile.mkdtemp(prefix="pbs-", dir="/tmp"))
@@ -144,6 +175,9 @@ def main(argv: list[str]) -> None:
         mig = SimNode(cluster, "soak-mig", "2-gpus", plugin_kc, ("--mig-gpus=all", metrics))
         fab = SimNode(cluster, "soak-fab", "fabric-adapters", plugin_kc,
                       (ADAPTERS, f"--metrics-port={free_port()}"))  # fmt: skip
+        traced = {"PYTHONTRACEMALLOC": "1"} if args.heap else {}
+        for node in (mig, fab):
+            node.plugin.extra_env.update(traced)
         started += [mig.start(), fab.start()]
         fabric = FabricService(run / "fabric", {"switches": [
             switch("sw0", [(fab.name, "adapter0", fab.host.dir)], ["gpu-0", "gpu-1"]),
@@ -154,8 +188,9 @@ def main(argv: list[str]) -> None:
             "patchbay-controller", "patchbay-controller", (CONTROLLER_GROUP,)
         )
         ctl = ControllerProcess(ctl_kc, fabric, run / "controller.log",
-                                f"--metrics-port={free_port()}").start()  # fmt: skip
-        started.append(ctl)
+                                f"--metrics-port={free_port()}")  # fmt: skip
+        ctl.env.update(traced)
+        started.append(ctl.start())
         wait_for(
             "the MIG node's and the fabric's slices",
             lambda: {mig.name, "fabric"} <= set(generations(res)),
@@ -167,6 +202,10 @@ def main(argv: list[str]) -> None:
         warm = soak.churned
         procs = {n: p.proc.pid for n, p in (("mig plugin", mig.plugin), ("fabric plugin",
                  fab.plugin), ("controller", ctl)) if p.proc is not None}  # fmt: skip
+        logs = {"mig plugin": mig.plugin.log_path, "fabric plugin": fab.plugin.log_path,
+                "controller": ctl.log_path}  # fmt: skip
+        if args.heap:
+            heap("after the warm-up", procs, logs)
         last: dict[str, Any] = {}
         sample("start", procs, soak, last)
         t0 = time.monotonic()
@@ -177,6 +216,8 @@ def main(argv: list[str]) -> None:
                 sample(f"{(time.monotonic() - t0) / 60:.1f} min", procs, soak, last)
                 next_sample += args.interval
         sample("end", procs, soak, last)
+        if args.heap:
+            heap("at the end, grown since the warm-up", procs, logs)
         print(f"churned {soak.churned - warm} pods in {soak.batches - 1} batches over "
               f"{(time.monotonic() - t0) / 60:.1f} min (after one warm-up batch)")  # fmt: skip
     finally:
