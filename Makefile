@@ -73,7 +73,8 @@ test: lint nvml-mock k8s-bins helm-bin promtool prometheus-crds kueue-bin node-b
 # REFERENCE_PLUGIN=<dra-example-kubeletplugin binary> adds the reference
 # driver's columns to the plugin figures (tests/bench/reference.py).
 # BENCH=<name> runs one benchmark (tests/bench/__main__.py lists them), e.g.
-# BENCH=soak (not in the default set; SOAK_SECONDS, default 600) or BENCH=burst.
+# BENCH=soak (not in the default set; SOAK_SECONDS, default 600; SOAK_HEAP=1
+# adds heap summaries, driver/heapsummary.py) or BENCH=burst.
 bench: venv nvml-mock k8s-bins ## benchmarks: print figures, assert nothing (REFERENCE_PLUGIN=<path>: side by side; BENCH=<name>: one)
 	REFERENCE_PLUGIN="$(REFERENCE_PLUGIN)" PYTHONPATH=.:hack $(PY) -m tests.bench $(BENCH)
 

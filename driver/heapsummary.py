@@ -8,9 +8,10 @@ it is sent SIGUSR2, the memory tracing sees and the allocation sites that
 grew most since its previous summary (the first time: the largest ones).
 With tracing off the signal logs how to turn it on; nothing else changes.
 Tracing costs CPU and memory of its own, so it is for a diagnosis, never
-for the figures: ``make bench BENCH=soak SOAK_HEAP=1`` (tests/bench/soak_bench.py)
-uses it for the controller; on a cluster, set the variable on the
-DaemonSet or Deployment and ``kill -USR2 1`` in the container.
+for the figures: ``make bench BENCH=soak SOAK_HEAP=1`` (``tests/bench/soak_bench.py``)
+uses it for the plugins and the controller; on a cluster, add the variable
+to the chart's ``kubeletPlugin.extraEnv`` or ``controller.extraEnv`` and send
+the process SIGUSR2; the summary is in its log.
 """
 
 from __future__ import annotations

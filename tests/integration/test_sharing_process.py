@@ -90,9 +90,19 @@ def supervisor(plugin: PluginProcess) -> Iterator[Supervisor]:
     sup = Supervisor(plugin)
     yield sup
     sup.kill()
-    for pid in daemons_of(plugin.host.mps_root):  # never leave one behind a failed test
+    for pid in running_pids(plugin):  # never leave one behind a failed test
         os.kill(pid, signal.SIGKILL)
     shutil.rmtree(plugin.host.mps_root, ignore_errors=True)
+
+
+def host_daemons(plugin: PluginProcess) -> MpsDaemons:
+    """The MPS daemons of the plugin's simulated host, as the plugin sees them."""
+    return MpsDaemons(plugin.host.mps_control, plugin.host.mps_root)
+
+
+def running_pids(plugin: PluginProcess) -> list[int]:
+    """The MPS control daemons running under the host's MPS root."""
+    return daemons_of(plugin.host.mps_root)
 
 
 def modes(plugin: PluginProcess) -> list[int]:
@@ -116,7 +126,7 @@ def restart(plugin: PluginProcess, **env: str) -> tuple[Kubelet, str]:
 
 
 def assert_nothing_left(plugin: PluginProcess) -> None:
-    assert daemons_of(plugin.host.mps_root) == []
+    assert running_pids(plugin) == []
     assert not plugin.host.mps_root.exists() or list(plugin.host.mps_root.iterdir()) == []
     assert modes(plugin) == [0, 0]
     assert list(plugin.cdi_root.glob("*.json")) == []
@@ -136,7 +146,7 @@ def test_plugin_crash_at_each_step_of_an_mps_claim_converges(
     uid, claim = mps_claim(plugin, resource_api, namespace, node)
     supervisor.start()
     kubelet, endpoint = restart(plugin, PATCHBAY_CRASH_POINT=point)
-    daemons = MpsDaemons(plugin.host.mps_control, plugin.host.mps_root)
+    daemons = host_daemons(plugin)
     if point in UNPREPARE_SIDE:
         assert kubelet.prepare(endpoint, claim)[uid].error == ""
         assert daemons.running(daemons.directory(uid)) is not None
@@ -155,7 +165,7 @@ def test_plugin_crash_at_each_step_of_an_mps_claim_converges(
         spec = json.loads((plugin.cdi_root / f"k8s.patchbay.dev-claim_{uid}.json").read_text())
         assert "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps" in spec["containerEdits"]["env"]
         assert daemons.running(daemons.directory(uid)) is not None
-        assert len(daemons_of(plugin.host.mps_root)) == 1
+        assert len(running_pids(plugin)) == 1
     assert kubelet.unprepare(endpoint, claim)[uid].error == ""
     assert_nothing_left(plugin)
 
@@ -181,7 +191,7 @@ def test_supervisor_crash_at_each_step_converges(
 ) -> None:
     uid, claim = mps_claim(plugin, resource_api, namespace, node)
     kubelet, endpoint = restart(plugin)
-    daemons = MpsDaemons(plugin.host.mps_control, plugin.host.mps_root)
+    daemons = host_daemons(plugin)
     supervisor.start(PATCHBAY_CRASH_POINT=point)
     if point == "mps-daemon-stopped":
         assert kubelet.prepare(endpoint, claim)[uid].error == ""
@@ -193,7 +203,7 @@ def test_supervisor_crash_at_each_step_converges(
     assert result[uid].error == ""
     # One daemon: the one a crash left before its daemon.json was killed.
     pid = daemons.running(daemons.directory(uid))
-    assert daemons_of(plugin.host.mps_root) == [pid]
+    assert running_pids(plugin) == [pid]
     assert modes(plugin) == [EXCLUSIVE_PROCESS] * 2
     assert kubelet.unprepare(endpoint, claim)[uid].error == ""
     assert_nothing_left(plugin)
@@ -210,10 +220,10 @@ def test_the_daemon_outlives_a_plugin_kill_and_a_supervisor_kill(
     supervisor.start()
     kubelet, endpoint = restart(plugin)
     assert kubelet.prepare(endpoint, claim)[uid].error == ""
-    daemons = MpsDaemons(plugin.host.mps_control, plugin.host.mps_root)
+    daemons = host_daemons(plugin)
     directory = daemons.directory(uid)
     pid = daemons.running(directory)
-    assert pid is not None and daemons_of(plugin.host.mps_root) == [pid]
+    assert pid is not None and running_pids(plugin) == [pid]
     plugin.kill()  # SIGKILL: a rolling update ends the plugin's container too
     kubelet, endpoint = restart(plugin)  # its start-up wants the claim's daemon again
     supervisor.kill()
@@ -225,6 +235,6 @@ def test_the_daemon_outlives_a_plugin_kill_and_a_supervisor_kill(
         return bool(ready["request"] == want["request"] and ready["pid"] == pid)
 
     wait_for("the same daemon adopted and ready", answered, timeout=30)
-    assert daemons.running(directory) == pid and daemons_of(plugin.host.mps_root) == [pid]
+    assert daemons.running(directory) == pid and running_pids(plugin) == [pid]
     assert kubelet.unprepare(endpoint, claim)[uid].error == ""
     assert_nothing_left(plugin)
