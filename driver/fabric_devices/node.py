@@ -96,21 +96,22 @@ class FabricNodeView:
 
     def adapter_of(self, bdf: str) -> str | None:
         """The adapter whose port ``bdf`` sits behind, if any."""
+        path = self._path(bdf)
+        return self._adapter_above(path) if path is not None else None
+
+    def _path(self, bdf: str) -> Path | None:
+        """The device's sysfs directory; None once it has left the bus."""
         try:
-            parts = sysfs.device_path(self.sysfs_root, bdf).parts[:-1]
+            return sysfs.device_path(self.sysfs_root, bdf)
         except (OSError, ValueError):
             return None
+
+    def _adapter_above(self, path: Path) -> str | None:
+        parts = path.parts[:-1]
         for name, port in self.adapters.items():
             if port in parts:
                 return name
         return None
-
-    def _present(self, bdf: str) -> bool:
-        try:
-            sysfs.device_path(self.sysfs_root, bdf)
-        except (OSError, ValueError):
-            return False
-        return True
 
     def behind_adapter(self, bdf: str) -> bool:
         return self.adapter_of(bdf) is not None
@@ -143,13 +144,17 @@ class FabricNodeView:
         fabric: list[Device] = []
         for device in devices:
             bdf = device.attributes.get(PCI_BUS_ID)
-            if isinstance(bdf, str) and not self._present(bdf):
+            # One look at sysfs decides both whether the device is still there
+            # and where it sits: with two, a detach that hot-removes it in
+            # between made a present device "behind no adapter", a local one.
+            path = self._path(bdf) if isinstance(bdf, str) else None
+            if isinstance(bdf, str) and path is None:
                 # It left the bus between the scan and now (a fabric detach
                 # hot-removes it): where it sat is unknown, so it is not
                 # offered as local; the removal's rescan settles it.
                 log.info("%s (%s) is gone from sysfs: not offered", device.name, bdf)
                 continue
-            adapter = self.adapter_of(bdf) if isinstance(bdf, str) else None
+            adapter = self._adapter_above(path) if path is not None else None
             named = self._fabric_name(device, adapter) if adapter is not None else None
             if adapter is None:
                 local.append(device)

@@ -10,6 +10,7 @@ from driver.devices.model import PCI_BUS_ID, Device
 from driver.errors import ConfigError
 from driver.fabric_devices.naming import variant_name
 from driver.fabric_devices.node import FabricNodeView, parse_adapters
+from driver.pci import sysfs
 from driver.vf.config import PfPoolConfig
 from driver.vf.discovery import scan_vfs
 from fabric.simhost.host import SimHost
@@ -51,6 +52,32 @@ def test_gpu_gone_from_sysfs_during_the_scan_is_not_offered_as_local(tmp_path: P
     scanned = [Device("gpu-0", "gpu", uuid, {PCI_BUS_ID: bdf})]
     host.hot_remove(bdf)
     assert view.split(scanned) == ([], [])
+
+
+def test_gpu_leaving_the_bus_while_it_is_split_is_never_offered_as_local(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The detach hot-removes the GPU between two looks at sysfs: seen in a
+    15-minute soak as a departing fabric GPU published as a free local one,
+    which the scheduler then gave a claim the plugin could never prepare."""
+    host = SimHost.build(TOPOLOGIES["fabric-adapters"](), tmp_path, "node-a")
+    bdf = host.free_bdf("adapter0")
+    uuid = "GPU-4c2d8e1a-9b3f-4d6e-8a7c-1f2e3d4c5b66"
+    host.hot_add("adapter0", Gpu(bdf, uuid=uuid))
+    view = FabricNodeView("node-a", parse_adapters("adapter0=0000:15:02.0"), host.sysfs_root)
+    real = sysfs.device_path
+    looks: list[str] = []
+
+    def then_gone(root: Path, address: str) -> Path:
+        looks.append(address)
+        if address == bdf and looks.count(bdf) > 1:  # removed right after the first look
+            raise FileNotFoundError(address)
+        return real(root, address)
+
+    monkeypatch.setattr(sysfs, "device_path", then_gone)
+    local, attached = view.split([Device("gpu-0", "gpu", uuid, {PCI_BUS_ID: bdf})])
+    assert local == []
+    assert [d.name for d in attached] == [variant_name(uuid, "node-a", "adapter0")]
 
 
 def test_nic_behind_an_adapter_offers_its_vf0_as_the_fabric_variant(tmp_path: Path) -> None:
