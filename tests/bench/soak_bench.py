@@ -19,8 +19,9 @@ is no growth beyond noise. Figures only: nothing is asserted.
 ``--heap`` (env ``SOAK_HEAP=1``) runs the plugins and the controller with
 Python's allocation tracing on and prints each one's heap summary
 (``driver.heapsummary``, asked for with SIGUSR2) after the warm-up and at
-the end: the allocation sites that grew in between, to tell objects that
-pile up from an allocator keeping its arenas. Tracing costs memory of its
+every sample: the allocation sites that grew in the interval, to tell
+objects that pile up (the same site growing every interval) from caches
+that fill once and from an allocator keeping its arenas. Tracing costs memory of its
 own: the RSS figures of such a run are not comparable with a plain one.
 """
 
@@ -213,11 +214,14 @@ def main(argv: list[str]) -> None:
         while time.monotonic() - t0 < args.soak_seconds:
             soak.batch()
             if time.monotonic() >= next_sample:
-                sample(f"{(time.monotonic() - t0) / 60:.1f} min", procs, soak, last)
+                when = f"{(time.monotonic() - t0) / 60:.1f} min"
+                sample(when, procs, soak, last)
+                if args.heap:
+                    heap(f"{when}, grown in the interval", procs, logs)
                 next_sample += args.interval
         sample("end", procs, soak, last)
         if args.heap:
-            heap("at the end, grown since the warm-up", procs, logs)
+            heap("at the end, grown since the last one", procs, logs)
         print(f"churned {soak.churned - warm} pods in {soak.batches - 1} batches over "
               f"{(time.monotonic() - t0) / 60:.1f} min (after one warm-up batch)")  # fmt: skip
     finally:

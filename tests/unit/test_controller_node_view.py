@@ -41,17 +41,22 @@ def test_gpu_behind_an_adapter_is_fabric_never_local(tmp_path: Path) -> None:
     assert held.busy == {"GPU-6f1f0c64-5a43-4c63-9d8e-8f3b3c1d2e11"}
 
 
+def attached_gpu(tmp_path: Path, uuid: str) -> tuple[SimHost, FabricNodeView, Device]:
+    """A host with a GPU the fabric attached behind adapter0, the node's view,
+    and the GPU as the scan found it."""
+    host = SimHost.build(TOPOLOGIES["fabric-adapters"](), tmp_path, "node-a")
+    bdf = host.free_bdf("adapter0")
+    host.hot_add("adapter0", Gpu(bdf, uuid=uuid))
+    view = FabricNodeView("node-a", parse_adapters("adapter0=0000:15:02.0"), host.sysfs_root)
+    return host, view, Device("gpu-0", "gpu", uuid, {PCI_BUS_ID: bdf})
+
+
 def test_gpu_gone_from_sysfs_during_the_scan_is_not_offered_as_local(tmp_path: Path) -> None:
     """A detach hot-removes the GPU after the scan found it: seen in a soak as
     two slice rewrites offering the departing fabric GPU as a local one."""
-    host = SimHost.build(TOPOLOGIES["fabric-adapters"](), tmp_path, "node-a")
-    bdf = host.free_bdf("adapter0")
-    uuid = "GPU-0b7a7f50-8f6e-4f8e-9a43-3b5d2f6c1a22"
-    host.hot_add("adapter0", Gpu(bdf, uuid=uuid))
-    view = FabricNodeView("node-a", parse_adapters("adapter0=0000:15:02.0"), host.sysfs_root)
-    scanned = [Device("gpu-0", "gpu", uuid, {PCI_BUS_ID: bdf})]
-    host.hot_remove(bdf)
-    assert view.split(scanned) == ([], [])
+    host, view, scanned = attached_gpu(tmp_path, "GPU-0b7a7f50-8f6e-4f8e-9a43-3b5d2f6c1a22")
+    host.hot_remove(str(scanned.attributes[PCI_BUS_ID]))
+    assert view.split([scanned]) == ([], [])
 
 
 def test_gpu_leaving_the_bus_while_it_is_split_is_never_offered_as_local(
@@ -60,11 +65,8 @@ def test_gpu_leaving_the_bus_while_it_is_split_is_never_offered_as_local(
     """The detach hot-removes the GPU between two looks at sysfs: seen in a
     15-minute soak as a departing fabric GPU published as a free local one,
     which the scheduler then gave a claim the plugin could never prepare."""
-    host = SimHost.build(TOPOLOGIES["fabric-adapters"](), tmp_path, "node-a")
-    bdf = host.free_bdf("adapter0")
-    uuid = "GPU-4c2d8e1a-9b3f-4d6e-8a7c-1f2e3d4c5b66"
-    host.hot_add("adapter0", Gpu(bdf, uuid=uuid))
-    view = FabricNodeView("node-a", parse_adapters("adapter0=0000:15:02.0"), host.sysfs_root)
+    _, view, scanned = attached_gpu(tmp_path, "GPU-4c2d8e1a-9b3f-4d6e-8a7c-1f2e3d4c5b66")
+    bdf, uuid = str(scanned.attributes[PCI_BUS_ID]), scanned.local_id
     real = sysfs.device_path
     looks: list[str] = []
 
@@ -75,7 +77,7 @@ def test_gpu_leaving_the_bus_while_it_is_split_is_never_offered_as_local(
         return real(root, address)
 
     monkeypatch.setattr(sysfs, "device_path", then_gone)
-    local, attached = view.split([Device("gpu-0", "gpu", uuid, {PCI_BUS_ID: bdf})])
+    local, attached = view.split([scanned])
     assert local == []
     assert [d.name for d in attached] == [variant_name(uuid, "node-a", "adapter0")]
 
