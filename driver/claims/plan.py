@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
 from driver.checkpoint import Checkpoint, DeviceRecord
 from driver.claims import admin
@@ -24,11 +23,12 @@ from driver.claims.model import ClaimRef
 from driver.claims.results import SHARE_ID
 from driver.config import opaque
 from driver.devices.handler import ClaimSharing, DeviceHandler, Inventory
+from driver.devices.model import Device
 from driver.errors import ClaimError
 
 # One planned device: its checkpoint record, the inventory device (with the
 # capacity a share consumed), and its effective opaque config.
-Planned = tuple[DeviceRecord, Any, opaque.DeviceConfig | None]
+Planned = tuple[DeviceRecord, Device, opaque.DeviceConfig | None]
 
 
 @dataclass(frozen=True)

@@ -128,6 +128,10 @@ class _Bucket:
     tokens: float
     stamp: float
 
+    def level(self, now: float, refill_s: float, burst: int) -> float:
+        """The tokens it holds at ``now``: refilled one per ``refill_s``, at most ``burst``."""
+        return min(burst, self.tokens + (now - self.stamp) / refill_s)
+
 
 @dataclass
 class _Stats:
@@ -252,7 +256,7 @@ class EventRecorder:
             if len(self._buckets) >= MAX_CACHED:
                 self._buckets.pop(next(iter(self._buckets)))
             bucket = self._buckets[(key.regarding, key.type)] = _Bucket(self._burst, now)
-        bucket.tokens = min(self._burst, bucket.tokens + (now - bucket.stamp) / self._refill)
+        bucket.tokens = bucket.level(now, self._refill, self._burst)
         bucket.stamp = now
         if bucket.tokens < 1:
             return False
@@ -281,10 +285,8 @@ class EventRecorder:
         if now - self._pruned_at < PRUNE_EVERY_S:
             return
         self._pruned_at = now
-        full = [
-            k for k, b in self._buckets.items()
-            if b.tokens + (now - b.stamp) / self._refill >= self._burst
-        ]  # fmt: skip
+        burst, refill = self._burst, self._refill
+        full = [k for k, b in self._buckets.items() if b.level(now, refill, burst) >= burst]
         for k in full:
             del self._buckets[k]
 

@@ -85,10 +85,10 @@ def converge(daemons: MpsDaemons, directory: Path, *, wait_for_want: bool = True
 
 def _just_made(directory: Path) -> bool:
     """An empty directory (bar temp files, or a want.json that landed since it
-    was read) younger than the grace: the plugin
-    makes the directory, then writes its want into it; a pass in between must
-    not take it for a claim that went (removing it would lose the want).
-    Older, it is what a plugin that died in between left: removed."""
+    was read) younger than the grace: the plugin makes the directory, then
+    writes its want into it; a pass in between must not take it for a claim
+    that went (removing it would lose the want). Older, it is what a plugin
+    that died in between left: removed."""
     try:
         young = time.time() - directory.stat().st_mtime < NEW_CLAIM_GRACE_S
         # want.json may have landed since it was read: the next pass reads it.
