@@ -180,6 +180,11 @@ class FabricService(_Proc):
     def faults(self, **body: Any) -> Any:
         return self.request("POST", "/patchbay/v1/faults", body)
 
+    def attach_requests(self) -> list[dict[str, Any]]:
+        """Every attach request the fabric received (the test-only audit):
+        ``{"target", "initiator": "<node>/<adapter>", "dialect", "at"}`` each."""
+        return list(self.request("GET", "/patchbay/v1/audit")["attachRequests"])
+
     def connections(self) -> dict[str, tuple[str, str, str]]:
         """Fabric device id -> (node, adapter, state) of every connection."""
         from driver.fabricclient.client import FabricClient

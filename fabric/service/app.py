@@ -19,9 +19,11 @@ from fabric.service import bodies, events, faults, redfish
 from fabric.service.auth import auth_middleware, error_middleware
 from fabric.service.core import Fabric
 from fabric.service.errors import RedfishError, not_found
+from fabric.service.idempotency import Idempotency
 from fabric.service.store import Connection, DeviceState, Task
 
 FABRIC = web.AppKey("fabric", Fabric)
+ONCE = web.AppKey("idempotency", Idempotency)
 Json = dict[str, Any]
 
 
@@ -148,6 +150,10 @@ def _endpoint_ref(fab: Fabric, f: str, uri: str, field: str, role: str) -> str:
 
 
 async def create_connection(request: web.Request) -> web.Response:
+    return await request.app[ONCE].once(request, lambda: _create_connection(request))
+
+
+async def _create_connection(request: web.Request) -> web.Response:
     fab, f = _fab(request)
     body = bodies.parse(bodies.ConnectionCreate, await request.read())
     ini = _endpoint_ref(
@@ -157,6 +163,7 @@ async def create_connection(request: web.Request) -> web.Response:
     tgt = _endpoint_ref(
         fab, f, body.links.targets[0].odata_id, "Links.TargetEndpoints[0].@odata.id", "Target"
     )
+    await fab.call(fab.record_attach_request, ini, tgt, "connections")
     out = await fab.attach(ini, tgt)
     conn_json = redfish.connection(fab.inv, out.connection, out.task)
     if out.task is None:
@@ -238,6 +245,17 @@ async def event_stream(request: web.Request) -> web.StreamResponse:
     return await events.stream(request, request.app[FABRIC].events)
 
 
+async def audit(request: web.Request) -> web.Response:
+    """Test-only: every attach request received (outside /redfish: no validator sees it)."""
+    fab = request.app[FABRIC]
+    rows = await fab.call(fab.store.attach_requests)
+    entries = [
+        {"target": r.target, "initiator": r.initiator, "dialect": r.dialect, "at": r.at}
+        for r in rows
+    ]
+    return web.json_response({"attachRequests": entries})
+
+
 async def healthz(request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
@@ -245,6 +263,7 @@ async def healthz(request: web.Request) -> web.Response:
 def make_app(fab: Fabric, token: str | TokenSource) -> web.Application:
     app = web.Application(middlewares=[error_middleware, auth_middleware(token)])
     app[FABRIC] = fab
+    app[ONCE] = Idempotency(fab.store, fab.call)
 
     async def end_streams(_: web.Application) -> None:
         fab.events.close()
@@ -272,5 +291,6 @@ def make_app(fab: Fabric, token: str | TokenSource) -> web.Application:
     r.add_get(events.SSE_URI, event_stream)
     r.add_get("/patchbay/v1/faults", get_faults)
     r.add_post("/patchbay/v1/faults", post_faults)
+    r.add_get("/patchbay/v1/audit", audit)
     r.add_get("/healthz", healthz)
     return app

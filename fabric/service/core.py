@@ -104,6 +104,11 @@ class Fabric:
 
     # ---- attach / detach ---------------------------------------------------------
 
+    def record_attach_request(self, initiator: str, target: str, dialect: str) -> None:
+        """Note an attach request in the test-only audit (worker thread)."""
+        ini = self.inv.initiators[initiator]
+        self.store.record_attach_request(target, f"{ini.node}/{ini.adapter}", dialect)
+
     async def attach(self, initiator: str, target: str) -> AttachOutcome:
         ini, tgt = self.inv.initiators[initiator], self.inv.targets[target]
         if (ini.fabric, ini.switch) != (tgt.fabric, tgt.switch):

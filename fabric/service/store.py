@@ -45,10 +45,40 @@ CREATE TABLE IF NOT EXISTS tasks (
   ended REAL
 );
 CREATE TABLE IF NOT EXISTS knobs (key TEXT PRIMARY KEY, value REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS attach_requests (  -- the test-only audit (GET /patchbay/v1/audit)
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  target TEXT NOT NULL,
+  initiator TEXT NOT NULL,        -- "<node>/<adapter>"
+  dialect TEXT NOT NULL,          -- connections | zones
+  at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS answers (  -- first answer per Idempotency-Key (idempotency.py)
+  scope TEXT PRIMARY KEY,         -- "<method> <path> <key>"
+  digest TEXT NOT NULL,           -- sha256 of the request body
+  status INTEGER NOT NULL,
+  location TEXT NOT NULL,
+  body TEXT NOT NULL
+);
 """
 
 OPEN_STATES = ("New", "Running")
 KNOBS = ("fail_attaches", "fail_detaches", "attach_latency", "detach_latency")
+
+
+@dataclass(frozen=True)
+class AttachRequest:
+    target: str
+    initiator: str  # "<node>/<adapter>"
+    dialect: str  # connections | zones
+    at: float
+
+
+@dataclass(frozen=True)
+class Answer:
+    digest: str
+    status: int
+    location: str
+    body: str
 
 
 @dataclass(frozen=True)
@@ -232,3 +262,29 @@ class Store:
             return False
         self.set_knob(key, left - 1)
         return True
+
+    # ---- the attach-request audit and remembered answers ----------------------------
+
+    def record_attach_request(self, target: str, initiator: str, dialect: str) -> None:
+        with self.db:
+            self.db.execute(
+                "INSERT INTO attach_requests(target, initiator, dialect, at) VALUES (?,?,?,?)",
+                (target, initiator, dialect, time.time()),
+            )
+
+    def attach_requests(self) -> list[AttachRequest]:
+        rows = self.db.execute("SELECT target, initiator, dialect, at FROM attach_requests")
+        return [AttachRequest(*r) for r in rows]
+
+    def answer(self, scope: str) -> Answer | None:
+        row = self.db.execute(
+            "SELECT digest, status, location, body FROM answers WHERE scope=?", (scope,)
+        ).fetchone()
+        return Answer(*row) if row else None
+
+    def remember_answer(self, scope: str, answer: Answer) -> None:
+        with self.db:
+            self.db.execute(
+                "INSERT OR IGNORE INTO answers VALUES (?,?,?,?,?)",
+                (scope, answer.digest, answer.status, answer.location, answer.body),
+            )
