@@ -4,12 +4,23 @@ per node, built from a topology (see ``host.SimHost``)."""
 from driver.pci.uevents import Uevent, UeventFeed
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
-from fabric.simhost.topology import Gpu, Nic, RootComplex, RootPort, Switch, Topology
+from fabric.simhost.topology import (
+    CxlMemory,
+    Gpu,
+    Nic,
+    Nvme,
+    RootComplex,
+    RootPort,
+    Switch,
+    Topology,
+)
 
 __all__ = [
     "TOPOLOGIES",
+    "CxlMemory",
     "Gpu",
     "Nic",
+    "Nvme",
     "RootComplex",
     "RootPort",
     "SimHost",

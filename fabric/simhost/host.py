@@ -3,6 +3,7 @@
 ``SimHost.build(topology, dir)`` lays out, under ``dir``:
 
     sys/                 the sysfs root (pass it as the driver's sysfs root)
+    dev/                 device nodes of NVMe drives and CXL dax devices (--dev-root)
     nvml-state.json      the C mock's state (``PATCHBAY_NVML_STATE``)
     uevents.jsonl        hot-plug events (``driver.pci.uevents.UeventFeed``)
     host.json            what ``SimHost.open(dir)`` needs to carry on
@@ -12,7 +13,11 @@
 
 Hot-add/remove keep the three in step, in the order a real host shows them:
 the device (and its NVML entry) exists before its ``add`` event, and is gone
-before its ``remove`` event. Writes to ``bind``/``unbind``/``drivers_probe``
+before its ``remove`` event. NVMe drives (``nvme_sysfs``) and CXL memory
+(``cxl_sysfs``) also get their class, block and dax entries and ``/dev``
+nodes; a CXL memory device marked in use (:meth:`set_memory_in_use`, as when
+its pages are pinned) refuses a hot-remove with a ``DeviceError`` and stays
+as it was. Writes to ``bind``/``unbind``/``drivers_probe``
 take effect through :meth:`process_writes` or :meth:`effects_watcher` (see
 ``effects.py``). Not thread-safe beyond that watcher; one owner per host.
 """
@@ -28,22 +33,41 @@ import tempfile
 import uuid as uuidlib
 from pathlib import Path
 
+from driver.errors import DeviceError
+from fabric.simhost.cxl_sysfs import CxlSysfs
 from fabric.simhost.effects import EffectsWatcher, SysfsEffects
+from fabric.simhost.nvme_sysfs import NvmeSysfs, derived_serial
 from fabric.simhost.nvml_state import STATE_ENV, NvmlStateFile, empty_state, gpu_entry
 from fabric.simhost.sysfs_tree import (
     CLASS_BRIDGE,
+    CLASS_CXL_MEMORY,
     CLASS_GPU,
+    CLASS_NVME,
     NVIDIA,
     PCI_DEVICE_IDS,
     PciFunction,
     SysfsTree,
 )
-from fabric.simhost.topology import Gpu, Nic, RootPort, Switch, Topology, bdf_parts
+from fabric.simhost.topology import (
+    CxlMemory,
+    Gpu,
+    Nic,
+    Nvme,
+    RootPort,
+    Switch,
+    Topology,
+    bdf_parts,
+)
 from fabric.simhost.uevents import UeventEmitter
 
 log = logging.getLogger(__name__)
 
 _NS = uuidlib.UUID("6f1f0c64-5a43-4c63-9d8e-8f3b3c1d2e10")
+CPUS_PER_NODE = 32
+# PCI ids of the simulated drives and memory expanders (Samsung).
+NVME_IDS = (0x144D, 0xA824)
+CXL_IDS = (0x144D, 0xA800)
+Endpoint = Gpu | Nic | Nvme | CxlMemory
 
 
 class SimHost:
@@ -56,12 +80,16 @@ class SimHost:
         self.nvml = NvmlStateFile(self.nvml_state_path)
         self.events = UeventEmitter(self.uevent_path)
         self.effects = SysfsEffects(self.tree, self.native_driver)
+        self.dev_root = directory / "dev"
+        self.nvme = NvmeSysfs(self.sysfs_root, self.dev_root)
+        self.cxl = CxlSysfs(self.sysfs_root, self.dev_root)
         meta = directory / "host.json"
         data = json.loads(meta.read_text()) if meta.exists() else {}
         self.name: str = data.get("name", directory.name)
         self.adapters: dict[str, list[str | int]] = data.get("adapters", {})
         self.native: dict[str, str] = data.get("native", {})
         self.next_minor: int = data.get("next_minor", 0)
+        self.memory_in_use: list[str] = data.get("memory_in_use", [])
 
     # ---- construction ----------------------------------------------------------
 
@@ -72,6 +100,7 @@ class SimHost:
         host.name = name or directory.name
         host.tree.skeleton()
         host.nvml.update(lambda s: s.update(empty_state()))
+        host.cxl.cpu_nodes(CPUS_PER_NODE, {rc.numa_node for rc in topology.roots})
         for rc in topology.roots:
             parent = host.tree.root_complex(rc.name)
             for port in rc.ports:
@@ -93,6 +122,7 @@ class SimHost:
             "adapters": self.adapters,
             "native": self.native,
             "next_minor": self.next_minor,
+            "memory_in_use": self.memory_in_use,
         }
         (self.dir / "host.json").write_text(json.dumps(data, indent=1))
 
@@ -114,7 +144,24 @@ class SimHost:
         elif child is not None:
             self._add_endpoint(path, child, numa)
 
-    def _add_endpoint(self, parent: Path, dev: Gpu | Nic, numa: int) -> list[str]:
+    def _add_endpoint(self, parent: Path, dev: Endpoint, numa: int) -> list[str]:
+        if isinstance(dev, Nvme):
+            fn = PciFunction(dev.bdf, *NVME_IDS, CLASS_NVME, numa, "nvme", NVME_IDS)
+            path = self.tree.add_function(parent, fn)
+            self.native[dev.bdf] = "nvme"
+            serial = dev.serial or derived_serial(f"{self.name}/{dev.bdf}")
+            self.nvme.add(path, dev, serial, numa)
+            return [dev.bdf]
+        if isinstance(dev, CxlMemory):
+            fn = PciFunction(dev.bdf, *CXL_IDS, CLASS_CXL_MEMORY, numa, "cxl_pci", CXL_IDS)
+            path = self.tree.add_function(parent, fn)
+            self.native[dev.bdf] = "cxl_pci"
+            behind = [a for a, (port, _) in self.adapters.items() if str(port) in path.parts]
+            if not behind:  # memory pools arrive through a fabric adapter's window
+                self.tree.remove_function(dev.bdf)
+                raise ValueError(f"CXL memory {dev.bdf} must sit behind a fabric adapter")
+            self.cxl.add(path, dev, numa, window=sorted(self.adapters).index(behind[0]))
+            return [dev.bdf]
         if isinstance(dev, Nic):
             bdfs = self.tree.add_nic(parent, dev, numa)
             self.native.update({b: dev.driver for b in bdfs})
@@ -208,8 +255,11 @@ class SimHost:
         )
         return f"{vendor:04X}:{device:04X}", f"{klass:X}"
 
-    def hot_add(self, adapter: str, device: Gpu | Nic) -> list[str]:
-        """Attach a device behind a fabric adapter; returns the BDFs that appeared."""
+    def hot_add(self, adapter: str, device: Endpoint) -> list[str]:
+        """Attach a device behind a fabric adapter; returns the BDFs that appeared.
+
+        The one entry point for every kind (GPU, NIC, NVMe drive, CXL memory):
+        the device's sysfs and /dev entries exist before its ``add`` uevent."""
         port_bdf, numa = self.adapters[adapter]
         parent = self.tree.path_of(str(port_bdf))
         bdfs = self._add_endpoint(parent, device, int(numa))
@@ -218,8 +268,25 @@ class SimHost:
             self.events.emit("add", self.devpath(bdf), bdf, *self._ids(bdf))
         return bdfs
 
+    def set_memory_in_use(self, bdf: str, in_use: bool = True) -> None:
+        """Mark the CXL memory device at ``bdf`` in use (its pages pinned, as by a
+        running process): :meth:`hot_remove` then refuses it. False clears the mark."""
+        if not self.tree.exists(bdf) or self.cxl.memdev_of(self.tree.path_of(bdf)) is None:
+            raise DeviceError(f"{bdf} on {self.name} is not a CXL memory device")
+        marks = set(self.memory_in_use)
+        marks = marks | {bdf} if in_use else marks - {bdf}
+        self.memory_in_use = sorted(marks)
+        self._save()
+
     def hot_remove(self, bdf: str) -> list[str]:
-        """Detach a device (with its VFs); returns the BDFs that went away."""
+        """Detach a device (with its VFs); returns the BDFs that went away.
+
+        Raises ``DeviceError`` (nothing changed) for CXL memory in use."""
+        if bdf in self.memory_in_use and self.tree.exists(bdf):
+            raise DeviceError(
+                f"CXL memory {bdf} on {self.name} is in use (its memory cannot be "
+                "offlined while pages are pinned): not removed"
+            )
         pf = self.tree.path_of(bdf)
         vfs = sorted(p.resolve().name for p in pf.glob("virtfn*"))
         gone = [*vfs, bdf]
@@ -227,11 +294,15 @@ class SimHost:
         uuid = self.gpu_uuids().get(bdf)
         if uuid:
             self.nvml.remove_gpu(uuid)
+        self.nvme.remove(pf)
+        self.cxl.remove(pf)
         for b in vfs:
             self.tree.remove_function(b)
         self.tree.remove_function(bdf)
         for b in gone:
             self.native.pop(b, None)
+            if b in self.memory_in_use:
+                self.memory_in_use.remove(b)
             devpath, pci_id, pci_class = info[b]
             self.events.emit("remove", devpath, b, pci_id, pci_class)
         self._save()

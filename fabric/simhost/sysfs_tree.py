@@ -34,6 +34,8 @@ NVIDIA = 0x10DE
 CLASS_GPU = 0x030200
 CLASS_NET = 0x020000
 CLASS_BRIDGE = 0x060400
+CLASS_NVME = 0x010802  # mass storage, non-volatile memory, NVMe
+CLASS_CXL_MEMORY = 0x050210  # memory controller, CXL, CXL.mem
 
 
 @dataclass(frozen=True)

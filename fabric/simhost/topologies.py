@@ -2,14 +2,15 @@
 
 Layouts follow common server boards: GPUs and NICs behind a PCIe switch
 under one root port, so a GPU and a NIC share a root complex only where the
-board wires them that way (see ARCHITECTURE.md section 6, pairing).
+board wires them that way (see ARCHITECTURE.md section 6, pairing); on
+``gpu-nvme`` a GPU and an NVMe drive share a switch (GPUDirect Storage).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from fabric.simhost.topology import Gpu, Nic, RootComplex, RootPort, Switch, Topology
+from fabric.simhost.topology import Gpu, Nic, Nvme, RootComplex, RootPort, Switch, Topology
 
 
 def _bdf(bus: int, dev: int = 0, fn: int = 0) -> str:
@@ -114,6 +115,24 @@ def two_gpus() -> Topology:
     )
 
 
+def gpus_nvme_fabric() -> Topology:
+    """GPUDirect Storage board: 2 roots, each a switch with 2 H100 + 1 NVMe drive,
+    and a fabric adapter on each root (fabric drives and CXL memory arrive there)."""
+    roots = []
+    for i, (bus, numa) in enumerate(((0x15, 0), (0x85, 1))):
+        switch = Switch(
+            _bdf(bus + 1),
+            (
+                Gpu(_bdf(bus + 3), "H100-SXM5-80GB"),
+                Gpu(_bdf(bus + 4), "H100-SXM5-80GB"),
+                Nvme(_bdf(bus + 5), serial=f"S6CKNT0W70{i:04d}"),
+            ),
+        )
+        ports = (RootPort(_bdf(bus, 1), switch), RootPort(_bdf(bus, 2), None, f"adapter{i}"))
+        roots.append(RootComplex(0, bus, numa, ports))
+    return Topology("gpu-nvme", tuple(roots))
+
+
 TOPOLOGIES: dict[str, Callable[[], Topology]] = {
     "2x-h100-nic": two_roots_h100_nic,
     "numa-shared-nic": numa_shared_nic,
@@ -121,4 +140,5 @@ TOPOLOGIES: dict[str, Callable[[], Topology]] = {
     "fabric-adapters": gpuless_fabric,
     "4x-h100": four_h100_one_per_root,
     "2-gpus": two_gpus,
+    "gpu-nvme": gpus_nvme_fabric,
 }

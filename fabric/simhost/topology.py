@@ -4,7 +4,9 @@ Frozen dataclasses are the model; :class:`TopologySpec` (pydantic) is the
 trust boundary for topologies loaded from YAML/JSON files. A root complex
 (``pci<domain>:<bus>``, with a NUMA node) has root ports; a root port holds
 one endpoint, a PCIe switch, or nothing - an empty named root port is a
-fabric *adapter*, where fabric-attached devices appear later.
+fabric *adapter*, where fabric-attached devices appear later. NVMe drives may
+sit anywhere an endpoint may; CXL memory only arrives through an adapter
+(hot-add), as a fabric's pooled memory does.
 """
 
 from __future__ import annotations
@@ -56,7 +58,31 @@ class Nic:
     mac: str = ""  # the PF's permanent MAC; derived from the address when empty
 
 
-Endpoint = Gpu | Nic
+@dataclass(frozen=True)
+class Nvme:
+    """An NVMe drive (class 0x010802) with one namespace per entry of ``namespaces``
+    (bytes each). ``serial`` empty: derived from the host name and address."""
+
+    bdf: str
+    model: str = "SAMSUNG MZWLR3T8HCLS-00A07"
+    serial: str = ""
+    namespaces: tuple[int, ...] = (3_840_755_982_336,)
+    firmware: str = "MPK7525Q"
+    nqn: str = ""  # subsystem NQN; derived from the serial when empty
+
+
+@dataclass(frozen=True)
+class CxlMemory:
+    """A CXL Type 3 memory expander (class 0x050210) whose RAM the host maps in
+    devdax mode. ``serial`` is the device serial (an EUI-64 as a number)."""
+
+    bdf: str
+    serial: int
+    size: int = 256 << 30  # bytes of volatile capacity
+    model: str = "CXL Type 3 memory expander"
+
+
+Endpoint = Gpu | Nic | Nvme
 
 
 @dataclass(frozen=True)
@@ -113,16 +139,29 @@ class NicSpec(_Strict):
     num_vfs: int = Field(default=8, ge=0, le=64)
 
 
+class NvmeSpec(_Strict):
+    kind: Literal["nvme"] = "nvme"
+    bdf: Bdf
+    model: str = "SAMSUNG MZWLR3T8HCLS-00A07"
+    serial: str = Field(default="", max_length=20)  # the NVMe serial field is 20 bytes
+    namespaces: list[Annotated[int, Field(gt=0)]] = Field(default=[3_840_755_982_336], min_length=1)
+
+
+EndpointSpec = Annotated[GpuSpec | NicSpec | NvmeSpec, Field(discriminator="kind")]
+
+
 class SwitchSpec(_Strict):
     kind: Literal["switch"] = "switch"
     bdf: Bdf
-    devices: list[Annotated[GpuSpec | NicSpec, Field(discriminator="kind")]]
+    devices: list[EndpointSpec]
 
 
 class PortSpec(_Strict):
     bdf: Bdf
     adapter: str = ""
-    child: Annotated[GpuSpec | NicSpec | SwitchSpec, Field(discriminator="kind")] | None = None
+    child: (
+        Annotated[GpuSpec | NicSpec | NvmeSpec | SwitchSpec, Field(discriminator="kind")] | None
+    ) = None
 
 
 class RootSpec(_Strict):
@@ -137,12 +176,14 @@ class TopologySpec(_Strict):
     roots: list[RootSpec]
 
     def to_topology(self) -> Topology:
-        def endpoint(s: GpuSpec | NicSpec) -> Endpoint:
+        def endpoint(s: GpuSpec | NicSpec | NvmeSpec) -> Endpoint:
             if isinstance(s, GpuSpec):
                 return Gpu(s.bdf, s.model)
+            if isinstance(s, NvmeSpec):
+                return Nvme(s.bdf, s.model, s.serial, tuple(s.namespaces))
             return Nic(s.bdf, s.netdev, total_vfs=s.total_vfs, num_vfs=s.num_vfs)
 
-        def child(s: GpuSpec | NicSpec | SwitchSpec | None) -> Endpoint | Switch | None:
+        def child(s: GpuSpec | NicSpec | NvmeSpec | SwitchSpec | None) -> Endpoint | Switch | None:
             if s is None:
                 return None
             if isinstance(s, SwitchSpec):
