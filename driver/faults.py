@@ -3,9 +3,10 @@
 Setting ``PATCHBAY_CRASH_POINT=<name>`` makes the process kill itself with
 SIGKILL when it reaches that point, exactly as an OOM kill or a crash would
 stop it (what it wrote stays; power loss is a reboot, see docs/design.md).
-Tests use it to crash the plugin at each step of a prepare and an unprepare
-and check that the next call converges with nothing leaked. Unset
-(the default) it costs one dictionary lookup.
+Tests use it to crash the plugin at each step of a prepare and an unprepare,
+and the controller at each step of an attach, and check that the next call
+converges with nothing leaked (and nothing asked twice). Unset (the default)
+it costs one dictionary lookup.
 """
 
 from __future__ import annotations
@@ -37,6 +38,11 @@ MPS_POINTS = (
     "mps-daemon-started",  # the daemon runs, its daemon.json not written
     "mps-ready-unwritten",  # the daemon is configured, ready.json not written
     "mps-daemon-stopped",  # the daemon quit, its directory not removed
+)
+# Inside the controller's attach worker (driver.controller.workers).
+CONTROLLER_POINTS = (
+    "fabric-attach-answered",  # the fabric answered the attach request, nothing recorded
+    "fabric-attach-waiting",  # the operation handle is on the claim, its task runs
 )
 UNPREPARE_POINTS = (
     "unprepare-devices-undone",  # the handlers undid the devices, the record is still there

@@ -17,6 +17,10 @@ from typing import Any
 from driver import DRIVER_NAME
 from driver.fabric_devices.naming import FAILED_CONDITION, READY_CONDITION
 
+# The key of ``status.devices[].data`` that holds an attach's operation handle
+# while it is under way (replaced by the device's identity once it is ready).
+OPERATION_KEY = "fabricOperation"
+
 
 @dataclass(frozen=True)
 class FabricAllocation:
@@ -28,6 +32,9 @@ class FabricAllocation:
     device: str
     ready: bool
     failed: bool
+    # The handle of an attach under way (a task monitor or Task URI) that an
+    # earlier incarnation recorded in the entry's data: resumed, never re-asked.
+    operation: str = ""
 
 
 def _condition_true(entry: Mapping[str, Any], kind: str) -> bool:
@@ -41,6 +48,12 @@ def _entry(claim: Mapping[str, Any], pool: str, device: str) -> Mapping[str, Any
         if (e.get("driver"), e.get("pool"), e.get("device")) == (DRIVER_NAME, pool, device):
             return dict(e)
     return {}
+
+
+def _operation(entry: Mapping[str, Any]) -> str:
+    data = entry.get("data")
+    op = data.get(OPERATION_KEY) if isinstance(data, Mapping) else None
+    return op if isinstance(op, str) else ""
 
 
 def fabric_allocations(claim: Mapping[str, Any], pool: str) -> list[FabricAllocation]:
@@ -59,15 +72,18 @@ def fabric_allocations(claim: Mapping[str, Any], pool: str) -> list[FabricAlloca
                 device=str(r["device"]),
                 ready=_condition_true(entry, READY_CONDITION),
                 failed=_condition_true(entry, FAILED_CONDITION),
+                operation=_operation(entry),
             )
         )
     return out
 
 
-def condition(kind: str, reason: str, message: str, generation: int | None) -> dict[str, Any]:
+def condition(
+    kind: str, reason: str, message: str, generation: int | None, status: str = "True"
+) -> dict[str, Any]:
     cond: dict[str, Any] = {
         "type": kind,
-        "status": "True",
+        "status": status,
         "reason": reason,
         "message": message[:1000],
         "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

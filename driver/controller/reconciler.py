@@ -175,6 +175,8 @@ class Reconciler:
         self.published.update({d.name: d for d in spec.devices})
         self.publisher.set_pool(spec)
         FABRIC_POOL_DEVICES.set(len(spec.devices))
+        # An attach that ended here is remembered until the cache shows its outcome.
+        self.workers.forget({(a.claim_uid, a.device) for a in allocs if not (a.ready or a.failed)})
         needed: set[str] = set()
         for a in allocs:
             v = self.variants.get(a.device)

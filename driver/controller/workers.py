@@ -42,10 +42,12 @@ from driver.errors import (
     AttachFailed,
     FabricApiError,
     FabricConflict,
+    FabricNotFound,
     FabricUnavailable,
 )
 from driver.fabric_devices.naming import FAILED_CONDITION, READY_CONDITION
 from driver.fabricclient.protocol import FabricApi
+from driver.faults import crash_point
 from driver.kube.events import ObjectRef
 from driver.logconfig import bind_log_context
 from driver.metrics import FABRIC_IN_FLIGHT, FABRIC_OPS, FABRIC_SECONDS
@@ -87,6 +89,10 @@ class Workers:
         self._events = events or ControllerEvents(None)
         # The claim each device was last attached for: its detach Event goes there.
         self._holder: dict[str, ObjectRef] = {}
+        # Allocations (claim uid, variant) whose attach ended and whose outcome
+        # was written to the claim. Until the claims cache shows that write, a
+        # pass still sees the allocation waiting: it must not ask again.
+        self._settled: set[tuple[str, str]] = set()
 
     def busy(self, device_id: str) -> bool:
         return device_id in self._tasks
@@ -107,9 +113,20 @@ class Workers:
         task.add_done_callback(done)
 
     def attach(self, a: cl.FabricAllocation, v: Variant) -> None:
-        if not self.busy(v.device_id):
-            self._attaching[v.device_id] = (a.claim_uid, a.device)
+        """Attach for allocation ``a`` unless an attach of it runs or has ended."""
+        key = (a.claim_uid, a.device)
+        if not self.busy(v.device_id) and key not in self._settled:
+            self._attaching[v.device_id] = key
             self._start(v.device_id, self._attach(a, v), f"attach-{v.device_id}")
+
+    def settled(self, a: cl.FabricAllocation) -> bool:
+        """Whether the attach of ``a`` ended here and its outcome is written."""
+        return (a.claim_uid, a.device) in self._settled
+
+    def forget(self, waiting: set[tuple[str, str]]) -> None:
+        """Keep only the settled allocations the claims cache still shows waiting
+        (an outcome the cache shows, or an allocation gone, needs no memory)."""
+        self._settled &= waiting
 
     def detach(self, device_id: str, node: ObjectRef) -> None:
         """Detach ``device_id`` (attached to ``node``, where its Event goes
@@ -135,7 +152,7 @@ class Workers:
         try:
             if v.device_id in self._holds:
                 raise AttachFailed(f"{v.device_id} is held after a failed attach")
-            deadline = await self._connect(v, deadline)
+            deadline = await self._connect(a, v, deadline)
             if not await self._reports.wait_until(
                 lambda: self._reports.sees(v.node, v.kind, v.identity, v.adapter), deadline
             ):
@@ -146,6 +163,7 @@ class Workers:
             data = {"fabricDevice": v.device_id, key: v.identity, "adapter": v.adapter}
             cond = cl.condition(READY_CONDITION, "Attached", message, None)
             if await self._status.write(a, cond, data):
+                self._settled.add((a.claim_uid, a.device))
                 observe("attach", "ok", started)
                 self._events.attached(a, message)
                 log.info(
@@ -159,9 +177,10 @@ class Workers:
             self._events.attach_failed(a, v, str(exc))
             cond = cl.condition(FAILED_CONDITION, "AttachFailed", str(exc), None)
             with contextlib.suppress(ApiError):
-                await self._status.write(a, cond, None)
+                if await self._status.write(a, cond, None):
+                    self._settled.add((a.claim_uid, a.device))
 
-    async def _connect(self, v: Variant, deadline: float) -> float:
+    async def _connect(self, a: cl.FabricAllocation, v: Variant, deadline: float) -> float:
         """Attach; returns the deadline, moved on by the time the fabric was unusable."""
         timeout = self._timeout
         budget = timeout if self._budget is None else self._budget
@@ -172,7 +191,7 @@ class Workers:
             if now > deadline:
                 raise AttachFailed(f"{v.device_id}: no attach within {timeout:.0f}s")
             try:
-                if await self._try_attach(v, deadline):
+                if await self._try_attach(a, v, deadline):
                     return deadline
                 down_since = None
                 backoff.reset()
@@ -193,15 +212,23 @@ class Workers:
                 if self._budget is not None:
                     deadline += time.monotonic() - now  # an outage is not the attach's time
 
-    async def _try_attach(self, v: Variant, deadline: float) -> bool:
-        """One try: True once attached; False to try again (busy, leaving another node)."""
+    async def _try_attach(self, a: cl.FabricAllocation, v: Variant, deadline: float) -> bool:
+        """One try: True once attached; False to try again (busy, leaving another node).
+
+        The fabric is asked only when no earlier request for this allocation
+        is under way or done (:meth:`_adopt`), so each allocation costs one
+        attach request, across retries and controller restarts alike.
+        """
         fabric = self._fabric
         try:
+            if await self._adopt(a, v, deadline):
+                return True
             result = await fabric.attach(v.device_id, v.node, v.adapter)
+            crash_point("fabric-attach-answered")
             if result.task is not None:
-                task = await fabric.wait(result.task.uri, max(1.0, deadline - time.monotonic()))
-                if task.failed:
-                    raise AttachFailed("; ".join(task.messages) or "attach task failed")
+                await self._record(a, v, result.task.uri)
+                crash_point("fabric-attach-waiting")
+                await self._finish(result.task.uri, deadline)
             return True
         except TimeoutError as exc:
             log.info("%s: %s: retrying", v.device_id, exc)
@@ -220,6 +247,52 @@ class Workers:
                 return False
             log.info("%s busy (%s): retrying", v.device_id, exc.code)
             return False
+
+    async def _finish(self, handle: str, deadline: float) -> None:
+        """Follow an attach's operation handle to its end; AttachFailed if it failed."""
+        task = await self._fabric.wait(handle, max(1.0, deadline - time.monotonic()))
+        if task.failed:
+            raise AttachFailed("; ".join(task.messages) or "attach task failed")
+
+    async def _record(self, a: cl.FabricAllocation, v: Variant, handle: str) -> None:
+        """Keep the operation handle on the claim, so a restart resumes it."""
+        what = f"{v.device_id} attaching to {v.node} via {v.adapter}"
+        cond = cl.condition(READY_CONDITION, "Attaching", what, None, status="False")
+        try:
+            await self._status.write(a, cond, {cl.OPERATION_KEY: handle})
+        except ApiError as exc:  # the fabric's own state still shows the attach
+            log.info("claim %s/%s: recording operation %s: %s", a.namespace, a.name, handle, exc)
+
+    async def _adopt(self, a: cl.FabricAllocation, v: Variant, deadline: float) -> bool:
+        """True once an earlier request for this attach ended well; False: ask.
+
+        The earlier request is this allocation's recorded operation, or a
+        connection of the device to this node and adapter (attached, or on
+        its way with or without a task to follow).
+        """
+        fabric = self._fabric
+        if a.operation:
+            try:
+                await self._finish(a.operation, deadline)
+                log.info("%s: resumed operation %s", v.device_id, a.operation)
+                return True
+            except FabricNotFound:
+                log.info("%s: operation %s is gone: reading the device", v.device_id, a.operation)
+        while True:
+            conn = (await fabric.inventory()).device(v.device_id).connection
+            if conn is None or (conn.node, conn.adapter) != (v.node, v.adapter):
+                return False
+            if conn.state == "Attached":
+                log.info("%s: already attached to %s via %s", v.device_id, v.node, v.adapter)
+                return True
+            if conn.state != "Attaching":
+                return False  # leaving: ask again once it is gone
+            if conn.task_uri:
+                await self._finish(conn.task_uri, deadline)
+                return True
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{v.device_id} still attaching")
+            await asyncio.sleep(RETRY_S)
 
     async def _detach(self, device_id: str, node: ObjectRef) -> None:
         bind_log_context(node=node.name, device=device_id)  # this task's own context
