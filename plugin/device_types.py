@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from driver.cxl.kind import CxlMemoryType
 from driver.devices.kind import DeviceType
 from driver.fabric_devices.node import FabricNodeView, load_adapters
 from driver.gpu.fraction import SharePolicy
@@ -16,6 +17,7 @@ from driver.gpu.sharing.handoff import MpsHandoff
 from driver.gpu.sharing.mps import MpsDaemons
 from driver.health.xid import XidWatcher
 from driver.mig.discovery import mig_support
+from driver.nvme.kind import DriveSelection, NvmeType
 from driver.nvml.pynvml_backend import PynvmlBackend
 from driver.vf.config import load_pool_config
 from driver.vf.kind import VfType
@@ -45,7 +47,8 @@ def device_types(settings: PluginSettings) -> list[DeviceType]:
     # VFs of a NIC the fabric attached are scanned whatever the PF selection says:
     # the plugin offers its VF 0 to the fabric claim that asked for the NIC.
     fabric = fabric_view(settings)
-    return [
+    behind = fabric.behind_adapter if fabric is not None else None
+    families: list[DeviceType] = [
         GpuType(
             nvml,
             settings.sysfs_root,
@@ -60,9 +63,18 @@ def device_types(settings: PluginSettings) -> list[DeviceType]:
             load_pool_config(settings.vf_config),
             settings.sysfs_root,
             settings.dev_root,
-            always=fabric.behind_adapter if fabric is not None else None,
+            always=behind,
+        ),
+        NvmeType(
+            DriveSelection.parse(settings.nvme_drives),
+            settings.sysfs_root,
+            settings.dev_root,
+            always=behind,
         ),
     ]
+    if behind is not None:  # CXL memory comes only from the fabric
+        families.append(CxlMemoryType(settings.sysfs_root, settings.dev_root, behind))
+    return families
 
 
 def xid_watcher(

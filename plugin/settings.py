@@ -63,6 +63,11 @@ class PluginSettings(ProcessSettings, FabricPoolSettings, MetricsPortSettings, M
         default=None,
         description="YAML/JSON file selecting SR-IOV PFs (and numVfs); unset: no VFs offered",
     )
+    nvme_drives: str = Field(
+        default="",
+        description="local NVMe drives offered to claims: 'all' or serials/PCI addresses; "
+        "empty: none (drives behind a fabric adapter are offered to their fabric claim)",
+    )
     mig_gpus: str = Field(
         default="",
         description="GPUs dynamic MIG may partition: 'all' or NVML indices/UUIDs; empty: no MIG",

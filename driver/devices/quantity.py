@@ -79,3 +79,8 @@ def problem(text: str) -> str | None:
     except ValueError as exc:
         return str(exc)
     return None
+
+
+def of_bytes(n: int) -> str:
+    """A byte count as a quantity: binary SI when it is whole KiB (``64Gi``), else decimal."""
+    return canonical(f"{n // 1024}Ki" if n and n % 1024 == 0 else str(n))

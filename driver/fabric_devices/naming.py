@@ -7,9 +7,11 @@ sides know (a GPU's NVML UUID or a NIC's permanent MAC address, which the
 fabric reports and the node sees once the device is attached, plus node and
 adapter) lets the plugin compute the same name without reading the fabric
 pool. The plugin tells the controller what it sees through one Node
-annotation (adapter roots, attached GPU UUIDs and NIC MACs, and which of
-them a claim holds prepared, so the controller detaches only what the node
-has unprepared). Pure functions, no I/O.
+annotation (adapter roots, attached GPU UUIDs, NIC MACs, NVMe serials and
+CXL memory serials, and which of them a claim holds prepared, so the
+controller detaches only what the node has unprepared). Identities are
+compared in one canonical form per kind (:func:`identity`), whatever form
+the fabric or sysfs wrote them in. Pure functions, no I/O.
 """
 
 from __future__ import annotations
@@ -33,17 +35,52 @@ def _short(text: str, n: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:n]
 
 
-PREFIX = {"gpu": "fgpu", "nic": "fnic"}
+PREFIX = {"gpu": "fgpu", "nic": "fnic", "nvme": "fnvme", "cxlmem": "fcxl"}
+_HEX64 = re.compile(r"^(0x)?[0-9a-f]{1,16}$")
+_EUI64 = re.compile(r"^[0-9a-f]{2}(-[0-9a-f]{2}){7}$")
+
+
+def cxl_identity(serial: str | int) -> str:
+    """A CXL device serial as Linux prints ``/sys/bus/cxl/devices/memX/serial``:
+    ``0x`` and lowercase hex without leading zeros (``0x4c1d96fffeddd835``).
+
+    Accepts that form, a Redfish GCXLID or its serial part
+    (``4C-1D-96-FF-FE-DD-D8-35:0001``: the logical device id after the colon
+    is dropped), or the number itself; anything else is a ``ValueError``.
+    """
+    if isinstance(serial, int):
+        if not 0 <= serial < 1 << 64:
+            raise ValueError(f"CXL serial {serial} is not a 64-bit number")
+        return f"{serial:#x}"
+    text = serial.strip().lower().split(":")[0]
+    if _EUI64.match(text):
+        return f"{int(text.replace('-', ''), 16):#x}"
+    if _HEX64.match(text):
+        return f"{int(text, 16):#x}"
+    raise ValueError(f"CXL serial {serial!r} is neither 0x<hex> nor an EUI-64 (GCXLID)")
+
+
+def identity(kind: str, raw: str) -> str:
+    """The canonical identity of a fabric device of ``kind`` (what variant names
+    and the Node annotation use): GPU UUID as is, NIC MAC in lower case, NVMe
+    serial without the padding spaces the 20-byte field carries, CXL serial
+    as :func:`cxl_identity`."""
+    if kind == "cxlmem":
+        return cxl_identity(raw)
+    if kind == "nic":
+        return raw.strip().lower()
+    return raw.strip()
 
 
 def variant_name(identity: str, node: str, adapter: str, kind: str = "gpu") -> str:
     """The fabric pool device name of a device reached via ``node``/``adapter``.
 
-    ``identity`` is a GPU's NVML UUID or a NIC's MAC address. A DNS label of
-    at most 63 characters, unique per (identity, node, adapter):
-    ``fgpu-<8 hex of the identity's hash>-<node>-<adapter>`` (``fnic-`` for
-    NICs), or with the node/adapter part hashed when that would be too long
-    or not a label.
+    ``identity`` is a GPU's NVML UUID, a NIC's MAC address, an NVMe serial or
+    a CXL serial (canonical: :func:`identity`). A DNS label of at most 63
+    characters, unique per (identity, node, adapter):
+    ``fgpu-<8 hex of the identity's hash>-<node>-<adapter>`` (``fnic-``,
+    ``fnvme-``, ``fcxl-`` for the other kinds), or with the node/adapter
+    part hashed when that would be too long or not a label.
     """
     head = f"{PREFIX[kind]}-{_short(identity, 8)}"
     tail = f"{node}-{adapter}".lower()
@@ -70,16 +107,24 @@ class NodeFabric:
     nics: Mapping[str, str] = field(default_factory=dict)  # attached NIC MAC -> adapter
     # Identities of attached devices a claim holds prepared: not to be detached yet.
     busy: frozenset[str] = frozenset()
+    nvme: Mapping[str, str] = field(default_factory=dict)  # attached NVMe serial -> adapter
+    cxlmem: Mapping[str, str] = field(default_factory=dict)  # attached CXL serial -> adapter
 
     def sees(self, kind: str, identity: str, adapter: str) -> bool:
         """Whether the node has the ``kind`` device ``identity`` behind ``adapter``."""
-        seen = self.gpus if kind == "gpu" else self.nics
-        return seen.get(identity) == adapter
+        return self.attached(kind).get(identity) == adapter
+
+    def attached(self, kind: str) -> Mapping[str, str]:
+        """Identity -> adapter of the attached devices of ``kind``."""
+        seen = {"gpu": self.gpus, "nic": self.nics, "nvme": self.nvme, "cxlmem": self.cxlmem}
+        return seen.get(kind, {})
 
     def to_annotation(self) -> str:
         data = {"adapters": self.adapters, "gpus": self.gpus}
-        if self.nics:  # omitted when empty: older controllers read the same text
-            data["nics"] = self.nics
+        # Omitted when empty: older controllers read the same text.
+        for key, seen in (("nics", self.nics), ("nvme", self.nvme), ("cxlmem", self.cxlmem)):
+            if seen:
+                data[key] = seen
         body: dict[str, Any] = {k: dict(sorted(v.items())) for k, v in data.items()}
         if self.busy:
             body["busy"] = sorted(self.busy)
@@ -96,7 +141,9 @@ class NodeFabric:
             adapters = {str(k): str(v) for k, v in (data.get("adapters") or {}).items()}
             gpus = {str(k): str(v) for k, v in (data.get("gpus") or {}).items()}
             nics = {str(k): str(v) for k, v in (data.get("nics") or {}).items()}
+            nvme = {str(k): str(v) for k, v in (data.get("nvme") or {}).items()}
+            cxlmem = {str(k): str(v) for k, v in (data.get("cxlmem") or {}).items()}
             busy = frozenset(str(i) for i in data.get("busy") or ())
         except (ValueError, AttributeError, TypeError):
             return None
-        return cls(adapters, gpus, nics, busy)
+        return cls(adapters, gpus, nics, busy, nvme, cxlmem)

@@ -6,11 +6,13 @@ asked for it, so it must never be published as a free local device; instead
 the plugin keeps it in the (unpublished) fabric pool of its inventory under
 the variant name the controller published, and prepares it like a local
 device: a GPU as a GPU, a NIC as its VF 0 (the controller offers a fabric
-NIC as one VF; its other VFs stay unused until it is detached). The adapters
+NIC as one VF; its other VFs stay unused until it is detached), an NVMe
+drive or CXL memory device as itself, named by its serial. The adapters
 come from the ``--fabric-adapters`` setting (``name=portBDF``); their root
 complexes are read from sysfs and reported to the controller in the Node
-annotation, together with the UUIDs of the attached GPUs and the permanent
-MAC addresses of the attached NICs' PFs.
+annotation, together with the UUIDs of the attached GPUs, the permanent
+MAC addresses of the attached NICs' PFs and the serials of the attached
+NVMe drives and CXL memory devices.
 
 Concurrency: :meth:`FabricNodeView.split` reads sysfs (adapter roots
 included) and runs in the scan's worker thread; :meth:`FabricNodeView.report`
@@ -30,13 +32,15 @@ from pathlib import Path
 from driver.backoff import Backoff
 from driver.devices.model import ATTACHMENT, PCI_BUS_ID, Device
 from driver.errors import ApiError, ConfigError
-from driver.fabric_devices.naming import NODE_ANNOTATION, NodeFabric, variant_name
+from driver.fabric_devices.naming import NODE_ANNOTATION, NodeFabric, identity, variant_name
 from driver.kube.client import KubeClient
 from driver.pci import sysfs
 
 log = logging.getLogger(__name__)
 
-IDENTITY = "fabricIdentity"  # GPU UUID or NIC MAC, on the plugin's unpublished fabric devices
+IDENTITY = "fabricIdentity"  # GPU UUID, NIC MAC or serial, on the unpublished fabric devices
+# Device kinds offered as themselves when behind an adapter, named by their serial attribute.
+BY_SERIAL = ("nvme", "cxlmem")
 
 
 def parse_adapters(spec: str) -> dict[str, str]:
@@ -130,6 +134,10 @@ class FabricNodeView:
         """(variant name, identity) of a device behind ``adapter``, or None if not offered."""
         if device.kind == "gpu":
             return variant_name(device.local_id, self.node_name, adapter), device.local_id
+        serial = device.attributes.get("serial")
+        if device.kind in BY_SERIAL and isinstance(serial, str) and serial.strip():
+            ident = identity(device.kind, serial)
+            return variant_name(ident, self.node_name, adapter, device.kind), ident
         pf = device.attributes.get("pfPciBusID")
         if device.kind == "vf" and device.attributes.get("vfIndex") == 0 and isinstance(pf, str):
             mac = self.pf_mac(pf)
@@ -174,18 +182,20 @@ class FabricNodeView:
         self, fabric: Sequence[Device], held: Collection[tuple[str, str]] = ()
     ) -> NodeFabric:
         """The node's report; ``held``: (kind, local id) of the devices claims hold."""
-        gpus: dict[str, str] = {}
-        nics: dict[str, str] = {}
+        seen: dict[str, dict[str, str]] = {k: {} for k in ("gpu", "nic", *BY_SERIAL)}
         busy: set[str] = set()
         for d in fabric:
-            seen = gpus if d.kind == "gpu" else nics
-            identity = str(d.attributes[IDENTITY])
-            seen[identity] = str(d.attributes.get("fabricAdapter", ""))
+            ident = str(d.attributes[IDENTITY])
+            seen["nic" if d.kind == "vf" else d.kind][ident] = str(
+                d.attributes.get("fabricAdapter", "")
+            )
             if (d.kind, d.local_id) in held:
-                busy.add(identity)
+                busy.add(ident)
         # The roots of the last scan: a report after each prepare reads no sysfs.
         roots = self._roots if self._roots is not None else self.adapter_roots()
-        return NodeFabric(roots, gpus, nics, frozenset(busy))
+        return NodeFabric(
+            roots, seen["gpu"], seen["nic"], frozenset(busy), seen["nvme"], seen["cxlmem"]
+        )
 
 
 class AnnotationPublisher:
