@@ -21,8 +21,9 @@ def allocated_claim(
     *,
     config: list[dict[str, Any]] | None = None,
     driver: str = "patchbay.dev",
+    pool: str = "",
 ) -> str:
-    """Create a claim for ``devices`` of ``node``'s pool, allocated; its UID."""
+    """Create a claim for ``devices`` of ``node``'s pool (or ``pool``), allocated; its UID."""
     requests = [
         {"name": f"req-{i}", "exactly": {"deviceClassName": "gpu.patchbay.dev"}}
         for i in range(len(devices))
@@ -38,7 +39,7 @@ def allocated_claim(
         "allocation": {
             "devices": {
                 "results": [
-                    {"request": f"req-{i}", "driver": driver, "pool": node, "device": d}
+                    {"request": f"req-{i}", "driver": driver, "pool": pool or node, "device": d}
                     for i, d in enumerate(devices)
                 ],
                 "config": config or [],
