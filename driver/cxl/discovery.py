@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from driver.cxl import KIND
+from driver.cxl.serial import cxl_identity
 from driver.devices.model import (
     ATTACHMENT,
     NUMA_NODE,
@@ -32,7 +33,6 @@ from driver.devices.model import (
 )
 from driver.devices.nodes import DevNode, dev_node
 from driver.devices.quantity import of_bytes
-from driver.fabric_devices.naming import cxl_identity
 from driver.pci import sysfs
 from driver.vf.discovery import read, read_int
 

@@ -23,6 +23,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from driver.cxl import KIND as CXL_MEMORY
+from driver.cxl.serial import cxl_identity
+from driver.nvme import KIND as NVME
+
 FABRIC_POOL = "fabric"  # the default of the fabric_pool setting (driver.fabric_devices.settings)
 NODE_ANNOTATION = "patchbay.dev/fabric"
 READY_CONDITION = "FabricDeviceReady"
@@ -35,29 +39,7 @@ def _short(text: str, n: int) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:n]
 
 
-PREFIX = {"gpu": "fgpu", "nic": "fnic", "nvme": "fnvme", "cxlmem": "fcxl"}
-_HEX64 = re.compile(r"^(0x)?[0-9a-f]{1,16}$")
-_EUI64 = re.compile(r"^[0-9a-f]{2}(-[0-9a-f]{2}){7}$")
-
-
-def cxl_identity(serial: str | int) -> str:
-    """A CXL device serial as Linux prints ``/sys/bus/cxl/devices/memX/serial``:
-    ``0x`` and lowercase hex without leading zeros (``0x4c1d96fffeddd835``).
-
-    Accepts that form, a Redfish GCXLID or its serial part
-    (``4C-1D-96-FF-FE-DD-D8-35:0001``: the logical device id after the colon
-    is dropped), or the number itself; anything else is a ``ValueError``.
-    """
-    if isinstance(serial, int):
-        if not 0 <= serial < 1 << 64:
-            raise ValueError(f"CXL serial {serial} is not a 64-bit number")
-        return f"{serial:#x}"
-    text = serial.strip().lower().split(":")[0]
-    if _EUI64.match(text):
-        return f"{int(text.replace('-', ''), 16):#x}"
-    if _HEX64.match(text):
-        return f"{int(text, 16):#x}"
-    raise ValueError(f"CXL serial {serial!r} is neither 0x<hex> nor an EUI-64 (GCXLID)")
+PREFIX = {"gpu": "fgpu", "nic": "fnic", NVME: "fnvme", CXL_MEMORY: "fcxl"}
 
 
 def identity(kind: str, raw: str) -> str:
@@ -65,7 +47,7 @@ def identity(kind: str, raw: str) -> str:
     and the Node annotation use): GPU UUID as is, NIC MAC in lower case, NVMe
     serial without the padding spaces the 20-byte field carries, CXL serial
     as :func:`cxl_identity`."""
-    if kind == "cxlmem":
+    if kind == CXL_MEMORY:
         return cxl_identity(raw)
     if kind == "nic":
         return raw.strip().lower()
@@ -116,13 +98,13 @@ class NodeFabric:
 
     def attached(self, kind: str) -> Mapping[str, str]:
         """Identity -> adapter of the attached devices of ``kind``."""
-        seen = {"gpu": self.gpus, "nic": self.nics, "nvme": self.nvme, "cxlmem": self.cxlmem}
+        seen = {"gpu": self.gpus, "nic": self.nics, NVME: self.nvme, CXL_MEMORY: self.cxlmem}
         return seen.get(kind, {})
 
     def to_annotation(self) -> str:
         data = {"adapters": self.adapters, "gpus": self.gpus}
         # Omitted when empty: older controllers read the same text.
-        for key, seen in (("nics", self.nics), ("nvme", self.nvme), ("cxlmem", self.cxlmem)):
+        for key, seen in (("nics", self.nics), (NVME, self.nvme), (CXL_MEMORY, self.cxlmem)):
             if seen:
                 data[key] = seen
         body: dict[str, Any] = {k: dict(sorted(v.items())) for k, v in data.items()}
@@ -141,8 +123,8 @@ class NodeFabric:
             adapters = {str(k): str(v) for k, v in (data.get("adapters") or {}).items()}
             gpus = {str(k): str(v) for k, v in (data.get("gpus") or {}).items()}
             nics = {str(k): str(v) for k, v in (data.get("nics") or {}).items()}
-            nvme = {str(k): str(v) for k, v in (data.get("nvme") or {}).items()}
-            cxlmem = {str(k): str(v) for k, v in (data.get("cxlmem") or {}).items()}
+            nvme = {str(k): str(v) for k, v in (data.get(NVME) or {}).items()}
+            cxlmem = {str(k): str(v) for k, v in (data.get(CXL_MEMORY) or {}).items()}
             busy = frozenset(str(i) for i in data.get("busy") or ())
         except (ValueError, AttributeError, TypeError):
             return None

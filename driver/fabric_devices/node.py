@@ -30,17 +30,19 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from driver.backoff import Backoff
+from driver.cxl import KIND as CXL_MEMORY
 from driver.devices.model import ATTACHMENT, PCI_BUS_ID, Device
 from driver.errors import ApiError, ConfigError
 from driver.fabric_devices.naming import NODE_ANNOTATION, NodeFabric, identity, variant_name
 from driver.kube.client import KubeClient
+from driver.nvme import KIND as NVME
 from driver.pci import sysfs
 
 log = logging.getLogger(__name__)
 
 IDENTITY = "fabricIdentity"  # GPU UUID, NIC MAC or serial, on the unpublished fabric devices
 # Device kinds offered as themselves when behind an adapter, named by their serial attribute.
-BY_SERIAL = ("nvme", "cxlmem")
+BY_SERIAL = (NVME, CXL_MEMORY)
 
 
 def parse_adapters(spec: str) -> dict[str, str]:
@@ -194,7 +196,7 @@ class FabricNodeView:
         # The roots of the last scan: a report after each prepare reads no sysfs.
         roots = self._roots if self._roots is not None else self.adapter_roots()
         return NodeFabric(
-            roots, seen["gpu"], seen["nic"], frozenset(busy), seen["nvme"], seen["cxlmem"]
+            roots, seen["gpu"], seen["nic"], frozenset(busy), seen[NVME], seen[CXL_MEMORY]
         )
 
 

@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 
 from driver.cxl.kind import CxlMemoryType
+from driver.cxl.serial import cxl_identity
 from driver.devices.model import NUMA_NODE, PCIE_ROOT, Device
-from driver.fabric_devices.naming import NodeFabric, cxl_identity, variant_name
+from driver.fabric_devices.naming import NodeFabric, variant_name
 from driver.fabric_devices.node import FabricNodeView
 from driver.nvme.kind import DriveSelection, NvmeType
 from driver.pci import sysfs
+from driver.slices.limits import device_problems
 from fabric.simhost import TOPOLOGIES, CxlMemory, Nvme, SimHost
 from fabric.simhost.sysfs_tree import relink
 
@@ -165,3 +167,12 @@ def test_the_node_report_omits_empty_maps_and_reads_back() -> None:
     )
     node = {"metadata": {"annotations": {"patchbay.dev/fabric": full.to_annotation()}}}
     assert NodeFabric.from_node(node) == full
+
+
+def test_drives_and_memory_fit_the_slice_limits(host: SimHost, view: FabricNodeView) -> None:
+    host.hot_add("adapter0", Nvme(host.free_bdf("adapter0"), serial="S" * 20, model="M" * 40))
+    host.hot_add("adapter1", CxlMemory(host.free_bdf("adapter1"), (1 << 64) - 1))
+    local, fabric = view.split(nvme(host, "all", view) + cxl(host, view))
+    assert len(local) == 2 and len(fabric) == 2
+    for device in local + fabric:
+        assert device_problems(device) == [], device.name
