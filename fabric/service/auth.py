@@ -1,15 +1,20 @@
-"""Bearer-token authentication and Redfish-shaped error rendering (middlewares).
+"""Authentication and Redfish-shaped error rendering (middlewares).
 
-Every path needs the token except the Redfish service root (which Redfish
-clients read before they log in) and ``/healthz``. The token comes as
-``Authorization: Bearer <token>`` or Redfish's ``X-Auth-Token`` header and
-is compared in constant time with the current one (a token file is
-re-read when it changes: rotation without a restart). Any refused request - ours or aiohttp's own
-404/405 - is answered with a Redfish error body.
+Every path needs credentials except what DSP0266 leaves open (the version
+object ``/redfish``, the service root, ``$metadata``, the OData service
+document), the login itself (``POST .../Sessions``) and ``/healthz``.
+Accepted, each compared in constant time with the current token (a token
+file is re-read when it changes: rotation without a restart):
+``Authorization: Bearer <token>``; HTTP Basic as :data:`sessions.USER` with
+the token as password; ``X-Auth-Token`` with a Redfish session's token
+(``sessions.py``) or the token itself. Any refused request - ours or
+aiohttp's own 404/405 - is answered with a Redfish error body.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hmac
 import logging
 from collections.abc import Awaitable, Callable
@@ -18,39 +23,78 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 
 from driver.fabricclient.token import TokenSource
+from fabric.service import sessions, uris
 from fabric.service.errors import RedfishError
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-PUBLIC = frozenset({"/redfish/v1", "/redfish/v1/", "/healthz"})
+PUBLIC = frozenset(
+    {
+        "/redfish",
+        "/redfish/",
+        uris.ROOT,
+        f"{uris.ROOT}/",
+        f"{uris.ROOT}/$metadata",
+        f"{uris.ROOT}/odata",
+        "/healthz",
+    }
+)
 
 
-def presented_token(request: web.Request) -> str | None:
+def same_secret(got: str, want: str) -> bool:
+    return hmac.compare_digest(got.encode(), want.encode())
+
+
+def basic_password(header: str) -> tuple[str, str] | None:
+    """(user, password) of an ``Authorization: Basic`` header, None if it is not one."""
+    if header[:6].lower() != "basic ":
+        return None
+    try:
+        user, sep, password = base64.b64decode(header[6:].strip()).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return (user, password) if sep else None
+
+
+def authenticate(request: web.Request, token: str, live: sessions.Sessions) -> None:
+    """Raise 401 unless the request carries a credential the service accepts."""
     header = request.headers.get("Authorization", "")
     if header[:7].lower() == "bearer ":
-        return header[7:].strip()
-    return request.headers.get("X-Auth-Token")
+        if not same_secret(header[7:].strip(), token):
+            raise RedfishError(401, "InsufficientPrivilege", "bearer token not accepted")
+        return
+    basic = basic_password(header)
+    if basic is not None:
+        if not (same_secret(basic[0], sessions.USER) and same_secret(basic[1], token)):
+            raise RedfishError(401, "InsufficientPrivilege", "user name or password not accepted")
+        return
+    x_auth = request.headers.get("X-Auth-Token")
+    if x_auth is not None:
+        if live.check(x_auth) is None and not same_secret(x_auth, token):
+            raise RedfishError(401, "NoValidSession", "X-Auth-Token: no such session")
+        return
+    raise RedfishError(401, "NoValidSession", "no credentials presented")
 
 
-def auth_middleware(token: str | TokenSource) -> Middleware:
+def auth_middleware(token: str | TokenSource, live: sessions.Sessions) -> Middleware:
     source = TokenSource(token) if isinstance(token, str) else token
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path not in PUBLIC:
-            got = presented_token(request)
-            if got is None:
-                raise RedfishError(401, "NoValidSession", "no bearer token presented")
-            if not hmac.compare_digest(got.encode(), source.current().encode()):
-                raise RedfishError(401, "InsufficientPrivilege", "bearer token not accepted")
+        path = request.path.rstrip("/").removesuffix("/Members")
+        login = request.method == "POST" and path == uris.SESSIONS
+        if request.path not in PUBLIC and not login:
+            authenticate(request, source.current(), live)
         return await handler(request)
 
     return check
 
 
 def error_response(err: RedfishError) -> web.Response:
-    headers = {"WWW-Authenticate": 'Bearer realm="patchbay-fabric"'} if err.status == 401 else {}
+    headers = {"OData-Version": "4.0"}
+    if err.status == 401:
+        headers["WWW-Authenticate"] = 'Basic realm="patchbay-fabric"'
     return web.json_response(err.body(), status=err.status, headers=headers)
 
 
@@ -66,7 +110,9 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return error_response(err)
     except web.HTTPNotFound:
         return error_response(RedfishError(404, "ResourceNotFound", f"nothing at {request.path}"))
-    except web.HTTPMethodNotAllowed:
-        return error_response(
+    except web.HTTPMethodNotAllowed as exc:
+        resp = error_response(
             RedfishError(405, "GeneralError", f"{request.method} not allowed on {request.path}")
         )
+        resp.headers["Allow"] = ", ".join(sorted(exc.allowed_methods))
+        return resp

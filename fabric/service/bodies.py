@@ -1,10 +1,12 @@
 """Request bodies at the trust boundary: parsing and 400s that name the field.
 
 ``POST .../Connections`` names exactly one initiator and one target endpoint
-by ``@odata.id``; ``POST /patchbay/v1/faults`` sets fault-injection knobs.
-Both are pydantic models with unknown fields refused; a validation failure
-becomes a Redfish 400 whose message and ``RelatedProperties`` name the
-field (``Links.TargetEndpoints[0].@odata.id``).
+by ``@odata.id``; ``PATCH .../Zones/<zone>`` names the zone's endpoints;
+``POST .../SessionService/Sessions`` logs in; ``POST /patchbay/v1/faults``
+sets fault-injection knobs. All are pydantic models with unknown fields
+refused (or ignored where clients echo them back); a validation failure
+becomes a Redfish 400 whose message and ``RelatedProperties`` name the field
+(``Links.TargetEndpoints[0].@odata.id``).
 """
 
 from __future__ import annotations
@@ -43,10 +45,31 @@ class ConnectionCreate(BaseModel):
     links: ConnectionLinks = Field(alias="Links")
 
 
+class ZoneLinks(_Body):
+    endpoints: list[Ref] = Field(alias="Endpoints")
+
+
+class ZonePatch(BaseModel):
+    # Read-only properties a client echoes back (Id, @odata.etag, ...) are ignored.
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    links: ZoneLinks = Field(alias="Links")
+
+
+class SessionCreate(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    user: str = Field(alias="UserName", min_length=1)
+    password: str = Field(alias="Password")
+
+
 class DeviceFaults(_Body):
     health: Literal["OK", "Warning", "Critical"] | None = None
     in_use: bool | None = Field(default=None, alias="inUse")
     foreign_owner: str | None = Field(default=None, alias="foreignOwner")
+    # CXL memory the host cannot offline (pages pinned): its detach is refused by
+    # the host, the device stays attached (needs the device attached).
+    memory_in_use: bool | None = Field(default=None, alias="memoryInUse")
 
 
 class FaultsUpdate(_Body):

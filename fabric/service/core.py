@@ -11,7 +11,9 @@ Rules: attaching a device already attached (or attaching) to the same
 initiator returns that connection (and its open task); to another initiator,
 or a device another tenant holds, is 409 ResourceInUse. Detach is refused
 (409) while the device is flagged in use or the connection is still
-attaching. An injected failure is decided when the task is created (so a
+attaching; a detach the host refuses (CXL memory in use) ends its task in
+``Exception`` with the host's reason and leaves the device attached. An
+injected failure is decided when the task is created (so a
 restart does not re-roll it); the task ends in ``Exception`` and the attach
 is rolled back (the connection disappears) or the detach undone (the
 connection is ``Attached`` again).
@@ -32,8 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from fabric.service import hosts
-from fabric.service import redfish as uris
+from driver.errors import DeviceError
+from fabric.service import hosts, uris
 from fabric.service.errors import RedfishError, in_use, not_found
 from fabric.service.events import CHANGED, CREATED, REMOVED, TASK_DONE, TASK_FAILED, EventBus
 from fabric.service.inventory import Inventory
@@ -236,9 +238,14 @@ class Fabric:
             problem = f"injected failure: detach of {conn.device} from {ini.node} failed"
             self.store.set_connection(conn.id, state="Attached")
         else:
-            hosts.remove(ini, tgt, conn.bdf)
-            self.store.delete_connection(conn.id)
-            problem = ""
+            try:
+                hosts.remove(ini, tgt, conn.bdf)
+            except DeviceError as exc:  # the host refused: still attached, say why
+                problem = str(exc)
+                self.store.set_connection(conn.id, state="Attached")
+            else:
+                self.store.delete_connection(conn.id)
+                problem = ""
         self.store.set_task(task_id, "Exception" if problem else "Completed", problem)
         log.info("task %d (%s %s): %s", task_id, task.kind, conn.device, problem or "completed")
         return problem

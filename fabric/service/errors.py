@@ -30,9 +30,15 @@ _MESSAGES: dict[str, tuple[str, str]] = {
     "ResourceInUse": ("Warning", "Retry when the resource is released."),
     "ResourceInStandby": ("Critical", "Retry when the resource's operation ends."),
     "ActionParameterValueConflict": ("Warning", "Name endpoints on one switch."),
-    "NoValidSession": ("Critical", "Send 'Authorization: Bearer <token>'."),
-    "InsufficientPrivilege": ("Critical", "Use a valid token."),
+    "NoValidSession": (
+        "Critical",
+        "Log in (POST /redfish/v1/SessionService/Sessions), or send HTTP Basic or a bearer token.",
+    ),
+    "InsufficientPrivilege": ("Critical", "Use valid credentials."),
     "OperationFailed": ("Critical", "Retry the operation."),
+    "PreconditionFailed": ("Critical", "Read the resource again and retry with its ETag."),
+    "PropertyValueNotInList": ("Warning", "Choose a value the resource allows."),
+    "QueryNotSupported": ("Warning", "Leave the query parameter out."),
 }
 
 

@@ -5,8 +5,10 @@ device reports a critical fault, another tenant takes a device). Redfish
 publishes such changes through its EventService; a client that subscribes to
 ``/redfish/v1/EventService/SSE`` learns of them at once instead of polling.
 Events here are change notices (``ResourceEvent`` messages naming the
-resource in ``OriginOfCondition``); a subscriber re-reads what it needs, so a
-slow subscriber that loses events loses nothing but latency: it is
+resource in ``OriginOfCondition``); each record carries what the ``Event``
+schema requires of its version (``MemberId``, ``MessageId``, and the
+deprecated but still required ``EventType``) and ``EventId``; a subscriber
+re-reads what it needs, so a slow subscriber that loses events loses nothing but latency: it is
 disconnected and re-lists when it reconnects.
 
 Concurrency: :class:`EventBus` lives on the service's asyncio loop;
@@ -24,9 +26,12 @@ from typing import Any
 
 from aiohttp import web
 
+from fabric.service import uris
+
 log = logging.getLogger(__name__)
 
-SSE_URI = "/redfish/v1/EventService/SSE"
+SSE_URI = uris.SSE
+EVENT_TYPE = "#Event.v1_7_0.Event"
 QUEUE_SIZE = 256
 KEEPALIVE_S = 15.0
 
@@ -35,6 +40,14 @@ REMOVED = "ResourceEvent.1.3.ResourceRemoved"
 CHANGED = "ResourceEvent.1.3.ResourceChanged"
 TASK_DONE = "TaskEvent.1.0.TaskCompletedOK"
 TASK_FAILED = "TaskEvent.1.0.TaskAborted"
+# EventType (Event.v1_0_0; deprecated since v1_3_0 but still Required) of each message.
+_EVENT_TYPES = {
+    CREATED: "ResourceAdded",
+    REMOVED: "ResourceRemoved",
+    CHANGED: "ResourceUpdated",
+    TASK_DONE: "StatusChange",
+    TASK_FAILED: "StatusChange",
+}
 
 
 class EventBus:
@@ -66,11 +79,13 @@ class EventBus:
         self._next_id += 1
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         event = {
-            "@odata.type": "#Event.v1_7_0.Event",
+            "@odata.type": EVENT_TYPE,
             "Id": ident,
             "Name": "Fabric event",
             "Events": [
                 {
+                    "MemberId": str(i),
+                    "EventType": _EVENT_TYPES[message_id],
                     "EventId": f"{ident}.{i}",
                     "MessageId": message_id,
                     "EventTimestamp": stamp,
@@ -92,7 +107,7 @@ class EventBus:
 
 def event_service() -> dict[str, Any]:
     return {
-        "@odata.id": "/redfish/v1/EventService",
+        "@odata.id": uris.EVENT_SERVICE,
         "@odata.type": "#EventService.v1_10_0.EventService",
         "Id": "EventService",
         "Name": "Event Service",

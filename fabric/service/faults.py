@@ -5,8 +5,10 @@ affect: ``fail_attaches``/``fail_detaches`` count down one per task created,
 latencies override the settings' defaults. Per-device flags: ``health``
 (shown as the endpoint's ``Status.Health``; ``Critical`` makes attaches
 fail), ``in_use`` (detach refused with 409), ``foreign_owner`` (another
-tenant took the device: it shows ``UnavailableOffline`` and attach is 409).
-Called on the service's worker thread only.
+tenant took the device: it shows ``UnavailableOffline`` and attach is 409),
+``memory_in_use`` (attached CXL memory: marked in use on its host, which then
+refuses the hot-remove; the detach task ends in ``Exception`` saying why and
+the device stays attached). Called on the service's worker thread only.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from fabric.service import hosts
 from fabric.service.bodies import FaultsUpdate
-from fabric.service.errors import RedfishError
+from fabric.service.errors import RedfishError, bad_property
 from fabric.service.inventory import Inventory
-from fabric.service.store import Store
+from fabric.service.store import Connection, Store
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +30,10 @@ def apply(store: Store, inv: Inventory, upd: FaultsUpdate) -> None:
     if unknown:
         field = f"devices.{unknown[0]}"
         raise RedfishError(400, "PropertyValueFormatError", f"{field}: no such device", field)
+    marks: list[tuple[Connection, bool]] = []
+    for dev, f in upd.devices.items():
+        if f.memory_in_use is not None:
+            marks.append((_attached_memory(store, inv, dev), f.memory_in_use))
     knobs = {
         "fail_attaches": upd.fail_next_attaches,
         "fail_detaches": upd.fail_next_detaches,
@@ -38,7 +45,19 @@ def apply(store: Store, inv: Inventory, upd: FaultsUpdate) -> None:
             store.set_knob(key, float(value))
     for dev, f in upd.devices.items():
         store.set_device(dev, f.health, f.in_use, f.foreign_owner)
+    for conn, in_use in marks:
+        hosts.mark_memory_in_use(inv.initiators[conn.initiator], conn.bdf, in_use)
     log.warning("faults changed: %s", upd.model_dump(exclude_none=True, by_alias=True))
+
+
+def _attached_memory(store: Store, inv: Inventory, dev: str) -> Connection:
+    field = f"devices.{dev}.memoryInUse"
+    if inv.targets[dev].kind != "cxlmem":
+        raise bad_property(field, f"{dev} is a {inv.targets[dev].kind}, not CXL memory")
+    conn = store.connection_of(dev)
+    if conn is None or conn.state != "Attached" or not conn.bdf:
+        raise bad_property(field, f"{dev} is not attached to a host")
+    return conn
 
 
 def view(store: Store, inv: Inventory, defaults: dict[str, float]) -> dict[str, Any]:

@@ -2,9 +2,11 @@
 
 On attach the device is hot-added behind the initiator's adapter, so it sits
 under that adapter's root complex (and inherits its ``pcieRoot``); a GPU
-enters the node's NVML mock state with the fabric's UUID and serial; the
-simulated host appends the ``add`` uevents. Detach hot-removes it (with a
-NIC's VFs) and the ``remove`` uevents follow.
+enters the node's NVML mock state with the fabric's UUID and serial, an NVMe
+drive gets its namespace and NQN, CXL memory its memdev (serial) and devdax
+device; the simulated host appends the ``add`` uevents. Detach hot-removes it
+(with a NIC's VFs) and the ``remove`` uevents follow. The host may refuse a
+hot-remove (CXL memory in use: ``DeviceError`` saying why); nothing changes then.
 
 Idempotency for resumed tasks: the address is chosen and stored *before*
 the hot-add (``plan``), and ``add`` does nothing if that address already
@@ -19,9 +21,10 @@ from __future__ import annotations
 
 import logging
 
+from driver.errors import DeviceError
 from fabric.service.inventory import Initiator, Target
 from fabric.simhost.host import SimHost
-from fabric.simhost.topology import Gpu, Nic
+from fabric.simhost.topology import CxlMemory, Gpu, Nic, Nvme
 
 log = logging.getLogger(__name__)
 
@@ -35,9 +38,13 @@ def plan(initiator: Initiator) -> str:
     return _host(initiator).free_bdf(initiator.adapter)
 
 
-def _endpoint(target: Target, bdf: str) -> Gpu | Nic:
+def _endpoint(target: Target, bdf: str) -> Gpu | Nic | Nvme | CxlMemory:
     if target.kind == "gpu":
         return Gpu(bdf, target.model, uuid=target.uuid, serial=target.serial)
+    if target.kind == "nvme":
+        return Nvme(bdf, target.model, target.serial, (target.capacity_bytes,), nqn=target.nqn)
+    if target.kind == "cxlmem":
+        return CxlMemory(bdf, target.serial_number, target.capacity_bytes, target.model)
     return Nic(
         bdf, target.netdev, total_vfs=target.total_vfs, num_vfs=target.num_vfs, mac=target.mac
     )
@@ -55,11 +62,22 @@ def add(initiator: Initiator, target: Target, bdf: str) -> list[str]:
 
 
 def remove(initiator: Initiator, target: Target, bdf: str) -> list[str]:
-    """Hot-remove the device at ``bdf``; returns the addresses that went (none if absent)."""
+    """Hot-remove the device at ``bdf``; returns the addresses that went (none if absent).
+
+    Raises ``DeviceError`` when the host refuses (CXL memory in use): nothing changed."""
     host = _host(initiator)
     if not bdf or not host.tree.exists(bdf):
         log.info("%s not present at %r on %s; nothing to remove", target.id, bdf, host.name)
         return []
-    gone = host.hot_remove(bdf)
+    try:
+        gone = host.hot_remove(bdf)
+    except DeviceError as exc:
+        raise DeviceError(f"{host.name} refused to release {target.id}: {exc}") from exc
     log.info("hot-removed %s from %s: %s", target.id, host.name, gone)
     return gone
+
+
+def mark_memory_in_use(initiator: Initiator, bdf: str, in_use: bool) -> None:
+    """Mark the attached CXL memory at ``bdf`` in use on its host (a fault to inject:
+    the host then refuses its hot-remove)."""
+    _host(initiator).set_memory_in_use(bdf, in_use)

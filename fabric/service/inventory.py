@@ -4,7 +4,8 @@ The topology file (YAML or JSON) is a trust boundary, so it is parsed with
 pydantic (``TopologyFile``) and turned into frozen dataclasses that the rest
 of the service shares read-only. Each switch has upstream ports wired to a
 host adapter on a node (with that node's simulated-host directory) and
-downstream slots that hold GPUs or NIC PFs. Identifiers (device ids, port
+downstream slots that hold GPUs, NIC PFs, NVMe drives or (on a CXL fabric)
+CXL Type 3 memory expanders. Identifiers (device ids, port
 ids, initiator endpoint ids) become Redfish ``Id`` values, so they are
 restricted to URL-safe characters and must be unique across the file.
 """
@@ -26,6 +27,11 @@ from fabric.simhost.sysfs_tree import NVIDIA, PCI_DEVICE_IDS, derived_mac
 Ident = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")]
 _NS = uuidlib.UUID("0c3b2d54-7a55-4f0e-9c55-3f1f3e0b7a11")
 MELLANOX, CX6DX = 0x15B3, 0x101D
+# Simulated Samsung PM1733 drives and CMM-D memory expanders (as fabric/simhost's).
+SAMSUNG, PM1733, CMM_D = 0x144D, 0xA824, 0xA800
+# PCI class codes (base, sub, prog-if) per kind: what the host's config space says.
+CLASS_CODES = {"gpu": 0x030200, "nic": 0x020000, "nvme": 0x010802, "cxlmem": 0x050210}
+Kind = Literal["gpu", "nic", "nvme", "cxlmem"]
 
 
 class _Strict(BaseModel):
@@ -57,6 +63,26 @@ class NicSlot(_Strict):
     mac: Annotated[str, Field(pattern=r"^([0-9a-f]{2}:){5}[0-9a-f]{2}$")] = ""
 
 
+class NvmeSlot(_Strict):
+    kind: Literal["nvme"] = "nvme"
+    id: Ident
+    model: str = "SAMSUNG MZWLR3T8HCLS-00A07"
+    serial: str = Field(default="", max_length=20)  # the NVMe serial field is 20 bytes
+    capacity_bytes: int = Field(default=3_840_755_982_336, gt=0, alias="capacityBytes")
+    nqn: str = ""  # subsystem NQN; derived from the serial when empty
+
+
+class CxlMemSlot(_Strict):
+    kind: Literal["cxlmem"] = "cxlmem"
+    id: Ident
+    model: str = "CXL Type 3 memory expander"
+    serial: int = Field(default=0, ge=0, lt=1 << 64)  # device serial (EUI-64); 0: derived
+    memory_mib: int = Field(default=256 * 1024, gt=0, alias="memoryMiB")
+
+
+Slot = GpuSlot | NicSlot | NvmeSlot | CxlMemSlot
+
+
 class UpstreamSpec(_Strict):
     port: Ident
     node: str
@@ -67,7 +93,7 @@ class UpstreamSpec(_Strict):
 
 class SlotSpec(_Strict):
     port: Ident
-    device: Annotated[GpuSlot | NicSlot, Field(discriminator="kind")] | None = None
+    device: Annotated[Slot, Field(discriminator="kind")] | None = None
 
 
 class SwitchSpec(_Strict):
@@ -106,9 +132,9 @@ class Target:
     fabric: str
     switch: str
     port: str
-    kind: Literal["gpu", "nic"]
+    kind: Kind
     model: str
-    serial: str
+    serial: str  # cxlmem: the EUI-64 as a GCXLID writes it (4C-1D-96-FF-FE-DD-D8-35)
     uuid: str  # GPUs only
     vendor_id: int
     device_id: int
@@ -116,6 +142,18 @@ class Target:
     total_vfs: int = 0
     num_vfs: int = 0
     mac: str = ""  # NICs: the PF's permanent MAC, the identity nodes see in sysfs
+    capacity_bytes: int = 0  # nvme, cxlmem
+    nqn: str = ""  # nvme: the subsystem NQN
+    serial_number: int = 0  # cxlmem: the device serial as the host's memX/serial holds it
+
+    @property
+    def class_code(self) -> int:
+        return CLASS_CODES[self.kind]
+
+    @property
+    def chassis(self) -> str:
+        """The enclosure (one per switch) that holds the device."""
+        return f"{self.fabric}-{self.switch}"
 
 
 @dataclass(frozen=True)
@@ -130,9 +168,26 @@ class Inventory:
         return ini + [t.id for t in self.targets.values() if t.fabric == fabric]
 
 
-def _target(fabric: str, switch: str, port: str, d: GpuSlot | NicSlot) -> Target:
+def eui64(serial: int) -> str:
+    """A 64-bit device serial as GCXLIDs and PCIe DSNs write it: 4C-1D-96-FF-FE-DD-D8-35."""
+    return "-".join(f"{b:02X}" for b in serial.to_bytes(8, "big"))
+
+
+def _target(fabric: str, switch: str, port: str, d: Slot) -> Target:
     ident = uuidlib.uuid5(_NS, f"{fabric}/{d.id}")
+    if isinstance(d, CxlMemSlot):
+        number = d.serial or ident.int >> 64
+        return Target(
+            d.id, fabric, switch, port, "cxlmem", d.model, eui64(number), "", SAMSUNG, CMM_D,
+            capacity_bytes=d.memory_mib << 20, serial_number=number,
+        )  # fmt: skip
     serial = d.serial or f"FAB{ident.int % 10**10:010d}"
+    if isinstance(d, NvmeSlot):
+        nqn = d.nqn or f"nqn.1994-11.com.samsung:nvme:PM1733:2.5-inch:{serial}"
+        return Target(
+            d.id, fabric, switch, port, "nvme", d.model, serial, "", SAMSUNG, PM1733,
+            capacity_bytes=d.capacity_bytes, nqn=nqn,
+        )  # fmt: skip
     if isinstance(d, GpuSlot):
         uid = d.uuid or f"GPU-{ident}"
         dev_id = PCI_DEVICE_IDS[d.model][0]
@@ -171,6 +226,11 @@ def build(spec: TopologyFile, base: Path) -> Inventory:
                     continue
                 if s.device.id in targets or s.device.id in initiators:
                     raise ConfigError(f"device id {s.device.id!r} used twice")
+                if s.device.kind == "cxlmem" and f.type != "CXL":
+                    raise ConfigError(
+                        f"fabrics[{f.id}].switches[{sw.id}].slots[{s.port}]: CXL memory "
+                        f"{s.device.id!r} needs a fabric of type CXL, not {f.type}"
+                    )
                 targets[s.device.id] = _target(f.id, sw.id, s.port, s.device)
     return Inventory(fabrics, switches, initiators, targets)
 

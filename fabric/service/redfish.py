@@ -1,56 +1,46 @@
-"""Redfish resource shapes: URIs and the JSON of every resource we serve.
+"""Redfish resource shapes of the fabric: the JSON of every fabric resource we serve.
 
 Pure functions from the inventory and store rows to JSON, following the DMTF
-schemas (Fabric, Switch, Port, Endpoint, Connection, Task) so that a client
-written against this simulator can later speak to a real fabric manager.
-Values the schemas have no property for (node and adapter of an initiator,
-device type, GPU UUID, the hot-added PCI address) sit under ``Oem.Patchbay``.
+schemas (ServiceRoot, Fabric, Switch, Port, Endpoint, Zone, Connection, Task)
+and the wire contract of issue 22: every fact sits where the standard puts
+it (roles in ``ConnectedEntities``, the linked hardware in ``hardware.py``,
+connection progress in ``Status.State``). A DMTF validator finds nothing
+wrong with them (tests/integration/test_redfish_conformance.py).
+
+Legacy: the pre-standard client read a top-level ``Endpoint.EntityRole``
+(only with ``legacy=True``, the ``--legacy-fields`` setting, because the
+schema forbids it) and ``Oem.Patchbay`` values (typed, allowed). Both go
+once the client reads only standard places.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
-from typing import Any
 
+from fabric.service import hardware, uris
 from fabric.service.errors import message
 from fabric.service.inventory import Initiator, Inventory, Target
 from fabric.service.store import Connection, DeviceState, Task
+from fabric.service.uris import Json, link
 
-ROOT = "/redfish/v1"
-TASKS = f"{ROOT}/TaskService/Tasks"
-Json = dict[str, Any]
-
-
-def fabric_uri(fabric: str) -> str:
-    return f"{ROOT}/Fabrics/{fabric}"
-
-
-def switch_uri(fabric: str, switch: str) -> str:
-    return f"{fabric_uri(fabric)}/Switches/{switch}"
-
-
-def port_uri(fabric: str, switch: str, port: str) -> str:
-    return f"{switch_uri(fabric, switch)}/Ports/{port}"
-
-
-def endpoint_uri(fabric: str, endpoint: str) -> str:
-    return f"{fabric_uri(fabric)}/Endpoints/{endpoint}"
-
-
-def connection_uri(fabric: str, connection: int) -> str:
-    return f"{fabric_uri(fabric)}/Connections/{connection}"
-
-
-def task_uri(task: int) -> str:
-    return f"{TASKS}/{task}"
-
-
-def link(uri: str) -> Json:
-    return {"@odata.id": uri}
+CONN_STATE = {"Attaching": "Starting", "Attached": "Enabled", "Detaching": "Disabled"}
+ENTITY_TYPE = {
+    "gpu": "Processor",
+    "nic": "NetworkController",
+    "nvme": "Drive",
+    "cxlmem": "CXLDevice",
+}
 
 
 def _iso(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
+
+
+def _oem(kind: str, values: Json) -> Json:
+    """A typed ``Oem.Patchbay`` object (legacy extras; nothing standard reads them)."""
+    return {"Patchbay": {"@odata.type": f"#Patchbay{kind}.v1_0_0.Patchbay{kind}", **values}}
 
 
 def collection(uri: str, kind: str, members: list[Json], expand: bool) -> Json:
@@ -66,37 +56,53 @@ def collection(uri: str, kind: str, members: list[Json], expand: bool) -> Json:
 
 def service_root() -> Json:
     return {
-        "@odata.id": ROOT,
-        "@odata.type": "#ServiceRoot.v1_16_0.ServiceRoot",
+        "@odata.id": uris.ROOT,
+        "@odata.type": "#ServiceRoot.v1_20_0.ServiceRoot",
         "Id": "RootService",
         "Name": "patchbay simulated fabric",
         "RedfishVersion": "1.18.0",
-        "Fabrics": link(f"{ROOT}/Fabrics"),
-        "TaskService": link(f"{ROOT}/TaskService"),
-        "EventService": link(f"{ROOT}/EventService"),
+        "UUID": hardware.system_uuid("patchbay-fabric"),
+        "Vendor": "patchbay",
+        "Product": "patchbay simulated PCIe/CXL fabric",
+        "Fabrics": link(uris.FABRICS),
+        "Systems": link(uris.SYSTEMS),
+        "Chassis": link(uris.CHASSIS),
+        "Tasks": link(uris.TASK_SERVICE),
+        "SessionService": link(uris.SESSION_SERVICE),
+        "AccountService": link(uris.ACCOUNT_SERVICE),
+        "EventService": link(uris.EVENT_SERVICE),
+        "Links": {"Sessions": link(uris.SESSIONS)},
+        "ProtocolFeaturesSupported": {
+            "ExpandQuery": {"ExpandAll": False, "Levels": False, "Links": False, "NoLinks": True},
+            "FilterQuery": False,
+            "SelectQuery": False,
+            "OnlyMemberQuery": False,
+            "ExcerptQuery": False,
+        },
     }
 
 
 def fabric(inv: Inventory, ident: str) -> Json:
-    uri = fabric_uri(ident)
+    uri = uris.fabric_uri(ident)
     return {
         "@odata.id": uri,
-        "@odata.type": "#Fabric.v1_3_2.Fabric",
+        "@odata.type": "#Fabric.v1_4_0.Fabric",
         "Id": ident,
         "Name": f"{inv.fabrics[ident]} fabric {ident}",
         "FabricType": inv.fabrics[ident],
         "Status": {"State": "Enabled", "Health": "OK"},
         "Switches": link(f"{uri}/Switches"),
         "Endpoints": link(f"{uri}/Endpoints"),
+        "Zones": link(f"{uri}/Zones"),
         "Connections": link(f"{uri}/Connections"),
     }
 
 
 def switch(inv: Inventory, fab: str, ident: str) -> Json:
-    uri = switch_uri(fab, ident)
+    uri = uris.switch_uri(fab, ident)
     return {
         "@odata.id": uri,
-        "@odata.type": "#Switch.v1_9_2.Switch",
+        "@odata.type": "#Switch.v1_11_0.Switch",
         "Id": ident,
         "Name": f"switch {ident}",
         "SwitchType": inv.fabrics[fab],
@@ -108,75 +114,101 @@ def switch(inv: Inventory, fab: str, ident: str) -> Json:
 def port(inv: Inventory, fab: str, sw: str, ident: str) -> Json:
     up = [i for i in inv.initiators.values() if (i.fabric, i.switch, i.port) == (fab, sw, ident)]
     down = [t for t in inv.targets.values() if (t.fabric, t.switch, t.port) == (fab, sw, ident)]
-    ends = [endpoint_uri(fab, i.id) for i in up] + [endpoint_uri(fab, t.id) for t in down]
+    ends = [uris.endpoint_uri(fab, i.id) for i in up] + [uris.endpoint_uri(fab, t.id) for t in down]
+    links: Json = {"AssociatedEndpoints": [link(u) for u in ends]}
+    if up:  # the host adapter's port at the other end of the cable
+        links["ConnectedPorts"] = [link(uris.adapter_port_uri(i.node, i.adapter)) for i in up]
     return {
-        "@odata.id": port_uri(fab, sw, ident),
-        "@odata.type": "#Port.v1_9_0.Port",
+        "@odata.id": uris.port_uri(fab, sw, ident),
+        "@odata.type": "#Port.v1_18_0.Port",
         "Id": ident,
         "Name": f"port {ident}",
         "PortProtocol": inv.fabrics[fab],
         "PortType": "UpstreamPort" if up else "DownstreamPort",
         "Status": {"State": "Enabled" if ends else "Absent", "Health": "OK"},
-        "Links": {"AssociatedEndpoints": [link(u) for u in ends]},
+        "Links": links,
     }
 
 
-def initiator(inv: Inventory, ini: Initiator) -> Json:
-    return {
-        "@odata.id": endpoint_uri(ini.fabric, ini.id),
-        "@odata.type": "#Endpoint.v1_8_0.Endpoint",
+def initiator(inv: Inventory, ini: Initiator, legacy: bool) -> Json:
+    body: Json = {
+        "@odata.id": uris.endpoint_uri(ini.fabric, ini.id),
+        "@odata.type": "#Endpoint.v1_8_2.Endpoint",
         "Id": ini.id,
         "Name": f"{ini.node} adapter {ini.adapter}",
-        "EntityRole": "Initiator",
         "EndpointProtocol": inv.fabrics[ini.fabric],
-        "ConnectedEntities": [{"EntityType": "RootComplex", "EntityRole": "Initiator"}],
+        "ConnectedEntities": [
+            {
+                "EntityType": "RootComplex",
+                "EntityRole": "Initiator",
+                "EntityLink": link(uris.system_uri(ini.node)),
+            }
+        ],
         "Status": {"State": "Enabled", "Health": "OK"},
-        "Links": {"ConnectedPorts": [link(port_uri(ini.fabric, ini.switch, ini.port))]},
-        "Oem": {"Patchbay": {"Node": ini.node, "Adapter": ini.adapter, "Switch": ini.switch}},
+        "Links": {
+            # LocalPorts is the current place; Ports (deprecated in Endpoint v1_7_0) too,
+            # as the wire contract of issue 22 names it.
+            "LocalPorts": [link(uris.adapter_port_uri(ini.node, ini.adapter))],
+            "Ports": [link(uris.adapter_port_uri(ini.node, ini.adapter))],
+            "ConnectedPorts": [link(uris.port_uri(ini.fabric, ini.switch, ini.port))],
+            "Zones": [link(uris.zone_uri(ini.fabric, ini.id))],
+        },
+        "Oem": _oem("Endpoint", {"Node": ini.node, "Adapter": ini.adapter, "Switch": ini.switch}),
     }
+    if legacy:
+        body["EntityRole"] = "Initiator"
+    return body
 
 
-def target(inv: Inventory, tgt: Target, dev: DeviceState, conn: Connection | None) -> Json:
-    pci = {"VendorId": f"0x{tgt.vendor_id:04x}", "DeviceId": f"0x{tgt.device_id:04x}"}
+def target(
+    inv: Inventory, tgt: Target, dev: DeviceState, conn: Connection | None, legacy: bool
+) -> Json:
+    entity: Json = {
+        "EntityType": ENTITY_TYPE[tgt.kind],
+        "EntityRole": "Target",
+        "EntityLink": link(hardware.entity_link(tgt)),
+        "EntityPciId": {
+            "VendorId": hardware.hex_id(tgt.vendor_id, 4),
+            "DeviceId": hardware.hex_id(tgt.device_id, 4),
+            "ClassCode": hardware.hex_id(tgt.class_code, 6),
+        },
+    }
+    if tgt.kind == "cxlmem":
+        entity["Identifiers"] = [
+            {"DurableNameFormat": "GCXLID", "DurableName": hardware.gcxlid(tgt)}
+        ]
+    elif tgt.kind == "nvme":
+        entity["Identifiers"] = [{"DurableNameFormat": "NQN", "DurableName": tgt.nqn}]
+    links: Json = {"ConnectedPorts": [link(uris.port_uri(tgt.fabric, tgt.switch, tgt.port))]}
+    if conn is not None:
+        links["Connections"] = [link(uris.connection_uri(tgt.fabric, conn.id))]
+        if conn.state != "Detaching":
+            links["Zones"] = [link(uris.zone_uri(tgt.fabric, conn.initiator))]
     oem: Json = {
-        "DeviceType": tgt.kind.upper(),
-        "Model": tgt.model,
-        "SerialNumber": tgt.serial,
-        "Switch": tgt.switch,
-        "InUse": dev.in_use,
-    }
+        "DeviceType": tgt.kind.upper(), "Model": tgt.model, "SerialNumber": tgt.serial,
+        "Switch": tgt.switch, "InUse": dev.in_use,
+    }  # fmt: skip
     if tgt.uuid:
         oem["UUID"] = tgt.uuid
     if tgt.kind == "nic":
-        oem["TotalVfs"] = tgt.total_vfs
-        oem["MACAddress"] = tgt.mac
-    links: Json = {"ConnectedPorts": [link(port_uri(tgt.fabric, tgt.switch, tgt.port))]}
-    if conn is not None:
-        links["Connections"] = [link(connection_uri(tgt.fabric, conn.id))]
-    return {
-        "@odata.id": endpoint_uri(tgt.fabric, tgt.id),
-        "@odata.type": "#Endpoint.v1_8_0.Endpoint",
+        oem |= {"TotalVfs": tgt.total_vfs, "MACAddress": tgt.mac}
+    body: Json = {
+        "@odata.id": uris.endpoint_uri(tgt.fabric, tgt.id),
+        "@odata.type": "#Endpoint.v1_8_2.Endpoint",
         "Id": tgt.id,
         "Name": f"{tgt.model} {tgt.serial}",
-        "EntityRole": "Target",
         "EndpointProtocol": inv.fabrics[tgt.fabric],
-        "ConnectedEntities": [
-            {
-                "EntityType": "Processor" if tgt.kind == "gpu" else "NetworkController",
-                "EntityRole": "Target",
-                "EntityPciId": pci,
-            }
-        ],
+        "ConnectedEntities": [entity],
         "Status": {
             "State": "UnavailableOffline" if dev.foreign_owner else "Enabled",
             "Health": dev.health,
         },
         "Links": links,
-        "Oem": {"Patchbay": oem},
+        "Oem": _oem("Endpoint", oem),
     }
-
-
-_CONN_STATE = {"Attaching": "Starting", "Attached": "Enabled", "Detaching": "Disabled"}
+    if legacy:
+        body["EntityRole"] = "Target"
+    return body
 
 
 def connection(inv: Inventory, conn: Connection, task: Task | None) -> Json:
@@ -185,18 +217,53 @@ def connection(inv: Inventory, conn: Connection, task: Task | None) -> Json:
     if conn.bdf and conn.state == "Attached":
         oem["PciBusId"] = conn.bdf
     if task is not None:
-        oem["Task"] = link(task_uri(task.id))
-    return {
-        "@odata.id": connection_uri(tgt.fabric, conn.id),
-        "@odata.type": "#Connection.v1_3_0.Connection",
+        oem["Task"] = link(uris.task_uri(task.id))
+    body: Json = {
+        "@odata.id": uris.connection_uri(tgt.fabric, conn.id),
+        "@odata.type": "#Connection.v1_4_0.Connection",
         "Id": str(conn.id),
         "Name": f"{conn.device} to {conn.initiator}",
-        "Status": {"State": _CONN_STATE[conn.state], "Health": "OK"},
+        "Status": {"State": CONN_STATE[conn.state], "Health": "OK"},
         "Links": {
-            "InitiatorEndpoints": [link(endpoint_uri(ini.fabric, ini.id))],
-            "TargetEndpoints": [link(endpoint_uri(tgt.fabric, tgt.id))],
+            "InitiatorEndpoints": [link(uris.endpoint_uri(ini.fabric, ini.id))],
+            "TargetEndpoints": [link(uris.endpoint_uri(tgt.fabric, tgt.id))],
         },
-        "Oem": {"Patchbay": oem},
+        "Oem": _oem("Connection", oem),
+    }
+    if tgt.kind == "cxlmem":
+        body["ConnectionType"] = "Memory"
+        body["MemoryChunkInfo"] = [
+            {
+                "AccessCapabilities": ["Read", "Write"],
+                "MemoryChunk": link(uris.memory_chunk_uri(tgt.chassis, tgt.id)),
+            }
+        ]
+    return body
+
+
+def zone_members(ini: Initiator, conns: list[Connection]) -> list[str]:
+    """The zone of ``ini``: the initiator, then every target attached or attaching to it."""
+    targets = sorted(c.device for c in conns if c.initiator == ini.id and c.state != "Detaching")
+    return [uris.endpoint_uri(ini.fabric, ini.id)] + [
+        uris.endpoint_uri(ini.fabric, t) for t in targets
+    ]
+
+
+def zone_etag(members: list[str]) -> str:
+    return 'W/"' + hashlib.sha256(json.dumps(members).encode()).hexdigest()[:16] + '"'
+
+
+def zone(ini: Initiator, conns: list[Connection]) -> Json:
+    members = zone_members(ini, conns)
+    return {
+        "@odata.id": uris.zone_uri(ini.fabric, ini.id),
+        "@odata.type": "#Zone.v1_6_3.Zone",
+        "@odata.etag": zone_etag(members),
+        "Id": ini.id,
+        "Name": f"zone of {ini.node} adapter {ini.adapter}",
+        "ZoneType": "ZoneOfEndpoints",
+        "Status": {"State": "Enabled", "Health": "OK"},
+        "Links": {"Endpoints": [link(m) for m in members]},
     }
 
 
@@ -207,25 +274,46 @@ def task(inv: Inventory, t: Task) -> Json:
         kind = "OperationFailed" if t.state == "Exception" else "GeneralError"
         messages.append(message(kind, t.message))
     out: Json = {
-        "@odata.id": task_uri(t.id),
-        "@odata.type": "#Task.v1_7_0.Task",
+        "@odata.id": uris.task_uri(t.id),
+        "@odata.type": "#Task.v1_7_4.Task",
         "Id": str(t.id),
         "Name": f"{t.kind} {t.device} {'to' if t.kind == 'attach' else 'from'} {t.initiator}",
         "TaskState": t.state,
         "TaskStatus": "Critical" if t.state == "Exception" else "OK",
-        "TaskMonitor": task_uri(t.id),
+        "TaskMonitor": uris.monitor_uri(t.id),
         "StartTime": _iso(t.started),
         "PercentComplete": 100 if t.done else 0,
         "Messages": messages,
-        "Oem": {
-            "Patchbay": {
+        "Oem": _oem(
+            "Task",
+            {
                 "Operation": t.kind,
-                "Connection": link(connection_uri(tgt.fabric, t.connection)),
-                "Target": link(endpoint_uri(tgt.fabric, t.device)),
-                "Initiator": link(endpoint_uri(tgt.fabric, t.initiator)),
-            }
-        },
+                "Connection": link(uris.connection_uri(tgt.fabric, t.connection)),
+                "Target": link(uris.endpoint_uri(tgt.fabric, t.device)),
+                "Initiator": link(uris.endpoint_uri(tgt.fabric, t.initiator)),
+            },
+        ),
     }
     if t.ended is not None:
         out["EndTime"] = _iso(t.ended)
+    return out
+
+
+def samples(inv: Inventory) -> list[Json]:
+    """One body of every kind this module renders (for ``$metadata``'s schema list)."""
+    out = [service_root()]
+    kinds = ("Fabric", "Switch", "Port", "Endpoint", "Zone", "Connection", "Task", "Session")
+    out += [collection("", kind, [], False) for kind in kinds]
+    for f in inv.fabrics:
+        out.append(fabric(inv, f))
+    for key, ports in list(inv.switches.items())[:1]:
+        f, sw = key.split("/", 1)
+        out += [switch(inv, f, sw), port(inv, f, sw, ports[0])]
+    for ini in list(inv.initiators.values())[:1]:
+        out += [initiator(inv, ini, False), zone(ini, [])]
+    for tgt in inv.targets.values():
+        state = DeviceState(tgt.id, "OK", False, "")
+        conn = Connection(0, tgt.id, next(iter(inv.initiators)), "Attached", "", 0.0)
+        row = Task(0, "attach", 0, tgt.id, conn.initiator, "Completed", False, "x", 0.0, 0.0)
+        out += [target(inv, tgt, state, None, False), connection(inv, conn, row), task(inv, row)]
     return out
