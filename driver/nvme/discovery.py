@@ -67,8 +67,13 @@ class Controller:
 def _holder(sysfs_root: Path, ctrl: Path) -> Path:
     """Where the controller's namespaces sit: itself, or its multipath subsystem."""
     for subsys in (sysfs_root / "class" / "nvme-subsystem").glob("nvme-subsys*"):
-        if (subsys / ctrl.name).exists() and any(_BLOCK.match(p.name) for p in subsys.iterdir()):
-            return Path(os.path.realpath(subsys))
+        try:
+            if (subsys / ctrl.name).exists() and any(
+                _BLOCK.match(p.name) for p in subsys.iterdir()
+            ):
+                return Path(os.path.realpath(subsys))
+        except OSError:  # not a directory: not a subsystem the kernel made
+            continue
     return ctrl
 
 

@@ -176,3 +176,16 @@ def test_drives_and_memory_fit_the_slice_limits(host: SimHost, view: FabricNodeV
     assert len(local) == 2 and len(fabric) == 2
     for device in local + fabric:
         assert device_problems(device) == [], device.name
+
+
+def test_with_native_multipath_the_namespaces_sit_under_the_subsystem(host: SimHost) -> None:
+    ctrl = Path(os.path.realpath(host.sysfs_root / "class" / "nvme" / "nvme0"))
+    subsys = host.sysfs_root / "devices" / "virtual" / "nvme-subsystem" / "nvme-subsys0"
+    subsys.mkdir(parents=True)
+    for name in ("nvme0n1", "ng0n1"):
+        (ctrl / name).rename(subsys / name)
+    (ctrl / "nvme0c0n1").mkdir()  # the hidden per-path device stays below the controller
+    relink(subsys / "nvme0", ctrl)
+    relink(host.sysfs_root / "class" / "nvme-subsystem" / "nvme-subsys0", subsys)
+    drive = next(d for d in nvme(host, "all") if d.local_id == "0000:1a:00.0")
+    assert drive.capacity == {"capacity": "3750738264Ki"}
