@@ -14,15 +14,19 @@ from pydantic import ConfigDict, Field, model_validator
 
 from driver.controller.webhook import WebhookSettings
 from driver.fabric_devices.settings import FabricPoolSettings
+from driver.fabricclient.auth import FabricAuthSettings
+from driver.fabricclient.dialect import FabricDialectSetting
+from driver.fabricclient.inventory import FabricSystemsSetting
 from driver.fabricclient.tls import FabricTlsClientSettings, check_url
-from driver.fabricclient.token import FabricTokenSettings
 from driver.httpendpoint import MetricsPortSettings
 from driver.process import ProcessSettings
 
 
 class ControllerSettings(
     ProcessSettings,
-    FabricTokenSettings,
+    FabricAuthSettings,
+    FabricDialectSetting,
+    FabricSystemsSetting,
     FabricTlsClientSettings,
     FabricPoolSettings,
     MetricsPortSettings,

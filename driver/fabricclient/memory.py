@@ -114,7 +114,7 @@ class MemoryFabric:
         finally:
             self._events.discard(queue)
 
-    async def attach(self, device_id: str, node: str, adapter: str) -> AttachResult:
+    async def attach(self, device_id: str, node: str, adapter: str, key: str = "") -> AttachResult:
         self._raise("attach")
         dev = self._device(device_id)
         if not [a for a in dev.adapters if (a.node, a.adapter) == (node, adapter)]:

@@ -12,8 +12,15 @@ from typing import Literal
 
 from driver.errors import FabricNotFound
 
-TaskState = Literal["New", "Running", "Completed", "Exception"]
+TaskState = Literal[
+    "New", "Starting", "Running", "Suspended", "Interrupted", "Pending", "Stopping",
+    "Completed", "Killed", "Exception", "Service", "Cancelling", "Cancelled",
+]  # fmt: skip
+# The TaskStates after which nothing more happens, and those of them that end badly.
+TASK_ENDED: frozenset[str] = frozenset({"Completed", "Killed", "Exception", "Cancelled"})
+TASK_FAILED: frozenset[str] = frozenset({"Killed", "Exception", "Cancelled"})
 ConnectionState = Literal["Attaching", "Attached", "Detaching"]
+DeviceKind = Literal["gpu", "nic", "nvme", "cxlmem"]
 
 
 @dataclass(frozen=True)
@@ -23,8 +30,13 @@ class HostAdapter:
     endpoint: str
     fabric: str
     switch: str
-    node: str
-    adapter: str
+    node: str  # the Kubernetes node (mapped, or the system's HostName); "" if unknown
+    adapter: str  # the FabricAdapter Id (else the endpoint's Id)
+    system_uuid: str = ""  # the ComputerSystem's UUID, to match a Node's systemUUID
+    uri: str = ""  # the endpoint's URI ("": /redfish/v1/Fabrics/<fabric>/Endpoints/<endpoint>)
+
+    def endpoint_uri(self) -> str:
+        return self.uri or f"/redfish/v1/Fabrics/{self.fabric}/Endpoints/{self.endpoint}"
 
 
 @dataclass(frozen=True)
@@ -37,18 +49,19 @@ class FabricConnection:
     node: str
     adapter: str
     state: ConnectionState
-    pci_bus_id: str  # "" until attached
+    pci_bus_id: str  # "" unless known (Redfish has none for a fabric-attached function)
     task_uri: str | None  # the open task, if any
 
 
 @dataclass(frozen=True)
 class FabricDevice:
-    """A GPU or NIC PF in a fabric slot, with every adapter that can reach it."""
+    """A GPU, NIC PF, NVMe drive or CXL memory device in a fabric slot, with every
+    adapter that can reach it."""
 
     id: str
     fabric: str
     switch: str
-    kind: Literal["gpu", "nic"]
+    kind: DeviceKind
     model: str
     serial: str
     uuid: str  # GPUs: the NVML UUID it will have once attached; "" for NICs
@@ -60,20 +73,51 @@ class FabricDevice:
     adapters: tuple[HostAdapter, ...]
     connection: FabricConnection | None
     mac: str = ""  # NICs: the PF's permanent MAC address (lower case); "" for GPUs
+    capacity_bytes: int = 0  # NVMe drives and CXL memory: their size
+    nqn: str = ""  # NVMe drives: the subsystem NQN, if the fabric names it
+    uri: str = ""  # the target endpoint's URI ("": /redfish/v1/Fabrics/<fabric>/Endpoints/<id>)
+
+    def endpoint_uri(self) -> str:
+        return self.uri or f"/redfish/v1/Fabrics/{self.fabric}/Endpoints/{self.id}"
 
     @property
     def identity(self) -> str:
-        """What a node sees of this device once attached: GPU UUID or NIC MAC."""
-        return self.uuid if self.kind == "gpu" else self.mac
+        """What a node sees of this device once attached: GPU UUID, NIC MAC, NVMe
+        serial, CXL memory device serial (as /sys/bus/cxl/devices/memX/serial)."""
+        if self.kind == "gpu":
+            return self.uuid
+        return self.mac if self.kind == "nic" else self.serial
 
     def adapter_on(self, node: str) -> tuple[HostAdapter, ...]:
         return tuple(a for a in self.adapters if a.node == node)
 
 
 @dataclass(frozen=True)
+class NqnEndpoint:
+    """An NVMe-oF endpoint (parsed, not attached: NVMe-oF attach is not offered)."""
+
+    id: str
+    fabric: str
+    role: str
+    nqn: str
+
+
+@dataclass(frozen=True)
+class FabricVolume:
+    """An NVMe namespace a Storage connection grants to its initiators (NVMe-oF)."""
+
+    uri: str
+    capacity_bytes: int
+    nguid: str
+    initiators: tuple[str, ...]  # endpoint ids
+
+
+@dataclass(frozen=True)
 class FabricInventory:
     devices: tuple[FabricDevice, ...]
     adapters: tuple[HostAdapter, ...]
+    nqn_endpoints: tuple[NqnEndpoint, ...] = ()
+    volumes: tuple[FabricVolume, ...] = ()
 
     def device(self, ident: str) -> FabricDevice:
         for d in self.devices:
@@ -94,16 +138,18 @@ class FabricTask:
 
     @property
     def done(self) -> bool:
-        return self.state in ("Completed", "Exception")
+        return self.state in TASK_ENDED
 
     @property
     def failed(self) -> bool:
-        return self.state == "Exception"
+        return self.state in TASK_FAILED
 
 
 @dataclass(frozen=True)
 class AttachResult:
-    """``task`` is None when the device was already attached there (nothing to wait for)."""
+    """``task`` is None when the attach needs no waiting (already attached there, or
+    the fabric answered it at once); else ``task.uri`` is the operation's handle (a
+    Task or a DSP0266 task monitor) that ``FabricApi.wait`` follows to its end."""
 
     connection_uri: str
     task: FabricTask | None

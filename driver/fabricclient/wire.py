@@ -1,28 +1,259 @@
-"""Pydantic models of the Redfish bodies we read: the client's trust boundary.
+"""Pydantic models of the standard Redfish bodies we read: the client's trust boundary.
 
-Only the properties the client uses are declared; everything else is
-ignored, so a richer real fabric manager parses too. Parsing turns bodies
-into the frozen values of ``model.py``. The ``Oem.Patchbay`` part of each
-resource is typed too and validated with the rest of its body, so one
-``model_validate`` checks everything the client will read (a malformed part
-fails there, naming the resource, never later in a property).
+Only the properties the client uses are declared, each where DMTF's schema
+puts it (CSDL in ``../shared/redfish/csdl``); everything else is ignored,
+so any conformant fabric manager parses. No ``Oem`` part is read: a fact
+the schemas have no property for is not asked of the fabric. Properties the
+schema lets a service leave out or send as null (``Status.Health``,
+``Connection.Links.TargetEndpoints``) default instead of failing. Parsing
+into the frozen values of ``model.py`` happens in ``inventory.py`` and
+``operations.py``.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from driver.fabricclient.model import TaskState
 
 M = TypeVar("M", bound=BaseModel)
+HEX_ID = r"^(0[xX])?[0-9a-fA-F]{1,8}$"  # what the client reads as an int, base 16
 
 
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
 
 
+def _links(value: Any) -> Any:
+    """A single link where a list is expected (some services do): a one-item list."""
+    return [value] if isinstance(value, dict) else value
+
+
 class Link(_Wire):
     odata_id: str = Field(alias="@odata.id")
+
+
+Links = list[Link]
+
+
+class Identifier(_Wire):
+    name: str = Field(default="", alias="DurableName")
+    format: str = Field(default="", alias="DurableNameFormat")
+
+
+def durable(ids: list[Identifier], fmt: str) -> str:
+    return next((i.name for i in ids if i.format == fmt and i.name), "")
+
+
+class Status(_Wire):
+    state: str | None = Field(default=None, alias="State")
+    health: Literal["OK", "Warning", "Critical"] | None = Field(default=None, alias="Health")
+
+
+class Collection(_Wire):
+    members: list[dict[str, Any]] = Field(alias="Members", default_factory=list)
+
+
+class ExpandQuery(_Wire):
+    no_links: bool = Field(default=False, alias="NoLinks")
+    expand_all: bool = Field(default=False, alias="ExpandAll")
+
+
+class ProtocolFeatures(_Wire):
+    expand: ExpandQuery | None = Field(default=None, alias="ExpandQuery")
+
+
+class RootLinks(_Wire):
+    sessions: Link | None = Field(default=None, alias="Sessions")
+
+
+class ServiceRoot(_Wire):
+    fabrics: Link | None = Field(default=None, alias="Fabrics")
+    event_service: Link | None = Field(default=None, alias="EventService")
+    session_service: Link | None = Field(default=None, alias="SessionService")
+    features: ProtocolFeatures = Field(
+        default_factory=ProtocolFeatures, alias="ProtocolFeaturesSupported"
+    )
+    links: RootLinks = Field(default_factory=RootLinks, alias="Links")
+
+    def expand_query(self) -> str:
+        """The ``$expand`` that inlines a collection's members; "" when not offered."""
+        e = self.features.expand
+        if e is None:
+            return ""
+        return "." if e.no_links else ("*" if e.expand_all else "")
+
+
+class EventService(_Wire):
+    sse_uri: str | None = Field(default=None, alias="ServerSentEventUri")
+
+
+class Fabric(_Wire):
+    id: str = Field(alias="Id")
+    endpoints: Link | None = Field(default=None, alias="Endpoints")
+    connections: Link | None = Field(default=None, alias="Connections")
+    switches: Link | None = Field(default=None, alias="Switches")
+    zones: Link | None = Field(default=None, alias="Zones")
+
+
+class PciId(_Wire):
+    vendor_id: str = Field(default="0x0", alias="VendorId", pattern=HEX_ID)
+    device_id: str = Field(default="0x0", alias="DeviceId", pattern=HEX_ID)
+
+
+class Entity(_Wire):
+    """``Endpoint.ConnectedEntities[]``: where an endpoint's role and kind live."""
+
+    type: str = Field(default="", alias="EntityType")
+    role: str = Field(default="", alias="EntityRole")
+    link: Link | None = Field(default=None, alias="EntityLink")
+    pci_id: PciId | None = Field(default=None, alias="EntityPciId")
+    identifiers: list[Identifier] = Field(default_factory=list, alias="Identifiers")
+
+
+class EndpointLinks(_Wire):
+    connected_ports: Links = Field(default_factory=list, alias="ConnectedPorts")
+    ports: Links = Field(default_factory=list, alias="Ports")
+    zones: Links = Field(default_factory=list, alias="Zones")
+    connections: Links = Field(default_factory=list, alias="Connections")
+
+    listed = field_validator("connected_ports", "ports", "zones", "connections", mode="before")(
+        _links
+    )
+
+
+class Endpoint(_Wire):
+    odata_id: str = Field(alias="@odata.id")
+    id: str = Field(alias="Id")
+    protocol: str = Field(default="", alias="EndpointProtocol")
+    entities: list[Entity] = Field(default_factory=list, alias="ConnectedEntities")
+    identifiers: list[Identifier] = Field(default_factory=list, alias="Identifiers")
+    status: Status = Field(default_factory=Status, alias="Status")
+    links: EndpointLinks = Field(default_factory=EndpointLinks, alias="Links")
+
+    def role(self) -> str:
+        """Initiator, Target or Both: the first connected entity's ``EntityRole``."""
+        return next((e.role for e in self.entities if e.role), "")
+
+
+class ConnectionLinks(_Wire):
+    initiators: Links = Field(default_factory=list, alias="InitiatorEndpoints")
+    targets: Links = Field(default_factory=list, alias="TargetEndpoints")
+
+
+class VolumeInfo(_Wire):
+    volume: Link | None = Field(default=None, alias="Volume")
+
+
+class Connection(_Wire):
+    odata_id: str = Field(alias="@odata.id")
+    id: str = Field(alias="Id")
+    type: str | None = Field(default=None, alias="ConnectionType")
+    status: Status = Field(default_factory=Status, alias="Status")
+    links: ConnectionLinks = Field(default_factory=ConnectionLinks, alias="Links")
+    volumes: list[VolumeInfo] = Field(default_factory=list, alias="VolumeInfo")
+
+
+class ZoneLinks(_Wire):
+    endpoints: Links = Field(default_factory=list, alias="Endpoints")
+
+
+class Zone(_Wire):
+    odata_id: str = Field(alias="@odata.id")
+    id: str = Field(alias="Id")
+    links: ZoneLinks = Field(default_factory=ZoneLinks, alias="Links")
+    etag: str | None = Field(default=None, alias="@odata.etag")
+
+
+class Switch(_Wire):
+    id: str = Field(alias="Id")
+    ports: Link | None = Field(default=None, alias="Ports")
+
+
+class PortLinks(_Wire):
+    associated_endpoints: Links = Field(default_factory=list, alias="AssociatedEndpoints")
+    connected_ports: Links = Field(default_factory=list, alias="ConnectedPorts")
+
+
+class Port(_Wire):
+    odata_id: str = Field(alias="@odata.id")
+    links: PortLinks = Field(default_factory=PortLinks, alias="Links")
+
+
+class System(_Wire):
+    id: str = Field(default="", alias="Id")
+    uuid: str | None = Field(default=None, alias="UUID")
+    host_name: str | None = Field(default=None, alias="HostName")
+
+
+class DeviceLinks(_Wire):
+    """The ``Links`` of a Processor, Drive, CXLLogicalDevice or PCIeFunction."""
+
+    pcie_device: Link | None = Field(default=None, alias="PCIeDevice")
+    pcie_function: Link | None = Field(default=None, alias="PCIeFunction")  # of a NIC function
+    pcie_functions: Links = Field(default_factory=list, alias="PCIeFunctions")
+    memory_chunks: Links = Field(default_factory=list, alias="MemoryChunks")
+
+    listed = field_validator("pcie_functions", "memory_chunks", mode="before")(_links)
+
+
+class Ethernet(_Wire):
+    permanent_mac: str | None = Field(default=None, alias="PermanentMACAddress")
+    mac: str | None = Field(default=None, alias="MACAddress")
+    associated_macs: list[str] = Field(default_factory=list, alias="AssociatedMACAddresses")
+
+
+class Device(_Wire):
+    """What a Processor, Drive, NetworkAdapter, CXLLogicalDevice, PCIeDevice or
+    PCIeFunction may carry of a device's identity (each has some of these)."""
+
+    model: str | None = Field(default=None, alias="Model")
+    serial: str | None = Field(default=None, alias="SerialNumber")
+    processor_type: str | None = Field(default=None, alias="ProcessorType")
+    uuid: str | None = Field(default=None, alias="UUID")
+    protocol: str | None = Field(default=None, alias="Protocol")
+    capacity_bytes: int | None = Field(default=None, alias="CapacityBytes", ge=0)
+    memory_size_mib: int | None = Field(default=None, alias="MemorySizeMiB", ge=0)
+    semantics: list[str] = Field(default_factory=list, alias="SemanticsSupported")
+    identifiers: list[Identifier] = Field(default_factory=list, alias="Identifiers")
+    vendor_id: str | None = Field(default=None, alias="VendorId", pattern=HEX_ID)
+    device_id: str | None = Field(default=None, alias="DeviceId", pattern=HEX_ID)
+    class_code: str | None = Field(default=None, alias="ClassCode")
+    device_class: str | None = Field(default=None, alias="DeviceClass")
+    functions: Link | None = Field(default=None, alias="PCIeFunctions")  # of a PCIeDevice
+    device_functions: Link | None = Field(default=None, alias="NetworkDeviceFunctions")
+    ports: Link | None = Field(default=None, alias="Ports")
+    ethernet: Ethernet | None = Field(default=None, alias="Ethernet")  # a NIC function
+    links: DeviceLinks = Field(default_factory=DeviceLinks, alias="Links")
+
+
+class Volume(_Wire):
+    odata_id: str = Field(alias="@odata.id")
+    capacity_bytes: int = Field(default=0, alias="CapacityBytes", ge=0)
+    identifiers: list[Identifier] = Field(default_factory=list, alias="Identifiers")
+
+
+class Message(_Wire):
+    message: str = Field(default="", alias="Message")
+    message_id: str = Field(default="", alias="MessageId")
+
+
+class Payload(_Wire):
+    operation: str = Field(default="", alias="HttpOperation")
+    target_uri: str = Field(default="", alias="TargetUri")
+    json_body: str = Field(default="", alias="JsonBody")
+
+
+class Task(_Wire):
+    odata_id: str = Field(default="", alias="@odata.id")
+    id: str = Field(default="", alias="Id")
+    state: TaskState = Field(alias="TaskState")
+    status: str | None = Field(default=None, alias="TaskStatus")
+    monitor: str | None = Field(default=None, alias="TaskMonitor")
+    messages: list[Message] = Field(default_factory=list, alias="Messages")
+    payload: Payload | None = Field(default=None, alias="Payload")
 
 
 class EventRecord(_Wire):
@@ -36,122 +267,10 @@ class Event(_Wire):
     events: list[EventRecord] = Field(default_factory=list, alias="Events")
 
 
-class Collection(_Wire):
-    members: list[dict[str, Any]] = Field(alias="Members", default_factory=list)
-
-
-class Status(_Wire):
-    state: str = Field(default="Enabled", alias="State")
-    health: Literal["OK", "Warning", "Critical"] = Field(default="OK", alias="Health")
-
-
-HEX_ID = r"^(0[xX])?[0-9a-fA-F]{1,8}$"  # what the client reads as an int, base 16
-
-
-class PciId(_Wire):
-    vendor_id: str = Field(default="0x0", alias="VendorId", pattern=HEX_ID)
-    device_id: str = Field(default="0x0", alias="DeviceId", pattern=HEX_ID)
-
-
-class Entity(_Wire):
-    entity_type: str = Field(default="", alias="EntityType")
-    pci_id: PciId | None = Field(default=None, alias="EntityPciId")
-
-
-class EndpointLinks(_Wire):
-    ports: list[Link] = Field(default_factory=list, alias="ConnectedPorts")
-
-
-class EndpointOem(_Wire):
-    node: str = Field(default="", alias="Node")
-    adapter: str = Field(default="", alias="Adapter")
-    switch: str = Field(default="", alias="Switch")
-    device_type: str = Field(default="", alias="DeviceType")
-    model: str = Field(default="", alias="Model")
-    serial: str = Field(default="", alias="SerialNumber")
-    uuid: str = Field(default="", alias="UUID")
-    mac: str = Field(default="", alias="MACAddress")
-    in_use: bool = Field(default=False, alias="InUse")
-
-
-class EndpointOemPart(_Wire):
-    patchbay: EndpointOem = Field(default_factory=EndpointOem, alias="Patchbay")
-
-
-class Endpoint(_Wire):
-    odata_id: str = Field(alias="@odata.id")
-    id: str = Field(alias="Id")
-    role: Literal["Initiator", "Target", "Both"] = Field(alias="EntityRole")
-    entities: list[Entity] = Field(default_factory=list, alias="ConnectedEntities")
-    status: Status = Field(default_factory=Status, alias="Status")
-    links: EndpointLinks = Field(default_factory=EndpointLinks, alias="Links")
-    oem: EndpointOemPart = Field(default_factory=EndpointOemPart, alias="Oem")
-
-    def patchbay(self) -> EndpointOem:
-        return self.oem.patchbay
-
-    def switch(self) -> str:
-        """The switch, from the connected port's URI (``.../Switches/<sw>/Ports/<p>``)."""
-        for port in self.links.ports:
-            parts = port.odata_id.rstrip("/").split("/")
-            if len(parts) >= 4 and parts[-4] == "Switches":
-                return parts[-3]
-        return self.patchbay().switch
-
-
-class ConnectionLinks(_Wire):
-    initiators: list[Link] = Field(alias="InitiatorEndpoints", min_length=1)
-    targets: list[Link] = Field(alias="TargetEndpoints", min_length=1)
-
-
-class ConnectionOem(_Wire):
-    state: Literal["Attaching", "Attached", "Detaching"] = Field(alias="State")
-    pci_bus_id: str = Field(default="", alias="PciBusId")
-    task: Link | None = Field(default=None, alias="Task")
-
-
-class ConnectionOemPart(_Wire):
-    patchbay: ConnectionOem = Field(alias="Patchbay")
-
-
-class Connection(_Wire):
-    odata_id: str = Field(alias="@odata.id")
-    id: str = Field(alias="Id")
-    links: ConnectionLinks = Field(alias="Links")
-    oem: ConnectionOemPart = Field(alias="Oem")  # its State is required
-
-    def patchbay(self) -> ConnectionOem:
-        return self.oem.patchbay
-
-
-class Message(_Wire):
-    message: str = Field(default="", alias="Message")
-
-
-class TaskOem(_Wire):
-    operation: str = Field(default="", alias="Operation")
-    connection: Link | None = Field(default=None, alias="Connection")
-    target: Link | None = Field(default=None, alias="Target")
-
-
-class TaskOemPart(_Wire):
-    patchbay: TaskOem = Field(default_factory=TaskOem, alias="Patchbay")
-
-
-class Task(_Wire):
-    odata_id: str = Field(alias="@odata.id")
-    id: str = Field(alias="Id")
-    state: Literal["New", "Running", "Completed", "Exception"] = Field(alias="TaskState")
-    messages: list[Message] = Field(default_factory=list, alias="Messages")
-    oem: TaskOemPart = Field(default_factory=TaskOemPart, alias="Oem")
-
-    def patchbay(self) -> TaskOem:
-        return self.oem.patchbay
-
-
 class ErrorInfo(_Wire):
     code: str = "Base.GeneralError"
     message: str = ""
+    extended: list[Message] = Field(default_factory=list, alias="@Message.ExtendedInfo")
 
 
 class ErrorBody(_Wire):
@@ -160,3 +279,12 @@ class ErrorBody(_Wire):
 
 def last_segment(uri: str) -> str:
     return uri.rstrip("/").rsplit("/", 1)[-1]
+
+
+def segment_after(uri: str, name: str) -> str:
+    """The path segment after ``name`` (``.../FabricAdapters/<this>/...``), or ""."""
+    parts = uri.rstrip("/").split("/")
+    for i, part in enumerate(parts[:-1]):
+        if part == name:
+            return parts[i + 1]
+    return ""

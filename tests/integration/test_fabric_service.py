@@ -108,7 +108,8 @@ async def test_attach_appears_on_node_and_detach_reverses(
     assert (await client.wait(res.task.uri, timeout_s=10, interval_s=0.05)).state == "Completed"
     conn = (await client.device("gpu-2")).connection
     assert conn is not None and conn.state == "Attached"
-    bdf = conn.pci_bus_id
+    # Redfish names no host PCI address for a fabric-attached function: NVML's, by UUID.
+    bdf = next(b for b, u in host.gpu_uuids().items() if u == dev.uuid)
     # Under adapter1's root complex (pci0000:85), with the fabric's UUID in NVML.
     link = str((host.sysfs_root / "bus/pci/devices" / bdf).readlink())
     assert "/devices/pci0000:85/" in link, link
@@ -125,9 +126,10 @@ async def test_attach_appears_on_node_and_detach_reverses(
 async def test_nic_attach_brings_its_vfs(service: Service, client: FabricClient) -> None:
     res = await client.attach("nic-0", "node-b", "adapter0")
     assert res.task is not None and (await client.wait(res.task.uri, 10, 0.05)).state == "Completed"
-    conn = (await client.device("nic-0")).connection
-    assert conn is not None
-    pf = service.host("node-b").sysfs_root / "bus/pci/devices" / conn.pci_bus_id
+    nic = await client.device("nic-0")
+    assert nic.connection is not None
+    pci = service.host("node-b").sysfs_root / "bus/pci/devices"  # the PF: by its MAC
+    (pf,) = [a.parents[2] for a in pci.glob("*/net/*/address") if a.read_text().strip() == nic.mac]
     assert (pf / "sriov_totalvfs").read_text().strip() == "4"
     assert len(list(pf.glob("virtfn*"))) == 4
 

@@ -1,0 +1,95 @@
+"""The ``zones`` dialect: attach by adding the target to the host port's Zone.
+
+Why a module: some fabric managers (H3 Platform's, among others) keep one
+``ZoneOfEndpoints`` per host port and attach by membership: a target
+endpoint listed in the zone's ``Links.Endpoints`` is attached to the zone's
+initiator. The initiator endpoint names its zone (``Links.Zones``). Attach
+PATCHes the zone with its endpoints plus the target, detach without it;
+each PATCH sends ``If-Match`` with the zone's ETag (the ``ETag`` header,
+else ``@odata.etag``), so a concurrent change is refused (412) instead of
+lost. Attachments are read from the zones: every target endpoint in a zone
+with an initiator is attached to that initiator.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from driver.errors import FabricNotFound
+from driver.fabricclient import wire
+from driver.fabricclient.dialect import IDEMPOTENCY_HEADER, link
+from driver.fabricclient.links import Links, parse
+from driver.fabricclient.model import (
+    AttachResult,
+    FabricConnection,
+    FabricDevice,
+    FabricTask,
+    HostAdapter,
+)
+from driver.fabricclient.operations import Operations
+
+log = logging.getLogger(__name__)
+
+
+class ZonesDialect:
+    name = "zones"
+
+    async def connections(
+        self, links: Links, fabric: wire.Fabric, initiators: Mapping[str, HostAdapter]
+    ) -> list[FabricConnection]:
+        if fabric.zones is None:
+            return []
+        out = []
+        for body in await links.members(fabric.zones.odata_id):
+            zone = parse(wire.Zone, body, fabric.zones.odata_id)
+            members = [e.odata_id.rstrip("/") for e in zone.links.endpoints]
+            inis = [initiators[m] for m in members if m in initiators]
+            if len(inis) != 1:
+                continue  # no initiator, or a zone shared by several: not a host port's zone
+            node, adapter = inis[0].node, inis[0].adapter
+            for m in members:
+                if m not in initiators:
+                    out.append(FabricConnection(zone.id, zone.odata_id, wire.last_segment(m),
+                                                node, adapter, "Attached", "", None))  # fmt: skip
+        return out
+
+    async def _zone(self, links: Links, uri: str) -> tuple[wire.Zone, str]:
+        resp = await links.transport.request("GET", uri)
+        zone = parse(wire.Zone, resp.json_object(f"GET {uri}"), uri)
+        return zone, resp.headers.get("ETag") or zone.etag or ""
+
+    async def _patch(
+        self, ops: Operations, links: Links, zone_uri: str, change: str, dev: FabricDevice,
+        operation: str, key: str,
+    ) -> FabricTask:  # fmt: skip
+        zone, etag = await self._zone(links, zone_uri)
+        target = dev.endpoint_uri()
+        members = [e.odata_id for e in zone.links.endpoints if e.odata_id.rstrip("/") != target]
+        if change == "add":
+            members.append(target)
+        headers = {"If-Match": etag} if etag else {}
+        if key:
+            headers[IDEMPOTENCY_HEADER] = key
+        body = {"Links": {"Endpoints": [link(m) for m in members]}}
+        _, task = await ops.submit("PATCH", zone_uri, body, headers, operation, dev.id)
+        return task
+
+    async def attach(
+        self, ops: Operations, links: Links, dev: FabricDevice, via: HostAdapter, key: str
+    ) -> AttachResult:
+        ini = await links.model(wire.Endpoint, via.endpoint_uri())
+        if not ini.links.zones:
+            where = via.endpoint_uri()
+            raise FabricNotFound(404, "ResourceNotFound", f"{where} names no zone (Links.Zones)")
+        zone_uri = ini.links.zones[0].odata_id
+        task = await self._patch(ops, links, zone_uri, "add", dev, "attach", key)
+        log.info("fabric attach %s -> %s/%s (zone %s): %s", dev.id, via.node, via.adapter,
+                 zone_uri, "done" if task.done else task.uri)  # fmt: skip
+        return AttachResult(zone_uri, None if task.done else task)
+
+    async def detach(self, ops: Operations, links: Links, dev: FabricDevice) -> FabricTask | None:
+        assert dev.connection is not None
+        task = await self._patch(ops, links, dev.connection.uri, "remove", dev, "detach", "")
+        log.info("fabric detach %s from %s: %s", dev.id, dev.connection.node, task.uri)
+        return task
