@@ -9,9 +9,12 @@ container runtime would. Real nodes are made with ``mknod`` where the
 process may (root with ``CAP_MKNOD``); elsewhere a plain file stands in, and
 the driver then takes the numbers from sysfs alone.
 
-Majors are the ones a typical kernel hands out: 259 (``BLOCK_EXT_MAJOR``)
-for NVMe namespaces, dynamic character majors for the NVMe controller,
-generic (``ng``), CXL memdev and DAX devices (fixed here so the tree is reproducible).
+Majors are taken from the ranges Linux reserves for local/experimental use
+(60-63 and 120-127 in the kernel's ``devices.txt``), never what a kernel
+hands real NVMe or DAX devices (259, dynamic majors): the simulated host runs
+on a real machine, and a container handed a simulated node on the real-node
+tier must never reach one of that machine's disks. The driver takes the
+numbers from sysfs, so nothing depends on which they are.
 """
 
 from __future__ import annotations
@@ -23,11 +26,11 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-BLOCK_EXT_MAJOR = 259
-NVME_CHAR_MAJOR = 240
-NVME_GENERIC_MAJOR = 238
-DAX_MAJOR = 252
-CXL_MEM_MAJOR = 251
+NVME_BLOCK_MAJOR = 120  # a real kernel's: 259 (BLOCK_EXT_MAJOR)
+NVME_CHAR_MAJOR = 121
+NVME_GENERIC_MAJOR = 122
+DAX_MAJOR = 123
+CXL_MEM_MAJOR = 124
 
 
 def used_minors(sysfs_root: Path, pattern: str, major: int) -> set[int]:

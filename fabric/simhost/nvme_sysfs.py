@@ -88,7 +88,7 @@ class NvmeSysfs:
     def _add_namespace(self, ctrl: Path, n: int, nsid: int, size: int, serial: str) -> None:
         block, generic = f"nvme{n}n{nsid}", f"ng{n}n{nsid}"
         minor = devnodes.lowest_free(
-            devnodes.used_minors(self.root, "block/*/dev", devnodes.BLOCK_EXT_MAJOR)
+            devnodes.used_minors(self.root, "block/*/dev", devnodes.NVME_BLOCK_MAJOR)
         )
         wwid = "eui." + hashlib.sha256(f"{serial}/{nsid}".encode()).hexdigest()[:16]
         ns = ctrl / block
@@ -98,14 +98,14 @@ class NvmeSysfs:
                 "size": str(size // SECTOR),
                 "nsid": str(nsid),
                 "wwid": wwid,
-                "dev": f"{devnodes.BLOCK_EXT_MAJOR}:{minor}",
+                "dev": f"{devnodes.NVME_BLOCK_MAJOR}:{minor}",
             },
         )
         _write(ns / "queue", {"logical_block_size": "4096"})
         relink(ns / "device", ctrl)
         relink(self.block / block, ns)
         relink(self.class_block / block, ns)
-        devnodes.make_node(self.dev_root, block, "b", devnodes.BLOCK_EXT_MAJOR, minor)
+        devnodes.make_node(self.dev_root, block, "b", devnodes.NVME_BLOCK_MAJOR, minor)
         gen_minor = devnodes.lowest_free(
             devnodes.used_minors(self.root, "class/nvme-generic/*/dev", devnodes.NVME_GENERIC_MAJOR)
         )

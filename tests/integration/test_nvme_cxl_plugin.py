@@ -16,6 +16,7 @@ from kubernetes import client
 from simnode import PluginProcess
 
 from driver.fabric_devices.naming import FABRIC_POOL, NodeFabric, variant_name
+from fabric.simhost.devnodes import NVME_BLOCK_MAJOR
 from fabric.simhost.topologies import TOPOLOGIES
 from fabric.simhost.topology import CxlMemory, Nvme
 from tests.e2e.helpers import wait_for
@@ -95,7 +96,10 @@ def test_drives_and_cxl_memory_end_to_end_on_the_node(
     spec = json.loads((plugin.cdi_root / f"k8s.patchbay.dev-claim_{uid}.json").read_text())
     nodes = {n["path"]: n for d in spec["devices"] for n in d["containerEdits"]["deviceNodes"]}
     assert sorted(nodes) == ["/dev/dax0.0", "/dev/ng2n1", "/dev/nvme2n1"]
-    assert (nodes["/dev/nvme2n1"]["type"], nodes["/dev/nvme2n1"]["major"]) == ("b", 259)
+    assert (nodes["/dev/nvme2n1"]["type"], nodes["/dev/nvme2n1"]["major"]) == (
+        "b",
+        NVME_BLOCK_MAJOR,
+    )
     env = set(spec["containerEdits"]["env"])
     assert {"PATCHBAY_NVME_DEVICES=/dev/nvme2n1", "PATCHBAY_CXL_DEVICES=/dev/dax0.0"} <= env
     assert f"PATCHBAY_CXL_SIZE_0={64 << 30}" in env

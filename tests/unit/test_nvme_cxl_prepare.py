@@ -22,7 +22,7 @@ from driver.devices.model import Device
 from driver.errors import DeviceError
 from driver.fabric_devices.node import FabricNodeView
 from driver.nvme.kind import DriveSelection, NvmeType
-from fabric.simhost import TOPOLOGIES, CxlMemory, Nvme, SimHost
+from fabric.simhost import TOPOLOGIES, CxlMemory, Nvme, SimHost, devnodes
 from tests.claims_doubles import NODE, Reader
 
 ADAPTERS = {"adapter0": "0000:15:02.0", "adapter1": "0000:85:02.0"}
@@ -66,8 +66,8 @@ def test_a_drive_gets_its_block_and_generic_device_never_the_controller(host: Si
     drive = devices(host)["nvme-0000-1a-00-0"]
     prep = handlers(host)["nvme"].prepare(drive, str(uuid.uuid4()), None)
     assert prep.edits.device_nodes == (
-        expected_node(host, "/dev/nvme0n1", "b", (259, 0)),
-        expected_node(host, "/dev/ng0n1", "c", (238, 0)),
+        expected_node(host, "/dev/nvme0n1", "b", (devnodes.NVME_BLOCK_MAJOR, 0)),
+        expected_node(host, "/dev/ng0n1", "c", (devnodes.NVME_GENERIC_MAJOR, 0)),
     )
     assert dict(prep.claim_lists) == {
         "PATCHBAY_NVME_DEVICES": "/dev/nvme0n1",
@@ -87,7 +87,9 @@ def test_cxl_memory_gets_its_dax_device(host: SimHost) -> None:
     host.hot_add("adapter0", CxlMemory(host.free_bdf("adapter0"), 0xABCDEF, 64 << 30))
     [memory] = [d for d in devices(host).values() if d.kind == "cxlmem"]
     prep = handlers(host)["cxlmem"].prepare(memory, str(uuid.uuid4()), None)
-    assert prep.edits.device_nodes == (expected_node(host, "/dev/dax0.0", "c", (252, 0)),)
+    assert prep.edits.device_nodes == (
+        expected_node(host, "/dev/dax0.0", "c", (devnodes.DAX_MAJOR, 0)),
+    )
     assert prep.claim_lists == (("PATCHBAY_CXL_DEVICES", "/dev/dax0.0"),)
     assert dict(prep.indexed_env) == {
         "PATCHBAY_CXL_SIZE": str(64 << 30),
