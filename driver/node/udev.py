@@ -1,5 +1,11 @@
 """The one module that imports ``pyudev``: kernel PCI add/remove events.
 
+Also the events of what a driver builds on a PCI function after its own
+``add``, which a rescan at that ``add`` can come too early for: NVMe
+namespaces (``block`` disks, after the controller's asynchronous scan),
+NVMe controllers (``nvme``: state changes) and CXL memory's dax devices
+(``dax``, once a region is assembled).
+
 Blocking: iterate :func:`pci_events` in a dedicated thread.
 """
 
@@ -10,11 +16,14 @@ from typing import Any
 
 
 def pci_events() -> Iterator[Any]:
-    """pyudev devices for every ``pci`` uevent, forever."""
+    """pyudev devices for every ``pci``, ``nvme``, ``dax`` and block-disk uevent, forever."""
     import pyudev
 
     context = pyudev.Context()
     monitor = pyudev.Monitor.from_netlink(context)
-    monitor.filter_by(subsystem="pci")
+    monitor.filter_by(subsystem="pci")  # filters add up: an event matching any is seen
+    monitor.filter_by(subsystem="block", device_type="disk")
+    monitor.filter_by(subsystem="nvme")
+    monitor.filter_by(subsystem="dax")
     monitor.start()
     yield from iter(monitor.poll, None)
