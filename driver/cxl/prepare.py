@@ -7,7 +7,9 @@ claim-wide environment: ``PATCHBAY_CXL_DEVICES`` lists the paths of every
 CXL device of the claim, and for item ``i`` of that list
 ``PATCHBAY_CXL_SIZE_<i>`` (bytes), ``PATCHBAY_CXL_NUMA_NODE_<i>`` (the
 memory-only node the memory belongs to) and ``PATCHBAY_CXL_SERIAL_<i>``.
-Nothing on the host changes. Prepare refuses a device that is no longer in
+Nothing on the host changes. An admin-access view (``driver.claims.admin``)
+gets the environment alone, never the device node: mapping it would reach
+the holder's memory. Prepare refuses a device that is no longer in
 devdax mode (``kmem`` took it as system RAM) or is another device than the
 one published (serial).
 """
@@ -67,6 +69,20 @@ class CxlMemoryHandler:
                 ("PATCHBAY_CXL_SIZE", str(memory.size)),
                 ("PATCHBAY_CXL_NUMA_NODE", str(memory.target_node)),
                 ("PATCHBAY_CXL_SERIAL", memory.serial),
+            ),
+        )
+
+    def prepare_admin(self, device: Device, holder: Mapping[str, Any] | None) -> Preparation:
+        memory = memory_at(self._sysfs, device.local_id)
+        if memory is None:
+            raise DeviceError(f"CXL memory {device.name} ({device.local_id}) is gone")
+        return Preparation(
+            edits=ContainerEdits(),
+            claim_lists=(("PATCHBAY_CXL_ADMIN_DEVICES", f"/dev/{memory.dax.name}"),),
+            indexed_env=(
+                ("PATCHBAY_CXL_ADMIN_SIZE", str(memory.size)),
+                ("PATCHBAY_CXL_ADMIN_NUMA_NODE", str(memory.target_node)),
+                ("PATCHBAY_CXL_ADMIN_SERIAL", memory.serial),
             ),
         )
 

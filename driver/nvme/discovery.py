@@ -58,6 +58,7 @@ class Controller:
     firmware: str
     nqn: str
     namespaces: tuple[Namespace, ...]
+    node: DevNode | None = None  # /dev/nvmeN, the admin (and health) interface
 
     @property
     def capacity(self) -> int:
@@ -118,6 +119,7 @@ def controllers(sysfs_root: Path) -> list[Controller]:
                 firmware=(read(ctrl / "firmware_rev") or "").strip(),
                 nqn=read(ctrl / "subsysnqn") or "",
                 namespaces=found,
+                node=dev_node(ctrl),
             )
         )
     return out

@@ -13,7 +13,9 @@ overridden by the claim's next device): ``PATCHBAY_NVME_DEVICES`` (the block
 devices of every drive of the claim, comma-separated) and
 ``PATCHBAY_NVME_GENERIC_DEVICES``; ``PATCHBAY_NVME_SERIAL_<i>`` and
 ``PATCHBAY_NVME_PCI_BUS_ID_<i>`` describe the drive whose first namespace is
-item ``i`` of ``PATCHBAY_NVME_DEVICES``.
+item ``i`` of ``PATCHBAY_NVME_DEVICES``. An admin-access view
+(``driver.claims.admin``) gets the controller's ``/dev/nvmeX`` instead, for
+health and SMART logs, and no namespace: it never touches the holder's data.
 """
 
 from __future__ import annotations
@@ -72,6 +74,15 @@ class NvmeHandler:
             edits=ContainerEdits(device_nodes=tuple(nodes)),
             claim_lists=tuple(lists),
             indexed_env=(("PATCHBAY_NVME_SERIAL", ctrl.serial), ("PATCHBAY_NVME_PCI_BUS_ID", bdf)),
+        )
+
+    def prepare_admin(self, device: Device, holder: Mapping[str, Any] | None) -> Preparation:
+        ctrl = controller_at(self._sysfs, device.local_id)
+        if ctrl is None or ctrl.node is None:
+            raise DeviceError(f"NVMe drive {device.name} ({device.local_id}) has no controller now")
+        return Preparation(
+            edits=ContainerEdits(device_nodes=(cdi_node(self._dev, ctrl.node, "c"),)),
+            claim_lists=(("PATCHBAY_NVME_ADMIN_DEVICES", f"/dev/{ctrl.node.name}"),),
         )
 
     def unprepare(self, kind: str, local_id: str, undo: Mapping[str, Any]) -> None:

@@ -16,12 +16,14 @@ from driver.cdi import CdiRegistry, DeviceNode
 from driver.checkpoint import CheckpointStore
 from driver.claims.preparer import ClaimPreparer
 from driver.cxl.kind import CxlMemoryType
+from driver.cxl.prepare import CxlMemoryHandler
 from driver.devices.handler import DeviceHandler
 from driver.devices.inventory import NodeInventory
 from driver.devices.model import Device
 from driver.errors import DeviceError
 from driver.fabric_devices.node import FabricNodeView
 from driver.nvme.kind import DriveSelection, NvmeType
+from driver.nvme.prepare import NvmeHandler
 from fabric.simhost import TOPOLOGIES, CxlMemory, Nvme, SimHost, devnodes
 from tests.claims_doubles import NODE, Reader
 
@@ -160,3 +162,18 @@ async def test_a_claim_of_a_drive_and_cxl_memory_through_the_preparer(
     assert (await preparer().unprepare([claim]))[claim.uid] == ""
     assert not list(cdi.glob("*.json"))
     assert "dax0.0" in {p.name for p in host.dev_root.iterdir()}  # the host is as it was
+
+
+def test_admin_access_views_never_reach_the_holders_data(host: SimHost) -> None:
+    host.hot_add("adapter0", CxlMemory(host.free_bdf("adapter0"), 0xABCDEF, 64 << 30))
+    found = devices(host)
+    drive = NvmeHandler(host.sysfs_root, host.dev_root).prepare_admin(
+        found["nvme-0000-1a-00-0"], None
+    )
+    [ctrl] = drive.edits.device_nodes
+    assert (ctrl.path, ctrl.type, ctrl.major) == ("/dev/nvme0", "c", devnodes.NVME_CHAR_MAJOR)
+    assert drive.claim_lists == (("PATCHBAY_NVME_ADMIN_DEVICES", "/dev/nvme0"),)
+    memory = next(d for d in found.values() if d.kind == "cxlmem")
+    view = CxlMemoryHandler(host.sysfs_root, host.dev_root).prepare_admin(memory, None)
+    assert view.edits.device_nodes == ()  # no mapping of the holder's memory
+    assert ("PATCHBAY_CXL_ADMIN_SIZE", str(64 << 30)) in view.indexed_env
