@@ -10,7 +10,8 @@ tree into devices, host adapters and their reachability. For each Fabric:
   not know host names); else the linked system's ``HostName``; else ""
   and its ``UUID`` is reported for the controller to match against a
   Node's ``systemUUID``. The adapter is the FabricAdapter Id in the
-  endpoint's ``Links.Ports`` (``.../FabricAdapters/<id>/Ports/<p>``), else
+  endpoint's ``Links.LocalPorts`` (``Ports`` before Endpoint v1_7_0;
+  ``.../FabricAdapters/<id>/Ports/<p>``), else
   the endpoint's own Id;
 - Target endpoints are devices when :mod:`identity` can say what they are
   (``NVMeOverFabrics`` endpoints are listed apart, by NQN: parse only);

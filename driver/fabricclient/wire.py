@@ -115,13 +115,19 @@ class Entity(_Wire):
 
 class EndpointLinks(_Wire):
     connected_ports: Links = Field(default_factory=list, alias="ConnectedPorts")
-    ports: Links = Field(default_factory=list, alias="Ports")
+    local_ports: Links = Field(default_factory=list, alias="LocalPorts")  # Endpoint v1_7_0 on
+    ports_deprecated: Links = Field(default_factory=list, alias="Ports")  # before v1_7_0
     zones: Links = Field(default_factory=list, alias="Zones")
     connections: Links = Field(default_factory=list, alias="Connections")
 
-    listed = field_validator("connected_ports", "ports", "zones", "connections", mode="before")(
-        _links
-    )
+    listed = field_validator(
+        "connected_ports", "local_ports", "ports_deprecated", "zones", "connections", mode="before"
+    )(_links)
+
+    @property
+    def ports(self) -> Links:
+        """The endpoint's own ports: ``LocalPorts``, else the deprecated ``Ports``."""
+        return self.local_ports or self.ports_deprecated
 
 
 class Endpoint(_Wire):

@@ -163,7 +163,7 @@ def contract_tree(node: str = "node-a", adapter: str = "adapter0") -> dict[str, 
                 {"EntityType": "RootComplex", "EntityRole": "Initiator", "EntityLink": _l(sys_uri)}
             ],
             "Links": {
-                "Ports": [_l(ad_port)],
+                "LocalPorts": [_l(ad_port)],
                 "ConnectedPorts": [_l(f"{sw_port}/up0")],
                 "Zones": [_l(f"{FAB}/Zones/z-ini")],
             },
