@@ -103,18 +103,20 @@ def test_uevent_lines_that_are_not_objects_are_skipped(
     assert Uevent({"SEQNUM": "٣"}).sequence_number == 0
 
 
-def test_a_connection_without_its_oem_state_is_unavailable_naming_the_fabric() -> None:
-    conn = {k: v for k, v in CONNECTION.items() if k != "Oem"}  # was a pydantic ValidationError
+def test_a_connection_with_odd_links_is_unavailable_naming_the_fabric() -> None:
+    conn = {**CONNECTION, "Links": {"TargetEndpoints": "gpu-0"}}  # was a pydantic ValidationError
     with pytest.raises(FabricUnavailable, match="/redfish/v1/Fabrics/fab1"):
         inventory([INITIATOR, TARGET], [conn])
 
 
 @pytest.mark.parametrize(
-    "oem", [{"InUse": "maybe"}, {"Node": ["a"]}], ids=["in-use", "node"]
-)  # was a ValidationError from Endpoint.patchbay()
-def test_an_endpoint_with_odd_oem_fields_is_unavailable(oem: dict[str, Any]) -> None:
-    target = {**TARGET, "Oem": {"Patchbay": oem}}
-    field = f"Oem.Patchbay.{next(iter(oem))}"
+    ("part", "field"),
+    [({"Status": {"Health": "Meh"}}, "Status.Health"),
+     ({"ConnectedEntities": [{"EntityRole": ["Target"]}]}, "ConnectedEntities.0.EntityRole")],
+    ids=["health", "role"],
+)  # fmt: skip
+def test_an_endpoint_with_odd_fields_is_unavailable(part: dict[str, Any], field: str) -> None:
+    target = {**TARGET, **part}
     with pytest.raises(FabricUnavailable, match=rf"fab1/Endpoints: (.|\n)*{field}"):
         inventory([INITIATOR, target], [])
 
@@ -126,8 +128,8 @@ def test_a_non_hex_pci_id_is_unavailable() -> None:  # was ValueError from int(.
         inventory([INITIATOR, target], [])
 
 
-def test_a_task_with_an_odd_oem_is_unavailable_naming_it() -> None:
-    body = {**TASK, "Oem": {"Patchbay": {"Operation": None}}}
+def test_a_task_with_an_odd_state_is_unavailable_naming_it() -> None:
+    body = {**TASK, "TaskState": "Finished"}
     with pytest.raises(FabricUnavailable, match=TASK_URI):
         asyncio.run(client({TASK_URI: body}).task(TASK_URI))
 
