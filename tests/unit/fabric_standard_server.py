@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ class MockupServer:
         mockup: str = "",
         *,
         bodies: dict[str, dict[str, Any]] | None = None,
-        routes: dict[tuple[str, str], Handler] | None = None,
+        routes: Mapping[tuple[str, str], Handler] | None = None,
         expand: str = "honour",
         auth: Callable[[web.Request], bool] | None = None,
     ) -> None:

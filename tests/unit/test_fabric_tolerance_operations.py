@@ -231,3 +231,22 @@ def test_idempotency_key_is_deterministic() -> None:
     assert key == idempotency_key("gpu-0", "node-a", "adapter0", "uid")
     assert key != idempotency_key("gpu-0", "node-a", "adapter1", "uid")
     assert json.dumps(key).isascii() and len(key) == 32
+
+
+async def test_202_without_location_follows_the_task_resource() -> None:
+    task_uri = f"{ROOT}/TaskService/Tasks/4"
+    states = ["Running", "Running", "Completed"]
+
+    async def post(request: web.Request) -> web.Response:
+        return web.json_response({"@odata.id": task_uri, "Id": "4", "TaskState": "New"}, status=202)
+
+    async def task(request: web.Request) -> web.Response:
+        state = states.pop(0) if len(states) > 1 else states[0]
+        return web.json_response({"@odata.id": task_uri, "Id": "4", "TaskState": state})
+
+    routes = {("POST", CONNS): post, ("GET", task_uri): task}
+    async with serving(MockupServer(bodies=contract_tree(), routes=routes)) as fc:
+        result = await fc.attach("gpu-0", "node-a", "adapter0")
+        assert result.task is not None and result.task.uri == task_uri
+        done = await fc.wait(result.task.uri, timeout_s=10, interval_s=0.01)
+    assert done.state == "Completed" and done.id == "4" and states == ["Completed"]
