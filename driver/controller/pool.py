@@ -5,11 +5,13 @@ reach it, each variant with that node, that adapter's ``pcieRoot`` (reported
 by the node plugin in its Node annotation: the fabric does not know roots),
 the binding conditions that make the scheduler wait for the attach, and one
 counter unique to the physical device so no two variants of it can ever be
-allocated together. A GPU is offered as a ``gpu``; a NIC as one ``vf`` (its
-VF 0): the NIC is attached whole for that claim, because counters cannot keep
-two claims' VFs of one NIC on the same node. The pool depends only on the
-fabric inventory, the nodes' reports, failed devices and pinned (allocated)
-variants, never on attachments, so an attach or detach writes no slice.
+allocated together. A GPU is offered as a ``gpu``, an NVMe drive as an
+``nvme``, CXL memory as a ``cxlmem`` (with the attributes and capacity a
+node-local one carries); a NIC as one ``vf`` (its VF 0): the NIC is attached
+whole for that claim, because counters cannot keep two claims' VFs of one
+NIC on the same node. The pool depends only on the fabric inventory, the
+nodes' reports, failed devices and pinned (allocated) variants, never on
+attachments, so an attach or detach writes no slice.
 
 Layout: node-major, one node's variants per slice (cut again only past 64
 devices). The scheduler skips a slice for a node when none of its devices
@@ -30,6 +32,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from driver import DRIVER_NAME
+from driver.cxl import KIND as CXL_MEMORY
 from driver.devices.model import (
     ATTACHMENT,
     PCIE_ROOT,
@@ -38,19 +41,23 @@ from driver.devices.model import (
     CounterSet,
     Device,
 )
+from driver.devices.quantity import of_bytes
 from driver.fabric_devices.naming import (
+    FABRIC_KIND,
     FAILED_CONDITION,
+    IDENTITY_ATTRIBUTE,
+    PUBLISHED_TYPE,
     READY_CONDITION,
     NodeFabric,
     counter_name,
     variant_name,
 )
 from driver.fabricclient.model import FabricDevice, FabricInventory
+from driver.nvme import KIND as NVME
 from driver.slices import limits
 from driver.slices.build import PoolSpec, slice_name_prefix
 
 COUNTER = "1"
-PUBLISHED_KIND = {"gpu": "gpu", "nic": "vf"}
 
 
 @dataclass(frozen=True)
@@ -59,8 +66,8 @@ class Variant:
 
     name: str
     device_id: str
-    kind: str  # fabric kind: "gpu" or "nic"
-    identity: str  # what the node reports once attached: GPU UUID or NIC MAC
+    kind: str  # fabric kind: "gpu", "nic", "nvme" or "cxlmem"
+    identity: str  # what the node reports once attached: GPU UUID, NIC MAC, serial
     node: str
     adapter: str
     root: str
@@ -69,8 +76,8 @@ class Variant:
     def of(cls, device: Device) -> Variant | None:
         """The variant a published fabric device stands for (None if not one)."""
         a = device.attributes
-        kind = "gpu" if device.kind == "gpu" else "nic"
-        identity = a.get("uuid") if kind == "gpu" else a.get("macAddress")
+        kind = FABRIC_KIND.get(device.kind, "nic")
+        identity = a.get(IDENTITY_ATTRIBUTE[kind])
         fields = (a.get("fabricDevice"), identity, a.get("fabricAdapter"), a.get(PCIE_ROOT))
         if not device.node_name or not all(isinstance(f, str) and f for f in fields):
             return None
@@ -126,12 +133,19 @@ def variant_device(device: FabricDevice, v: Variant, counter_set: str) -> Device
         "fabricAdapter": v.adapter,
         PCIE_ROOT: v.root,
     }
+    capacity: dict[str, str] = {}
     if device.kind == "gpu":
         attrs |= {
             "uuid": device.uuid,
             "pciVendorID": f"{device.vendor_id:04x}",
             "pciDeviceID": f"{device.device_id:04x}",
         }
+    elif device.kind in (NVME, CXL_MEMORY):  # the names a local drive carries
+        attrs |= {"model": device.model}
+        if device.kind == CXL_MEMORY:
+            attrs |= {"mode": "devdax"}
+        if device.capacity_bytes:
+            capacity["capacity"] = of_bytes(device.capacity_bytes)
     else:  # the same names a local VF carries, so one selector fits both
         attrs |= {
             "macAddress": device.mac,
@@ -141,9 +155,10 @@ def variant_device(device: FabricDevice, v: Variant, counter_set: str) -> Device
         }
     return Device(
         name=v.name,
-        kind=PUBLISHED_KIND[device.kind],
+        kind=PUBLISHED_TYPE[device.kind],
         local_id=device.identity,
         attributes=attrs,
+        capacity=capacity,
         consumes_counters=consumption(device.id, counter_set),
         node_name=v.node,
         binds_to_node=True,

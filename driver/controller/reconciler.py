@@ -52,6 +52,8 @@ from driver.slices.publisher import SlicePublisher
 
 log = logging.getLogger(__name__)
 
+PUBLISH_WAIT_S = 10.0
+
 
 class Reconciler:
     def __init__(self, api: KubeClient, fabric: FabricApi, settings: ControllerSettings) -> None:
@@ -84,11 +86,27 @@ class Reconciler:
             self._operation_done,
             self.events,
             settings.fabric_unreachable_budget,
+            self._pool_published,
         )
         FABRIC_DEVICES.source = lambda: device_states(self.inventory, self.holds.held())
 
     def mark(self) -> None:
         self._dirty.set()
+
+    async def _pool_published(self) -> None:
+        """Wait until the pool as of now (a new hold included) is stored.
+
+        A pass builds it at once (passes are level-triggered and await
+        nothing); the wait ends when the publisher has written it, or after
+        ``PUBLISH_WAIT_S`` with the apiserver unreachable, when what follows
+        (a claim status write) cannot land either.
+        """
+        self.reconcile()
+        try:
+            async with asyncio.timeout(PUBLISH_WAIT_S):  # not wait_for: docs/design.md
+                await self.publisher.in_sync.wait()
+        except TimeoutError:
+            log.warning("the fabric pool was not stored within %.0fs", PUBLISH_WAIT_S)
 
     def _operation_done(self) -> None:
         self.refresh_fabric()
@@ -111,8 +129,9 @@ class Reconciler:
                 self.mark()
             except (FabricApiError, FabricUnavailable) as exc:
                 log.warning("fabric inventory read failed: %s", exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._refresh.wait(), self.settings.fabric_refresh)
+            with contextlib.suppress(TimeoutError):  # not wait_for: docs/design.md
+                async with asyncio.timeout(self.settings.fabric_refresh):
+                    await self._refresh.wait()
             self._refresh.clear()
 
     async def _event_loop(self) -> None:

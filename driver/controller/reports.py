@@ -58,5 +58,6 @@ class NodeReports:
             if remaining <= 0:
                 return False
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), remaining)
+                async with asyncio.timeout(remaining):  # not wait_for: docs/design.md
+                    await self._changed.wait()
         return True

@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from driver.backoff import Backoff
@@ -45,7 +45,7 @@ from driver.errors import (
     FabricNotFound,
     FabricUnavailable,
 )
-from driver.fabric_devices.naming import FAILED_CONDITION, READY_CONDITION
+from driver.fabric_devices.naming import FAILED_CONDITION, IDENTITY_ATTRIBUTE, READY_CONDITION
 from driver.fabricclient.protocol import FabricApi
 from driver.faults import crash_point
 from driver.kube.events import ObjectRef
@@ -75,6 +75,7 @@ class Workers:
         on_done: Callable[[], None],
         events: ControllerEvents | None = None,
         unreachable_budget: float | None = None,
+        published: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._fabric = fabric
         self._status = status
@@ -84,6 +85,10 @@ class Workers:
         # None: no budget of its own, an outage spends the attach timeout.
         self._budget = unreachable_budget
         self._on_done = on_done
+        # Awaited after a hold and before the failure is written: the pool
+        # without the held device is in the apiserver by then, so the
+        # scheduler that clears the failed allocation cannot pick it again.
+        self._published = published
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._attaching: dict[str, tuple[str, str]] = {}  # device id -> (claim uid, variant)
         self._events = events or ControllerEvents(None)
@@ -159,7 +164,7 @@ class Workers:
                 what = f"{v.kind} {v.identity}"
                 raise AttachFailed(f"node {v.node} did not report {what} in time")
             message = f"{v.device_id} attached to {v.node} via {v.adapter}"
-            key = "uuid" if v.kind == "gpu" else "macAddress"
+            key = IDENTITY_ATTRIBUTE[v.kind]
             data = {"fabricDevice": v.device_id, key: v.identity, "adapter": v.adapter}
             cond = cl.condition(READY_CONDITION, "Attached", message, None)
             if await self._status.write(a, cond, data):
@@ -174,6 +179,8 @@ class Workers:
             observe("attach", "failed", started)
             log.warning("claim %s/%s: attaching %s failed: %s", a.namespace, a.name, v.name, exc)
             self._holds.hold(v.device_id)
+            if self._published is not None:
+                await self._published()
             self._events.attach_failed(a, v, str(exc))
             cond = cl.condition(FAILED_CONDITION, "AttachFailed", str(exc), None)
             with contextlib.suppress(ApiError):
@@ -223,7 +230,8 @@ class Workers:
         try:
             if await self._adopt(a, v, deadline):
                 return True
-            result = await fabric.attach(v.device_id, v.node, v.adapter)
+            # The claim's UID makes the request's Idempotency-Key this allocation's own.
+            result = await fabric.attach(v.device_id, v.node, v.adapter, key=a.claim_uid)
             crash_point("fabric-attach-answered")
             if result.task is not None:
                 await self._record(a, v, result.task.uri)

@@ -40,6 +40,11 @@ def _short(text: str, n: int) -> str:
 
 
 PREFIX = {"gpu": "fgpu", "nic": "fnic", NVME: "fnvme", CXL_MEMORY: "fcxl"}
+# Fabric kind -> the type its pool variants are published as (a NIC as a VF),
+# and the attribute of a variant that carries the identity a node reports.
+PUBLISHED_TYPE = {"gpu": "gpu", "nic": "vf", NVME: NVME, CXL_MEMORY: CXL_MEMORY}
+FABRIC_KIND = {published: kind for kind, published in PUBLISHED_TYPE.items()}
+IDENTITY_ATTRIBUTE = {"gpu": "uuid", "nic": "macAddress", NVME: "serial", CXL_MEMORY: "serial"}
 
 
 def identity(kind: str, raw: str) -> str:

@@ -167,7 +167,8 @@ class MemoryFabric:
             return task
 
         try:
-            return await asyncio.wait_for(done(), timeout_s)
+            async with asyncio.timeout(timeout_s):  # not wait_for: docs/design.md
+                return await done()
         except TimeoutError:
             raise TimeoutError(f"fabric task {task_uri} still Running") from None
 

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from driver.fabric_devices.naming import FABRIC_POOL, NodeFabric
+from driver.fabric_devices.naming import FABRIC_KIND, FABRIC_POOL, IDENTITY_ATTRIBUTE, NodeFabric
 from driver.inspect.claims import binding, binding_text
 from driver.inspect.events import EventIndex, newest
 from driver.inspect.inventory import PCIE_ROOT, JsonObj, build
@@ -126,7 +126,7 @@ def fabric_view(
             "type": v.type,
             "switch": v.attr("fabricSwitch"),
             "model": v.attr("productName"),
-            "identity": v.attr("uuid") if v.type == "gpu" else v.attr("macAddress"),
+            "identity": v.attr(IDENTITY_ATTRIBUTE[FABRIC_KIND.get(v.type, "nic")]),
         }
         d["reachable"].append(
             {"node": v.node, "adapter": adapter, "pcieRoot": v.attr(PCIE_ROOT), "variant": v.name}
@@ -136,7 +136,8 @@ def fabric_view(
         unoffered -= {counter for _, counter, _ in v.consumes()}
     for node, r in sorted(seen.items()):
         for d in by_id.values():
-            attached = (r.gpus if d["type"] == "gpu" else r.nics).get(str(d["identity"]))
+            kind = FABRIC_KIND.get(str(d["type"]), "nic")
+            attached = r.attached(kind).get(str(d["identity"]))
             if attached is not None:
                 d["attached"] = {"node": node, "adapter": attached, "busy": d["identity"] in r.busy}
     by_id |= {name: _blank(name) for name in unoffered}  # counted by the pool, offered nowhere

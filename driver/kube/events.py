@@ -223,7 +223,8 @@ class EventRecorder:
         self._loop = asyncio.get_running_loop()
         while True:
             try:
-                first = await asyncio.wait_for(self._queue.get(), self._finish / 2)
+                async with asyncio.timeout(self._finish / 2):  # not wait_for: docs/design.md
+                    first = await self._queue.get()
             except TimeoutError:
                 await self._finish_series()
                 continue

@@ -207,7 +207,8 @@ class Fabric:
         while (left := await self.call(self.latency, key) - (loop.time() - start)) > 0:
             changed = self._knobs_changed
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), left)
+                async with asyncio.timeout(left):  # not wait_for: docs/design.md
+                    await changed.wait()
 
     def _finish_sync(self, task_id: int) -> str | None:
         """Finish a task; its problem ("" when none), None when it had nothing to act on."""

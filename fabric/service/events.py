@@ -126,7 +126,8 @@ async def stream(request: web.Request, bus: EventBus) -> web.StreamResponse:
         await resp.write(b": subscribed\n\n")
         while True:
             try:
-                event = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
+                async with asyncio.timeout(KEEPALIVE_S):  # not wait_for: docs/design.md
+                    event = await queue.get()
             except TimeoutError:
                 await resp.write(b": keep-alive\n\n")
                 continue

@@ -37,9 +37,10 @@ class CountingFabric(MemoryFabric):
         super().__init__([GPU], instant=instant)
         self.requests = 0
 
-    async def attach(self, device_id: str, node: str, adapter: str) -> AttachResult:
+    async def attach(self, device_id: str, node: str, adapter: str, key: str = "") -> AttachResult:
         self.requests += 1
-        return await super().attach(device_id, node, adapter)
+        assert key == "uid-1"  # the allocation's own Idempotency-Key
+        return await super().attach(device_id, node, adapter, key)
 
 
 class Controller:
@@ -134,7 +135,7 @@ async def test_a_restart_adopts_an_attach_it_has_no_handle_for() -> None:
     """Killed right after the fabric answered: no handle on the claim, but
     the fabric shows the connection on its way to this node and adapter."""
     api, fabric = world(instant=False)
-    await fabric.attach(VARIANT.device_id, VARIANT.node, VARIANT.adapter)
+    await fabric.attach(VARIANT.device_id, VARIANT.node, VARIANT.adapter, "uid-1")
     ctl = Controller(api, fabric)
     ctl.workers.attach(ALLOC, VARIANT)
     await asyncio.sleep(0)
@@ -146,7 +147,7 @@ async def test_a_restart_adopts_an_attach_it_has_no_handle_for() -> None:
 
 async def test_a_gone_handle_falls_back_to_the_device_state() -> None:
     api, fabric = world(instant=True)
-    await fabric.attach(VARIANT.device_id, VARIANT.node, VARIANT.adapter)  # done and forgotten
+    await fabric.attach(VARIANT.device_id, VARIANT.node, VARIANT.adapter, "uid-1")  # long done
     ctl = Controller(api, fabric)
     ctl.workers.attach(replace(ALLOC, operation="/redfish/v1/TaskService/TaskMonitors/9"), VARIANT)
     await ctl.settle()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from driver.controller.pool import build_pool
+from driver.controller.pool import Variant, build_pool
 from driver.controller.reconciler import published_devices
 from driver.devices.model import Device
+from driver.devices.quantity import of_bytes
 from driver.fabric_devices.naming import NodeFabric, counter_name, variant_name
 from driver.fabricclient.model import FabricDevice, FabricInventory, HostAdapter
 from driver.slices.build import build_slices, slice_object
@@ -178,3 +179,30 @@ def test_device_json_round_trips() -> None:
     for d in spec.devices:
         back = Device.from_json(d.to_json(), d.local_id)
         assert back == d
+
+
+def drive(ident: str, kind: Literal["nvme", "cxlmem"], serial: str, size: int) -> FabricDevice:
+    adapters = (HostAdapter("node-a-a0", "pcie0", "sw0", "node-a", "adapter0"),)
+    return FabricDevice(
+        ident, "pcie0", "sw0", kind, "PM1735", serial, "", 0x144D, 0xA824,
+        "OK", True, False, adapters, None, capacity_bytes=size,
+    )  # fmt: skip
+
+
+def test_nvme_drives_and_cxl_memory_are_offered_as_their_own_types_with_capacity() -> None:
+    nvme = drive("nvme-0", "nvme", "S4NVME0", 3_840_755_982_336)
+    cxl = drive("cxl-0", "cxlmem", "0x4c1d96fffeddd835", 64 << 30)
+    spec, variants = build_pool("fabric", FabricInventory((nvme, cxl), ()), REPORTS, (), ())
+    by_type = {d.kind: d for d in spec.devices}
+    assert set(by_type) == {"nvme", "cxlmem"}
+    assert by_type["nvme"].name == variant_name("S4NVME0", "node-a", "adapter0", "nvme")
+    assert by_type["nvme"].capacity == {"capacity": of_bytes(3_840_755_982_336)}
+    assert by_type["cxlmem"].capacity == {"capacity": "64Gi"}
+    assert by_type["cxlmem"].attributes["mode"] == "devdax"
+    for d in spec.devices:  # what the node reports once attached: the serial
+        v = variants[d.name]
+        assert d.attributes["serial"] == v.identity and d.attributes["fabricDevice"] == v.device_id
+    # A published variant reads back as the same variant (a restart's view).
+    stored = published_devices([slice_object(spec, s, 1, 1) for s in build_slices(spec)])
+    for name, d in stored.items():
+        assert Variant.of(d) == variants[name]
