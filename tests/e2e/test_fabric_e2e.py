@@ -157,12 +157,16 @@ def test_pod_deleted_while_prebind_waits_is_detached_by_the_controller(
             claim = resource_api.read_namespaced_resource_claim(statuses[0].resource_claim_name, ns)
             if claim.status is None or claim.status.allocation is None:
                 return None
-            return claim if "gpu-1" in env.fabric.connections() else None
+            (result,) = claim.status.allocation.devices.results
+            attaching = conditions(claim, result.device) == {"FabricDeviceReady": "False"}
+            return claim if attaching and "gpu-1" in env.fabric.connections() else None
 
+        # Not ready, PreBind still waits; the attach's operation handle is on the claim.
         claim = wait_for("gpu-1 allocated and attaching", allocated, timeout=60)
         (result,) = claim.status.allocation.devices.results
         assert result.pool == "fabric"
-        assert conditions(claim, result.device) == {}  # not ready: PreBind still waits
+        (entry,) = [d for d in claim.status.devices if d.device == result.device]
+        assert entry.data["fabricOperation"].startswith("/redfish/v1/TaskService/"), entry.data
         conn = env.fabric.connections()["gpu-1"]
         assert conn[:2] == (node, "adapter0") and conn[2] != "Attached", conn
         doomed = core.read_namespaced_pod("doomed", ns)
