@@ -77,6 +77,7 @@ class Reconciler:
         self.recorder = EventRecorder(api, CONTROLLER, settings.identity)
         self.events = ControllerEvents(self.recorder)
         self._adapters: tuple[dict[str, NodeFabric], set[tuple[str, str]]] | None = None
+        self._node_uuids: dict[str, str] = {}
         self.workers = Workers(
             fabric,
             ClaimStatusWriter(api, self.pool),
@@ -179,6 +180,7 @@ class Reconciler:
         if waiting:
             log.debug("reconcile waits for: %s", ", ".join(waiting))
             return
+        self._learn_node_uuids()
         inv = self.inventory
         assert inv is not None
         reports = self.reports.refresh(self.nodes.objects)  # wakes attaches waiting on a node
@@ -223,6 +225,15 @@ class Reconciler:
                 continue
             self.workers.detach(device.id, node_ref(self.nodes.objects, conn.node))
 
+    def _learn_node_uuids(self) -> None:
+        """Tell the fabric client each Node's ``systemUUID`` (those only one Node
+        has: nodes on one machine share it) and re-read the fabric on a change."""
+        uuids = node_uuids(self.nodes.objects.values())
+        if uuids != self._node_uuids:
+            self._node_uuids = uuids
+            self.fabric.set_node_uuids(uuids)
+            self.refresh_fabric()
+
     def _watch_adapters(self, reports: dict[str, NodeFabric], inv: FabricInventory) -> None:
         """An Event on each Node whose report or fabric entry lost an adapter."""
         listed = {(a.node, a.adapter) for a in inv.adapters}
@@ -232,6 +243,17 @@ class Reconciler:
                 log.warning("node %s: fabric adapter %s gone: %s", node, adapter, why)
                 self.events.adapter_gone(node_ref(nodes, node), adapter, why)
         self._adapters = (reports, listed)
+
+
+def node_uuids(nodes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """systemUUID (lower case) -> Node name, for the UUIDs exactly one Node reports."""
+    seen: dict[str, list[str]] = {}
+    for node in nodes:
+        uuid = str(((node.get("status") or {}).get("nodeInfo") or {}).get("systemUUID") or "")
+        name = str((node.get("metadata") or {}).get("name") or "")
+        if uuid and name:
+            seen.setdefault(uuid.lower(), []).append(name)
+    return {uuid: names[0] for uuid, names in seen.items() if len(names) == 1}
 
 
 def published_devices(slices: Iterable[Mapping[str, Any]]) -> dict[str, Device]:

@@ -74,6 +74,10 @@ class FabricClient:
         self._caps = Capabilities()
         self._asked: dict[tuple[str, str, str, str], tuple[int, str | None]] = {}
 
+    def set_node_uuids(self, uuids: Mapping[str, str]) -> None:
+        """System UUID -> node, for systems with neither a mapping nor a HostName."""
+        self._reader.node_uuids = {k.lower(): v for k, v in uuids.items()}
+
     async def __aenter__(self) -> FabricClient:
         return self
 

@@ -7,11 +7,12 @@ tree into devices, host adapters and their reachability. For each Fabric:
   adapters. Their node: the setting ``fabric_systems`` maps a node to a
   ComputerSystem (its Id or UUID) where the system has no usable HostName
   (many nodes on one machine, as in our simulator, or a manager that does
-  not know host names); else the linked system's ``HostName``; else ""
-  and its ``UUID`` is reported for the controller to match against a
-  Node's ``systemUUID``. The adapter is the FabricAdapter Id in the
-  endpoint's ``Links.LocalPorts`` (``Ports`` before Endpoint v1_7_0;
-  ``.../FabricAdapters/<id>/Ports/<p>``), else
+  not know host names); else the linked system's ``HostName``; else the
+  Node whose ``systemUUID`` is the system's ``UUID`` (the controller tells
+  the client those, unique ones only); else "" (its ``UUID`` is reported).
+  The adapter is the FabricAdapter Id in the endpoint's ``Links.LocalPorts``
+  (``Ports`` before Endpoint v1_7_0; ``.../FabricAdapters/<id>/Ports/<p>``),
+  else
   the endpoint's own Id;
 - Target endpoints are devices when :mod:`identity` can say what they are
   (``NVMeOverFabrics`` endpoints are listed apart, by NQN: parse only);
@@ -96,6 +97,9 @@ class InventoryReader:
     def __init__(self, dialect: Dialect, systems: Mapping[str, str]) -> None:
         self.dialect = dialect
         self._systems = {k.lower(): v for k, v in systems.items()}
+        # System UUID -> node, learned from the Nodes' systemUUID (the controller's
+        # set_node_uuids): the last resort, after the mapping and HostName.
+        self.node_uuids: dict[str, str] = {}
 
     async def read(self, links: Links, fabrics_uri: str) -> FabricInventory:
         parts = await asyncio.gather(
@@ -169,7 +173,7 @@ class InventoryReader:
         mapped = self._systems.get(system.id.lower()) or self._systems.get(
             (system.uuid or "").lower()
         )
-        node = mapped or system.host_name or ""
+        node = mapped or system.host_name or self.node_uuids.get((system.uuid or "").lower(), "")
         adapter = next(
             filter(None, (wire.segment_after(p.odata_id, "FabricAdapters") for p in e.links.ports)),
             e.id,

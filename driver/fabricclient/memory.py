@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import replace
 
 from driver.errors import FabricConflict, FabricNotFound, PatchbayError
@@ -58,6 +58,7 @@ class MemoryFabric:
         self._paused: asyncio.Event | None = None
         self._failures: dict[str, list[PatchbayError]] = {}
         self._changed = asyncio.Event()
+        self.node_uuids: dict[str, str] = {}
 
     # -- test hooks ---------------------------------------------------------
 
@@ -93,11 +94,25 @@ class MemoryFabric:
 
     # -- FabricApi ----------------------------------------------------------
 
+    def set_node_uuids(self, uuids: Mapping[str, str]) -> None:
+        """Adapters without a node are named by their system UUID (as the client does)."""
+        self.node_uuids = {k.lower(): v for k, v in uuids.items()}
+
+    def _named(self, a: HostAdapter) -> HostAdapter:
+        node = a.node or self.node_uuids.get(a.system_uuid.lower(), "")
+        return replace(a, node=node) if node != a.node else a
+
     async def inventory(self) -> FabricInventory:
         self._raise("inventory")
         if self._paused is not None:
             await self._paused.wait()
-        return FabricInventory(tuple(self.devices.values()), tuple(self.adapters))
+        if not self.node_uuids:
+            return FabricInventory(tuple(self.devices.values()), tuple(self.adapters))
+        devices = tuple(
+            replace(d, adapters=tuple(self._named(a) for a in d.adapters))
+            for d in self.devices.values()
+        )
+        return FabricInventory(devices, tuple(self._named(a) for a in self.adapters))
 
     async def device(self, device_id: str) -> FabricDevice:
         self._raise("device")

@@ -8,7 +8,7 @@ benchmarks). Failures raise the fabric errors of :mod:`driver.errors`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Protocol
 
 from driver.fabricclient.model import AttachResult, FabricDevice, FabricInventory, FabricTask
@@ -16,6 +16,10 @@ from driver.fabricclient.model import AttachResult, FabricDevice, FabricInventor
 
 class FabricApi(Protocol):
     async def inventory(self) -> FabricInventory: ...
+    def set_node_uuids(self, uuids: Mapping[str, str]) -> None:
+        """The Nodes' ``systemUUID``s (unique ones), to name a system's node by."""
+        ...
+
     async def device(self, device_id: str) -> FabricDevice: ...
 
     def events(self, idle_timeout_s: float = 60.0) -> AsyncIterator[list[str]]:

@@ -13,7 +13,7 @@ import asyncio
 
 import pytest
 
-from driver.controller.reconciler import Reconciler
+from driver.controller.reconciler import Reconciler, node_uuids
 from driver.controller.settings import ControllerSettings
 from driver.fabric_devices.naming import NodeFabric
 from driver.fabricclient.memory import MemoryFabric
@@ -71,3 +71,12 @@ async def test_first_pass_publishes_whichever_input_is_ready_last(last: str) -> 
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+def test_node_uuids_name_only_a_machine_one_node_runs_on() -> None:
+    def node(name: str, uuid: str) -> dict[str, object]:
+        return {"metadata": {"name": name}, "status": {"nodeInfo": {"systemUUID": uuid}}}
+
+    nodes = [node("a", "U-1"), node("b", "u-2"), node("c", "U-2"), node("d", "")]
+    # b and c share a machine (as simulated nodes do): neither is named by it.
+    assert node_uuids(nodes) == {"u-1": "a"}

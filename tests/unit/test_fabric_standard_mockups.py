@@ -70,6 +70,17 @@ async def test_without_a_mapping_the_system_uuid_is_reported_for_node_matching()
     assert {(a.node, a.system_uuid) for a in inv.adapters} == {("", CXL_SYSTEM_UUID)}
 
 
+async def test_a_node_reporting_the_system_uuid_names_it() -> None:
+    """The controller passes the Nodes' systemUUIDs; the CXL mockup's system
+    has no HostName, so its UUID names the node (case-insensitively)."""
+    async with client(MockupServer("public-cxl")) as fc:
+        fc.set_node_uuids({CXL_SYSTEM_UUID.lower(): "node-u"})
+        inv = await fc.inventory()
+    assert {a.node for a in inv.adapters} == {"node-u"}
+    t3 = inv.device("T3").connection
+    assert t3 is not None and t3.node == "node-u"
+
+
 async def test_a_system_host_name_names_the_node() -> None:
     server = MockupServer("public-cxl")
     system = f"{ROOT}/Systems/CXL-System"
