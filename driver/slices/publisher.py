@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from driver.backoff import Backoff
@@ -46,8 +46,11 @@ class SlicePublisher:
         query: Mapping[str, str],
         pool_name: str,
         field_manager: str = "patchbay",
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._api = api
+        self._sleep = sleep  # the back-off's wait before a rewrite (a test injects its own)
         self._query = dict(query)
         self._pool_name = pool_name
         self._field_manager = field_manager
@@ -145,7 +148,7 @@ class SlicePublisher:
                 " (a field the apiserver drops? DRA feature gates?); next write in %.0fs",
                 pool.pool_name, self._rewrites, delay,
             )  # fmt: skip
-            await asyncio.sleep(delay)
+            await self._sleep(delay)
         log.info(
             "pool %s: writing generation %d (%d create, %d update, %d delete)",
             pool.pool_name,
