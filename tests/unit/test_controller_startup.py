@@ -20,6 +20,7 @@ from driver.fabricclient.memory import MemoryFabric
 from driver.fabricclient.model import FabricDevice, HostAdapter
 from driver.kube.api import RESOURCE_V1, slice_path
 from driver.kube.memory import MemoryKube
+from tests.signals import LogSignal, Signal
 
 NODE = {
     "metadata": {
@@ -39,6 +40,10 @@ LISTS = {
     "resourceclaims": f"{RESOURCE_V1}/resourceclaims",
     "nodes": "/api/v1/nodes",
 }
+WAITS_FOR = {  # what the reconciler's pass says it waits for
+    "resourceslices": "slices", "resourceclaims": "claims", "nodes": "nodes",
+    "fabric": "fabric inventory",
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("last", [*LISTS, "fabric"])
@@ -51,26 +56,27 @@ async def test_first_pass_publishes_whichever_input_is_ready_last(last: str) -> 
         fabric_url="http://fabric", fabric_token="t", fabric_refresh=300, fabric_insecure=True
     )
     rec = Reconciler(api, fabric, settings)
-    task = asyncio.create_task(rec.run())
-    try:
-        await asyncio.sleep(0.05)
-        for kind, event in held.items():
-            if kind != last:
-                event.set()
-        await asyncio.sleep(0.1)  # every other input is in: still nothing published
-        assert api.objects(slice_path()) == []
-        held[last].set()
-        for _ in range(100):
-            if api.objects(slice_path()):
-                break
-            await asyncio.sleep(0.02)
-        devices = [
-            d["name"] for s in api.objects(slice_path()) for d in s["spec"].get("devices") or ()
-        ]
-        assert len(devices) == 1 and devices[0].startswith("fgpu-")
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+    stored = Signal()
+    api.on_store = lambda _path, _obj: stored.changed()
+    with LogSignal.on("driver.controller.reconciler") as passes:
+        task = asyncio.create_task(rec.run())
+        try:
+            for kind, event in held.items():
+                if kind != last:
+                    event.set()
+            # The pass that every other input woke: it waits, publishing nothing.
+            waits = f"reconcile waits for: {WAITS_FOR[last]}"  # for that one only
+            await passes.signal.until(waits, lambda: waits in passes.messages)
+            assert api.objects(slice_path()) == []
+            held[last].set()
+            await stored.until("the pool published", lambda: bool(api.objects(slice_path())))
+            devices = [
+                d["name"] for s in api.objects(slice_path()) for d in s["spec"].get("devices") or ()
+            ]
+            assert len(devices) == 1 and devices[0].startswith("fgpu-")
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
 
 
 def test_node_uuids_name_only_a_machine_one_node_runs_on() -> None:

@@ -10,6 +10,7 @@ from driver.health.monitor import HealthMonitor
 from driver.health.xid import XidWatcher
 from driver.nvml.fake import FakeNvml
 from driver.nvml.fake_state import FakeMachine
+from tests.signals import Signal
 
 GPU0 = Device("gpu-0", "gpu", "GPU-aaaa")
 GPU1 = Device("gpu-1", "gpu", "GPU-bbbb")
@@ -60,20 +61,27 @@ async def test_watcher_delivers_nvml_xids_and_follows_the_gpu_set() -> None:
     monitor = HealthMonitor()
     monitor.bind_loop()
     monitor.set_devices({"node-a": [GPU0, GPU1]})
-    watcher = XidWatcher(FakeNvml(machine), monitor.report_xid).start()
+    seen: list[tuple[str, int]] = []  # every XID the watcher delivered, in order
+    delivered = Signal()
+
+    def on_xid(uuid: str, xid: int) -> None:  # on the watcher's thread
+        seen.append((uuid, xid))
+        monitor.report_xid(uuid, xid)  # queued on the loop before the signal
+        delivered.changed()
+
+    watcher = XidWatcher(FakeNvml(machine), on_xid).start()
     try:
         watcher.set_gpus(["GPU-aaaa"])  # gpu-1 not watched yet
-        await asyncio.sleep(0.3)
         machine.queue_xid("GPU-bbbb", 48)
-        machine.queue_xid("GPU-aaaa", 31)  # application error
-        await asyncio.sleep(0.3)
+        machine.queue_xid("GPU-aaaa", 31)  # application errors, delivered after
+        await delivered.until("XID 31", lambda: len(seen) >= 1)
+        machine.queue_xid("GPU-aaaa", 13)  # anything of gpu-1's would come before it
+        await delivered.until("XID 13", lambda: ("GPU-aaaa", 13) in seen)
+        assert seen == [("GPU-aaaa", 31), ("GPU-aaaa", 13)], "an unwatched GPU's XID came"
         assert set(states(monitor).values()) == {HealthStatus.HEALTHY}
         watcher.set_gpus(monitor.gpus())  # the set is rebuilt with both GPUs
-        machine.queue_xid("GPU-bbbb", 48)
-        for _ in range(100):
-            if states(monitor)["gpu-1"] is HealthStatus.UNHEALTHY:
-                break
-            await asyncio.sleep(0.05)
+        await delivered.until("XID 48", lambda: ("GPU-bbbb", 48) in seen)
+        assert seen[2:] == [("GPU-bbbb", 48)]  # queued while unwatched, delivered once watched
         assert states(monitor) == {"gpu-0": HealthStatus.HEALTHY, "gpu-1": HealthStatus.UNHEALTHY}
     finally:
         await asyncio.to_thread(watcher.stop)
