@@ -26,7 +26,6 @@ SESSIONS = web.AppKey("sessions", Sessions)
 TOKEN = web.AppKey("token", TokenSource)
 # uri -> body of what never changes: hardware.tree and accounts.tree
 STATIC = web.AppKey("static", dict[str, dict[str, Any]])
-LEGACY = web.AppKey("legacy", bool)  # also serve the pre-standard fields (settings)
 ZONE_LOCK = web.AppKey("zone_lock", asyncio.Lock)  # a zone's ETag check and change, atomic
 
 Json = dict[str, Any]

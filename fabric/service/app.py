@@ -22,7 +22,6 @@ from driver.fabricclient.token import TokenSource
 from fabric.service import accounts, bodies, hardware, redfish, services, uris, zones
 from fabric.service.answers import (
     FABRIC,
-    LEGACY,
     ONCE,
     SESSIONS,
     STATIC,
@@ -39,7 +38,7 @@ from fabric.service.errors import RedfishError, not_found
 from fabric.service.idempotency import Idempotency
 from fabric.service.protocol import protocol_middleware
 from fabric.service.sessions import Sessions
-from fabric.service.store import Connection, DeviceState, Task
+from fabric.service.store import Connection, DeviceState
 
 
 async def fabrics(request: web.Request) -> web.Response:
@@ -86,22 +85,21 @@ async def port(request: web.Request) -> web.Response:
     return answer(redfish.port(fab.inv, f, sw, request.match_info["port"]))
 
 
-def _snapshot(fab: Fabric) -> tuple[dict[str, DeviceState], dict[str, Connection], list[Task]]:
+def _snapshot(fab: Fabric) -> tuple[dict[str, DeviceState], dict[str, Connection]]:
     devices = {d: fab.store.device(d) for d in fab.inv.targets}
     conns = {c.device: c for c in fab.store.connections()}
-    return devices, conns, fab.store.open_tasks()
+    return devices, conns
 
 
 async def _endpoint_json(request: web.Request, fab: Fabric, ids: list[str]) -> list[Json]:
-    devices, conns, _ = await fab.call(_snapshot, fab)
-    legacy = request.app[LEGACY]
+    devices, conns = await fab.call(_snapshot, fab)
     out = []
     for e in ids:
         if e in fab.inv.initiators:
-            out.append(redfish.initiator(fab.inv, fab.inv.initiators[e], legacy))
+            out.append(redfish.initiator(fab.inv, fab.inv.initiators[e]))
         else:
             t = fab.inv.targets[e]
-            out.append(redfish.target(fab.inv, t, devices[e], conns.get(e), legacy))
+            out.append(redfish.target(fab.inv, t, devices[e], conns.get(e)))
     return out
 
 
@@ -121,10 +119,9 @@ async def endpoint(request: web.Request) -> web.Response:
 
 async def connections(request: web.Request) -> web.Response:
     fab, f = fabric_of(request)
-    _, conns, open_tasks = await fab.call(_snapshot, fab)
-    tasks = {t.connection: t for t in open_tasks}
+    _, conns = await fab.call(_snapshot, fab)
     members = [
-        redfish.connection(fab.inv, c, tasks.get(c.id))
+        redfish.connection(fab.inv, c)
         for c in sorted(conns.values(), key=lambda c: c.id)
         if fab.inv.targets[c.device].fabric == f
     ]
@@ -158,10 +155,10 @@ async def _create_connection(request: web.Request) -> web.Response:
     )
     await fab.call(fab.record_attach_request, ini, tgt, "connections")
     out = await fab.attach(ini, tgt)
-    conn_json = redfish.connection(fab.inv, out.connection, out.task)
+    conn_json = redfish.connection(fab.inv, out.connection)
     if out.task is None:
         return answer(conn_json, 200, uris.connection_uri(f, out.connection.id))
-    return answer(redfish.task(fab.inv, out.task), 202, uris.monitor_uri(out.task.id))
+    return answer(redfish.task(out.task), 202, uris.monitor_uri(out.task.id))
 
 
 def _conn_id(request: web.Request) -> int:
@@ -177,18 +174,17 @@ async def connection(request: web.Request) -> web.Response:
     conn = await fab.call(fab.store.connection, ident)
     if conn is None or fab.inv.targets[conn.device].fabric != f:
         raise not_found(request.path)
-    task = await fab.call(fab.store.open_task_of, ident)
-    return answer(redfish.connection(fab.inv, conn, task))
+    return answer(redfish.connection(fab.inv, conn))
 
 
 async def delete_connection(request: web.Request) -> web.Response:
     fab, _ = fabric_of(request)
     task = await fab.detach(_conn_id(request), request.path)
-    return answer(redfish.task(fab.inv, task), 202, uris.monitor_uri(task.id))
+    return answer(redfish.task(task), 202, uris.monitor_uri(task.id))
 
 
-def make_app(fab: Fabric, token: str | TokenSource, legacy: bool = True) -> web.Application:
-    """The service; ``legacy`` also serves the pre-standard fields (``--legacy-fields``)."""
+def make_app(fab: Fabric, token: str | TokenSource) -> web.Application:
+    """The service: the Redfish tree, the test-only knobs and the audit."""
     source = TokenSource(token) if isinstance(token, str) else token
     live = Sessions()
     middlewares = [error_middleware, protocol_middleware(), auth_middleware(source, live)]
@@ -198,7 +194,6 @@ def make_app(fab: Fabric, token: str | TokenSource, legacy: bool = True) -> web.
     app[SESSIONS] = live
     app[TOKEN] = source
     app[STATIC] = {**hardware.tree(fab.inv), **accounts.tree()}
-    app[LEGACY] = legacy
     app[ZONE_LOCK] = asyncio.Lock()
 
     async def end_streams(_: web.Application) -> None:

@@ -7,7 +7,8 @@ Accepted, each compared in constant time with the current token (a token
 file is re-read when it changes: rotation without a restart):
 ``Authorization: Bearer <token>``; HTTP Basic as :data:`sessions.USER` with
 the token as password; ``X-Auth-Token`` with a Redfish session's token
-(``sessions.py``) or the token itself. Any refused request - ours or
+(``sessions.py``; never the service token itself, which is a password, not a
+session). Any refused request - ours or
 aiohttp's own 404/405 - is answered with a Redfish error body.
 """
 
@@ -71,7 +72,7 @@ def authenticate(request: web.Request, token: str, live: sessions.Sessions) -> N
         return
     x_auth = request.headers.get("X-Auth-Token")
     if x_auth is not None:
-        if live.check(x_auth) is None and not same_secret(x_auth, token):
+        if live.check(x_auth) is None:
             raise RedfishError(401, "NoValidSession", "X-Auth-Token: no such session")
         return
     raise RedfishError(401, "NoValidSession", "no credentials presented")

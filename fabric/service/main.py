@@ -33,7 +33,7 @@ async def serve(settings: FabricSettings) -> None:
     store = Store(settings.fabric_db)
     fab = Fabric(inv, store, (settings.attach_latency, settings.detach_latency))
     await fab.start()
-    app = make_app(fab, settings.token_source(), settings.legacy_fields)
+    app = make_app(fab, settings.token_source())
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     tls = settings.server_ssl()

@@ -40,8 +40,6 @@ def metadata(types: Iterable[str]) -> str:
     namespaces: dict[str, set[str]] = {}
     for t in {*types, *ALWAYS}:
         parts = t.lstrip("#").split(".")
-        if parts[0].startswith("Patchbay"):
-            continue  # our Oem types: no schema file is published for them
         versions = namespaces.setdefault(parts[0], set())
         if len(parts) == 3:
             versions.add(f"{parts[0]}.{parts[1]}")

@@ -5,12 +5,8 @@ schemas (ServiceRoot, Fabric, Switch, Port, Endpoint, Zone, Connection, Task)
 and the wire contract of issue 22: every fact sits where the standard puts
 it (roles in ``ConnectedEntities``, the linked hardware in ``hardware.py``,
 connection progress in ``Status.State``). A DMTF validator finds nothing
-wrong with them (tests/integration/test_redfish_conformance.py).
-
-Legacy: the pre-standard client read a top-level ``Endpoint.EntityRole``
-(only with ``legacy=True``, the ``--legacy-fields`` setting, because the
-schema forbids it) and ``Oem.Patchbay`` values (typed, allowed). Both go
-once the client reads only standard places.
+wrong with them (tests/integration/test_redfish_conformance.py). There is
+no ``Oem`` part: nothing reads one, and every fact has a standard place.
 """
 
 from __future__ import annotations
@@ -36,11 +32,6 @@ ENTITY_TYPE = {
 
 def _iso(ts: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
-
-
-def _oem(kind: str, values: Json) -> Json:
-    """A typed ``Oem.Patchbay`` object (legacy extras; nothing standard reads them)."""
-    return {"Patchbay": {"@odata.type": f"#Patchbay{kind}.v1_0_0.Patchbay{kind}", **values}}
 
 
 def collection(uri: str, kind: str, members: list[Json], expand: bool) -> Json:
@@ -130,8 +121,8 @@ def port(inv: Inventory, fab: str, sw: str, ident: str) -> Json:
     }
 
 
-def initiator(inv: Inventory, ini: Initiator, legacy: bool) -> Json:
-    body: Json = {
+def initiator(inv: Inventory, ini: Initiator) -> Json:
+    return {
         "@odata.id": uris.endpoint_uri(ini.fabric, ini.id),
         "@odata.type": "#Endpoint.v1_8_2.Endpoint",
         "Id": ini.id,
@@ -146,23 +137,15 @@ def initiator(inv: Inventory, ini: Initiator, legacy: bool) -> Json:
         ],
         "Status": {"State": "Enabled", "Health": "OK"},
         "Links": {
-            # LocalPorts is the current place; Ports (deprecated in Endpoint v1_7_0) too,
-            # as the wire contract of issue 22 names it.
+            # Not the deprecated Links.Ports (Endpoint v1_7_0 moved it here).
             "LocalPorts": [link(uris.adapter_port_uri(ini.node, ini.adapter))],
-            "Ports": [link(uris.adapter_port_uri(ini.node, ini.adapter))],
             "ConnectedPorts": [link(uris.port_uri(ini.fabric, ini.switch, ini.port))],
             "Zones": [link(uris.zone_uri(ini.fabric, ini.id))],
         },
-        "Oem": _oem("Endpoint", {"Node": ini.node, "Adapter": ini.adapter, "Switch": ini.switch}),
     }
-    if legacy:
-        body["EntityRole"] = "Initiator"
-    return body
 
 
-def target(
-    inv: Inventory, tgt: Target, dev: DeviceState, conn: Connection | None, legacy: bool
-) -> Json:
+def target(inv: Inventory, tgt: Target, dev: DeviceState, conn: Connection | None) -> Json:
     entity: Json = {
         "EntityType": ENTITY_TYPE[tgt.kind],
         "EntityRole": "Target",
@@ -184,15 +167,7 @@ def target(
         links["Connections"] = [link(uris.connection_uri(tgt.fabric, conn.id))]
         if conn.state != "Detaching":
             links["Zones"] = [link(uris.zone_uri(tgt.fabric, conn.initiator))]
-    oem: Json = {
-        "DeviceType": tgt.kind.upper(), "Model": tgt.model, "SerialNumber": tgt.serial,
-        "Switch": tgt.switch, "InUse": dev.in_use,
-    }  # fmt: skip
-    if tgt.uuid:
-        oem["UUID"] = tgt.uuid
-    if tgt.kind == "nic":
-        oem |= {"TotalVfs": tgt.total_vfs, "MACAddress": tgt.mac}
-    body: Json = {
+    return {
         "@odata.id": uris.endpoint_uri(tgt.fabric, tgt.id),
         "@odata.type": "#Endpoint.v1_8_2.Endpoint",
         "Id": tgt.id,
@@ -204,20 +179,11 @@ def target(
             "Health": dev.health,
         },
         "Links": links,
-        "Oem": _oem("Endpoint", oem),
     }
-    if legacy:
-        body["EntityRole"] = "Target"
-    return body
 
 
-def connection(inv: Inventory, conn: Connection, task: Task | None) -> Json:
+def connection(inv: Inventory, conn: Connection) -> Json:
     ini, tgt = inv.initiators[conn.initiator], inv.targets[conn.device]
-    oem: Json = {"State": conn.state, "Node": ini.node, "Adapter": ini.adapter}
-    if conn.bdf and conn.state == "Attached":
-        oem["PciBusId"] = conn.bdf
-    if task is not None:
-        oem["Task"] = link(uris.task_uri(task.id))
     body: Json = {
         "@odata.id": uris.connection_uri(tgt.fabric, conn.id),
         "@odata.type": "#Connection.v1_4_0.Connection",
@@ -228,7 +194,6 @@ def connection(inv: Inventory, conn: Connection, task: Task | None) -> Json:
             "InitiatorEndpoints": [link(uris.endpoint_uri(ini.fabric, ini.id))],
             "TargetEndpoints": [link(uris.endpoint_uri(tgt.fabric, tgt.id))],
         },
-        "Oem": _oem("Connection", oem),
     }
     if tgt.kind == "cxlmem":
         body["ConnectionType"] = "Memory"
@@ -267,8 +232,7 @@ def zone(ini: Initiator, conns: list[Connection]) -> Json:
     }
 
 
-def task(inv: Inventory, t: Task) -> Json:
-    tgt = inv.targets[t.device]
+def task(t: Task) -> Json:
     messages = []
     if t.message:
         kind = "OperationFailed" if t.state == "Exception" else "GeneralError"
@@ -284,15 +248,6 @@ def task(inv: Inventory, t: Task) -> Json:
         "StartTime": _iso(t.started),
         "PercentComplete": 100 if t.done else 0,
         "Messages": messages,
-        "Oem": _oem(
-            "Task",
-            {
-                "Operation": t.kind,
-                "Connection": link(uris.connection_uri(tgt.fabric, t.connection)),
-                "Target": link(uris.endpoint_uri(tgt.fabric, t.device)),
-                "Initiator": link(uris.endpoint_uri(tgt.fabric, t.initiator)),
-            },
-        ),
     }
     if t.ended is not None:
         out["EndTime"] = _iso(t.ended)
@@ -310,10 +265,10 @@ def samples(inv: Inventory) -> list[Json]:
         f, sw = key.split("/", 1)
         out += [switch(inv, f, sw), port(inv, f, sw, ports[0])]
     for ini in list(inv.initiators.values())[:1]:
-        out += [initiator(inv, ini, False), zone(ini, [])]
+        out += [initiator(inv, ini), zone(ini, [])]
     for tgt in inv.targets.values():
         state = DeviceState(tgt.id, "OK", False, "")
         conn = Connection(0, tgt.id, next(iter(inv.initiators)), "Attached", "", 0.0)
         row = Task(0, "attach", 0, tgt.id, conn.initiator, "Completed", False, "x", 0.0, 0.0)
-        out += [target(inv, tgt, state, None, False), connection(inv, conn, row), task(inv, row)]
+        out += [target(inv, tgt, state, None), connection(inv, conn), task(row)]
     return out

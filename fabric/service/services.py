@@ -126,7 +126,7 @@ async def task_service(request: web.Request) -> web.Response:
 
 async def tasks(request: web.Request) -> web.Response:
     fab = request.app[FABRIC]
-    members = [redfish.task(fab.inv, t) for t in await fab.call(fab.store.tasks)]
+    members = [redfish.task(t) for t in await fab.call(fab.store.tasks)]
     return answer(redfish.collection(uris.TASKS, "Task", members, expand(request)))
 
 
@@ -140,14 +140,14 @@ async def _task_row(request: web.Request, key: str) -> tuple[Fabric, Task]:
 
 
 async def task(request: web.Request) -> web.Response:
-    fab, t = await _task_row(request, "task")
-    return answer(redfish.task(fab.inv, t))
+    _, t = await _task_row(request, "task")
+    return answer(redfish.task(t))
 
 
 async def monitor(request: web.Request) -> web.Response:
     fab, t = await _task_row(request, "monitor")
     if not t.done:
-        body = redfish.task(fab.inv, t)
+        body = redfish.task(t)
         return answer(body, 202, uris.monitor_uri(t.id), {"Retry-After": "1"})
     if t.ended is not None and time.time() - t.ended > MONITOR_KEEP_S:
         raise not_found(request.path)
@@ -157,7 +157,7 @@ async def monitor(request: web.Request) -> web.Response:
         conn = await fab.call(fab.store.connection, t.connection)
         if conn is not None:
             fabric = fab.inv.targets[conn.device].fabric
-            body = redfish.connection(fab.inv, conn, None)
+            body = redfish.connection(fab.inv, conn)
             return answer(body, 201, uris.connection_uri(fabric, conn.id))
     return answer(None, 204)
 

@@ -30,8 +30,3 @@ class FabricSettings(ProcessSettings, FabricTokenSettings, FabricTlsServerSettin
     )
     attach_latency: float = Field(default=0.5, ge=0, description="seconds an attach takes")
     detach_latency: float = Field(default=0.2, ge=0, description="seconds a detach takes")
-    legacy_fields: bool = Field(
-        default=True,
-        description="also serve the pre-standard fields the old fabric client read "
-        "(a top-level Endpoint.EntityRole); transitional, false = conformant Redfish",
-    )

@@ -112,7 +112,7 @@ async def _patch(request: web.Request) -> web.Response:
     if task is None:
         body = redfish.zone(ini, await _conns(fab))
         return answer(body, headers={"ETag": body["@odata.etag"]})
-    return answer(redfish.task(fab.inv, task), 202, uris.monitor_uri(task.id))
+    return answer(redfish.task(task), 202, uris.monitor_uri(task.id))
 
 
 def add_routes(app: web.Application, fabric: str) -> None:

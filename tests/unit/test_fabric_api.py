@@ -246,6 +246,12 @@ async def test_auth_and_not_found_bodies(env: Env) -> None:
     assert status == 401 and data["error"]["code"] == "Base.1.18.InsufficientPrivilege"
     status, _ = await env.raw("GET", "/redfish/v1", token=None)
     assert status == 200  # the service root is public
+    # X-Auth-Token carries a session's token, never the service token itself.
+    async with (
+        aiohttp.ClientSession() as s,
+        s.get(env.url("/redfish/v1/Fabrics"), headers={"X-Auth-Token": TOKEN}) as r,
+    ):
+        assert r.status == 401 and (await r.json())["error"]["message"].startswith("X-Auth-Token")
     status, data = await env.raw("GET", "/redfish/v1/Fabrics/nope/Endpoints")
     assert status == 404 and data["error"]["code"] == "Base.1.18.ResourceNotFound"
     status, data = await env.raw("DELETE", "/redfish/v1/Fabrics/pcie0/Connections/999")
@@ -263,4 +269,10 @@ async def test_redfish_shapes_of_fabric_ports_and_endpoints(env: Env) -> None:
     _, down = await env.raw("GET", "/redfish/v1/Fabrics/pcie0/Switches/sw0/Ports/slot3")
     assert down["PortType"] == "DownstreamPort" and down["Status"]["State"] == "Absent"
     _, ini = await env.raw("GET", "/redfish/v1/Fabrics/pcie0/Endpoints/node-b-adapter0")
-    assert ini["EntityRole"] == "Initiator" and ini["Oem"]["Patchbay"]["Node"] == "node-b"
+    (entity,) = ini["ConnectedEntities"]
+    assert entity["EntityRole"] == "Initiator" and "EntityRole" not in ini and "Oem" not in ini
+    assert entity["EntityLink"]["@odata.id"] == "/redfish/v1/Systems/node-b"
+    assert ini["Links"]["LocalPorts"] == [
+        {"@odata.id": "/redfish/v1/Systems/node-b/FabricAdapters/adapter0/Ports/0"}
+    ]
+    assert "Ports" not in ini["Links"]

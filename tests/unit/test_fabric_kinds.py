@@ -47,9 +47,7 @@ def test_nvme_and_cxl_memory_slots_carry_their_standard_identity(tmp_path: Path)
     ld = tree["/redfish/v1/Chassis/f0-sw0/PCIeDevices/cxl-0/CXLLogicalDevices/0"]
     assert ld["MemorySizeMiB"] == 256 * 1024
     chunk = ld["Links"]["MemoryChunks"][0]["@odata.id"]
-    conn = redfish.connection(
-        inv, Connection(1, "cxl-0", "node-a-adapter0", "Attaching", "", 0), None
-    )
+    conn = redfish.connection(inv, Connection(1, "cxl-0", "node-a-adapter0", "Attaching", "", 0))
     assert conn["ConnectionType"] == "Memory" and conn["Status"]["State"] == "Starting"
     assert conn["MemoryChunkInfo"][0]["MemoryChunk"]["@odata.id"] == chunk in tree
 

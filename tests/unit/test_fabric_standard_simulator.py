@@ -60,7 +60,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     _spec(path)
     fab = Fabric(inventory.load(path), Store(tmp_path / "f.db"), (0.02, 0.02))
     await fab.start()
-    server = TestServer(make_app(fab, TOKEN, legacy=False))
+    server = TestServer(make_app(fab, TOKEN))
     await server.start_server()
     yield Env(server, tmp_path)
     await server.close()
