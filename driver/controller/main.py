@@ -9,8 +9,10 @@ admission webhook (``--webhook-port``, ``driver.controller.webhook``): every
 replica answers admission, so a leader change never interrupts it. Losing the
 lease ends the process with exit code 5 (``driver.errors.LeaseLost``) so
 its supervisor restarts it as a follower: state is rebuilt from the API and
-the fabric, never carried over. SIGTERM/SIGINT stop everything; the lease
-then expires for the next leader.
+the fabric, never carried over. SIGTERM/SIGINT stop everything: first the
+reconciler and the attach/detach tasks it started, then a leader gives the
+Lease up at once (``LeaderLease.release``), so a follower takes it on its
+next try instead of waiting for it to expire.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ async def _run(settings: ControllerSettings) -> None:
     api = await KubeApi.connect(settings.kubeconfig)
     lease = LeaderLease(
         api, settings.lease_namespace, settings.lease_name, settings.identity,
-        settings.lease_duration,
+        settings.lease_timing(),
     )  # fmt: skip
 
     async def until_stopped() -> None:
@@ -76,8 +78,27 @@ async def _run(settings: ControllerSettings) -> None:
                     group.create_task(Reconciler(api, fabric, settings).run(), name="reconciler")
             except* Stopped:
                 log.info("controller stopped")
+            finally:  # the reconciler has ended: stop its attaches, then give the Lease up
+                await _stop_fabric_operations()
+                await lease.release()
+                CONTROLLER_LEADER.set(0)
     finally:
         await api.close()
+
+
+async def _stop_fabric_operations() -> None:
+    """Cancel and await the attach/detach tasks the reconciler left running
+    (``driver.controller.workers`` starts them on the loop, named
+    ``attach-<device>``/``detach-<device>``): nothing may attach once the
+    Lease is given up."""
+    current = asyncio.current_task()
+    tasks = [
+        t for t in asyncio.all_tasks()
+        if t is not current and t.get_name().startswith(("attach-", "detach-"))
+    ]  # fmt: skip
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,6 +12,7 @@ from typing import Self
 
 from pydantic import ConfigDict, Field, model_validator
 
+from driver.controller.leader import LeaseTiming
 from driver.controller.webhook import WebhookSettings
 from driver.fabric_devices.settings import FabricPoolSettings
 from driver.fabricclient.auth import FabricAuthSettings
@@ -62,7 +63,12 @@ class ControllerSettings(
     )
     lease_namespace: str = Field(default="kube-system", description="namespace of the leader Lease")
     lease_name: str = Field(default="patchbay-controller", description="name of the leader Lease")
-    lease_duration: float = Field(default=15.0, gt=0, description="leader lease duration, seconds")
+    lease_duration: float = Field(
+        default=15.0,
+        gt=0,
+        description="leader lease duration, seconds (over 3.6: the holder renews every 2 s "
+        "and steps down after two thirds of it)",
+    )
     identity: str = Field(
         default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}",
         description="this replica's identity in the Lease (default host-pid)",
@@ -72,3 +78,11 @@ class ControllerSettings(
     def _tls_unless_insecure(self) -> Self:
         check_url(self.fabric_url, self.fabric_insecure)
         return self
+
+    @model_validator(mode="after")
+    def _lease_timing(self) -> Self:
+        self.lease_timing()  # a ValueError naming lease_duration
+        return self
+
+    def lease_timing(self) -> LeaseTiming:
+        return LeaseTiming.of(self.lease_duration)

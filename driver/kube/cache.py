@@ -4,8 +4,10 @@ Why: the controller reacts to ResourceClaims and Nodes as they change, and
 the slice publisher keeps its pool's stored slices, and none of them may
 poll the apiserver. Concurrency: :meth:`ObjectCache.run` is one asyncio task
 that lists, then watches from the list's resourceVersion, re-listing after
-an expired or broken watch (backing off exponentially, to ``RELIST_CAP_S``:
-a watch is back within 5 s of an outage's end); ``on_change`` is
+an expired or broken watch (backing off exponentially, to ``RELIST_CAP_S``,
+each wait stretched at random by up to ``RELIST_JITTER`` so the nodes of a
+cluster do not re-list in lockstep when an outage ends: a watch is back
+within 5 s of an outage's end); ``on_change`` is
 called on the loop after every listing and every change so the owner can
 mark itself dirty, ``on_listed`` after every (re)listing.
 """
@@ -23,7 +25,8 @@ from driver.kube.client import KubeClient
 
 log = logging.getLogger(__name__)
 
-RELIST_CAP_S = 5.0
+RELIST_CAP_S = 4.0
+RELIST_JITTER = 0.25  # a wait is 1 to 1.25 times its base: at most 5 s
 
 
 class ObjectCache:
@@ -59,9 +62,9 @@ class ObjectCache:
         return f"{ns}/{meta.get('name')}" if ns else str(meta.get("name"))
 
     async def run(self) -> None:
-        # Capped at RELIST_CAP_S: after an apiserver outage each watch is back
-        # within that (one LIST per watch per cap during it: no hot loop).
-        backoff, failures = Backoff(cap=RELIST_CAP_S), 0
+        # Capped at RELIST_CAP_S (plus jitter): after an apiserver outage each
+        # watch is back within that (one LIST per watch per cap during it: no hot loop).
+        backoff, failures = Backoff(cap=RELIST_CAP_S, jitter=RELIST_JITTER), 0
         while True:
             try:
                 listing = await self._api.get(self._path, self._query)
@@ -83,10 +86,9 @@ class ObjectCache:
                 raise
             except (ApiError, OSError, ValueError, KeyError) as exc:
                 failures += 1
-                log.warning(
-                    "watch of %s failed, re-listing in %.1fs: %s", self._path, backoff.delay, exc
-                )
-                await backoff.sleep()
+                delay = backoff.next()
+                log.warning("watch of %s failed, re-listing in %.1fs: %s", self._path, delay, exc)
+                await asyncio.sleep(delay)
 
     async def _watch(self, rv: str) -> str:
         async for event in self._api.watch(self._path, {**self._query, "resourceVersion": rv}):
