@@ -13,7 +13,7 @@ import uuid
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 
@@ -31,6 +31,27 @@ def wait_for(what: str, probe: Any, timeout: float = 60.0, interval: float = 0.5
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
+
+
+def unchanged(list_fn: Any, what: str, within: int, **query: Any) -> Any:
+    """List, then watch from that listing's resourceVersion for ``within``
+    seconds (the apiserver ends the watch) and fail at the first change: the
+    way a test shows that something stays at rest. A write shows up here as
+    it happens, whatever the machine's speed; none is missed between the
+    listing and the watch. Returns the listing."""
+    listing = list_fn(**query)
+    stream = watch.Watch()
+    for event in stream.stream(
+        list_fn, resource_version=listing.metadata.resource_version,
+        timeout_seconds=within, _request_timeout=within + 30, **query,
+    ):  # fmt: skip
+        if event["type"] == "BOOKMARK":
+            continue
+        stream.stop()
+        meta = event["object"].metadata
+        pytest.fail(f"{what} changed: {event['type']} {meta.name} (resourceVersion "
+                    f"{meta.resource_version})")  # fmt: skip
+    return listing
 
 
 def make_node(core: client.CoreV1Api, name: str, labels: dict[str, str] | None = None) -> None:

@@ -16,7 +16,7 @@ from simnode import PluginProcess
 from driver.errors import HotplugError
 from fabric.simhost.topologies import TOPOLOGIES
 from fabric.simhost.topology import Gpu
-from tests.e2e.helpers import wait_for
+from tests.e2e.helpers import unchanged, wait_for
 from tests.integration.own_node import own_node
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
@@ -45,10 +45,8 @@ def test_hot_added_gpu_is_published_and_removed(
     assert gpus(resource_api, node) == []
     # An empty pool is at rest too: no rewrite loop (the apiserver omits the
     # empty device list, which must still compare equal).
-    (before,) = resource_api.list_resource_slice(field_selector=f"spec.nodeName={node}").items
-    time.sleep(3)
-    (after,) = resource_api.list_resource_slice(field_selector=f"spec.nodeName={node}").items
-    assert after.metadata.resource_version == before.metadata.resource_version
+    unchanged(resource_api.list_resource_slice, "the empty pool", 3,
+              field_selector=f"spec.nodeName={node}")  # fmt: skip
     bdf = host.free_bdf("adapter1")
     start = time.monotonic()
     host.hot_add("adapter1", Gpu(bdf=bdf))

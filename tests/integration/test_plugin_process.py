@@ -10,7 +10,6 @@ converges with nothing leaked.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from plugin.proto import (
     registration_pb2,
     registration_pb2_grpc,
 )
-from tests.e2e.helpers import unique, wait_for
+from tests.e2e.helpers import unchanged, unique, wait_for
 from tests.integration.own_node import own_node
 from tests.kube.claims import allocated_claim
 
@@ -287,6 +286,5 @@ def test_health_stream_reports_a_critical_xid(
 
     want = {"gpu-0": [], "gpu-1": [("patchbay.dev/unhealthy", "xid-48", "NoSchedule")]}
     wait_for("gpu-1 tainted", lambda: taints() == want, timeout=30)
-    versions = [s.metadata.resource_version for s in our_slices(resource_api, node)]
-    time.sleep(2)
-    assert [s.metadata.resource_version for s in our_slices(resource_api, node)] == versions
+    unchanged(resource_api.list_resource_slice, "the settled pool", 2,
+              field_selector=f"spec.nodeName={node}")  # fmt: skip

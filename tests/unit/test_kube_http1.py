@@ -6,6 +6,7 @@ honoured, and KubeApi.get's errors (status, unreachable) on top of it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ class Server:
     connections: int = 0
     requests: list[bytes] = field(default_factory=list)
     port: int = 0
+    closed: asyncio.Event = field(default_factory=asyncio.Event)  # a connection it closed
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -58,6 +60,9 @@ class Server:
             pass
         finally:
             writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+            self.closed.set()
 
 
 Start = Callable[..., Awaitable[Server]]
@@ -109,7 +114,8 @@ async def test_a_connection_the_server_closed_is_retried_on_a_new_one(
     srv = await serve(lambda _: length_answer(b"{}"), close_after=1)
     getter = Http1Getter(f"http://127.0.0.1:{srv.port}", None)
     assert await getter.get("/a", {}) == (200, b"{}")
-    await asyncio.sleep(0.05)  # the server has closed the kept connection by now
+    async with asyncio.timeout(5):
+        await srv.closed.wait()  # the server has closed the kept connection
     assert await getter.get("/b", {}) == (200, b"{}")
     assert srv.connections == 2
     await getter.close()

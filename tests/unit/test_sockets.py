@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import itertools
 import os
 import socket
 import sys
@@ -120,6 +121,25 @@ async def test_claim_lock_serialises_in_process(short_dir: Path) -> None:
     assert peak == 1
 
 
+async def waiting_in_flock(path: Path) -> None:
+    """Until this process waits for ``path``'s flock: the kernel lists a blocked
+    waiter in /proc/locks (``N: -> FLOCK ADVISORY WRITE <pid> <maj>:<min>:<inode>``),
+    so the test knows the lock was asked for and refused, at any speed."""
+
+    def waiting() -> bool:
+        st = path.stat()
+        file = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        want = ["->", "FLOCK", "ADVISORY", "WRITE", str(os.getpid()), file]
+        lines = Path("/proc/locks").read_text().splitlines()
+        return any(line.split()[1:7] == want for line in lines)
+
+    async with asyncio.timeout(5):
+        for _ in itertools.count():
+            if waiting():
+                return
+            await asyncio.sleep(0.01)  # poll: /proc/locks has no change notice
+
+
 _HOLDER = """
 import fcntl, os, sys, time
 fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
@@ -150,7 +170,7 @@ async def test_claim_lock_waits_for_other_process(short_dir: Path) -> None:
                 entered.set()
 
         task = asyncio.create_task(take())
-        await asyncio.sleep(0.3)
+        await waiting_in_flock(path)
         assert not entered.is_set(), "lock taken while another process holds it"
         holder.stdin.write(b"\n")
         await holder.stdin.drain()
@@ -174,7 +194,7 @@ async def test_claim_lock_cancelled_waiter_releases(short_dir: Path) -> None:
     fcntl.flock(fd, fcntl.LOCK_EX)  # another open file description blocks flock
     lock = ClaimLock(path)
     task = asyncio.create_task(lock.__aenter__())
-    await asyncio.sleep(0.1)
+    await waiting_in_flock(path)  # cancelled while its thread waits in flock()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
