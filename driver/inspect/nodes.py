@@ -16,7 +16,8 @@ from typing import Any
 
 from driver.inspect.inventory import FREE, USED, Dev, Inventory, JsonObj, build
 
-TYPES = ("gpu", "mig", "vf")
+# Device types counted per node, with their column heads.
+TYPES = {"gpu": "GPU", "mig": "MIG", "vf": "VF", "nvme": "NVME", "cxlmem": "CXLMEM"}
 SLOTS = 8
 _SLOT = re.compile(r"^mem(\d+)$")
 
@@ -111,9 +112,14 @@ def nodes_view(slices: Iterable[JsonObj], claims: Iterable[JsonObj]) -> list[dic
 
 def render_nodes(views: Iterable[dict[str, Any]], wide: bool = False) -> str:
     """The text table: a summary line per node, then its GPUs, taints, fabric."""
-    lines = [f"{'NODE':<24} {'GPU':>11} {'MIG':>11} {'VF':>11}  (used/free/total)"]
+    views = list(views)
+    shown = [t for t in TYPES if t in ("gpu", "mig", "vf") or any(
+        v["devices"][t]["total"] for v in views)]  # fmt: skip
+    lines = [f"{'NODE':<24} " + " ".join(f"{TYPES[t]:>11}" for t in shown) + "  (used/free/total)"]
     for v in views:
-        cells = [f"{c['used']}/{c['free']}/{c['total']}" for c in v["devices"].values()]
+        cells = [
+            f"{c['used']}/{c['free']}/{c['total']}" for t, c in v["devices"].items() if t in shown
+        ]
         lines.append(f"{v['node']:<24} " + " ".join(f"{c:>11}" for c in cells))
         for g in v["mig"]:
             line = f"  {g['gpu']:<10} {g['bar']}"

@@ -38,17 +38,26 @@ def topology_view(
     devs = [
         d
         for d in build(slices, claims).on_node(node)
-        if d.type in ("gpu", "mig", "vf") and (not d.fabric or d.state == USED)
+        if d.type in ("gpu", "mig", "vf", "nvme", "cxlmem") and (not d.fabric or d.state == USED)
     ]
     roots: dict[str, dict[str, Any]] = {}
     for d in sorted(devs, key=lambda d: d.name):
         root_name = str(d.attr(PCIE_ROOT) or "(no pcieRoot)")
         root = roots.setdefault(
             root_name,
-            {"pcieRoot": root_name, "numaNode": d.attr(NUMA_NODE), "gpus": [], "nics": {}},
+            {
+                "pcieRoot": root_name,
+                "numaNode": d.attr(NUMA_NODE),
+                "gpus": [],
+                "nics": {},
+                "nvme": [],
+                "cxlmem": [],
+            },
         )
         if d.type == "gpu":
             root["gpus"].append(_entry(d) | {"mig": []})
+        elif d.type in ("nvme", "cxlmem"):
+            root[d.type].append(_entry(d))
         elif d.type == "vf":
             pf = str(d.attr("pfName") or "?")
             nic = root["nics"].setdefault(
@@ -104,4 +113,6 @@ def render_topology(view: dict[str, Any], wide: bool = False) -> str:
             bdf = f" ({n['pfPciBusID']})" if n["pfPciBusID"] else ""
             lines.append(f"      nic {n['pf']}{bdf}")
             lines.extend(f"        vf {_line(v, wide)}" for v in n["vfs"])
+        lines.extend(f"      nvme {_line(e, wide)}" for e in r["nvme"])
+        lines.extend(f"      cxl-memory {_line(e, wide)}" for e in r["cxlmem"])
     return "\n".join(lines) + "\n"

@@ -207,3 +207,20 @@ def test_cli_renders_json_yaml_and_wide() -> None:
         "      gpu gpu-0 [0000:3b:00.0] blocked"
         in render(args, Snapshot(slices, claims)).splitlines()
     )
+
+
+def test_nodes_and_topology_show_nvme_drives_and_cxl_memory() -> None:
+    def drive(name: str, kind: str, root: str) -> JsonObj:
+        return {"name": name, "attributes": attrs(type=kind, pcieRoot=root, numaNode=0)}
+
+    devices = [gpu(0, "pci0000:3a"), drive("nvme-0", "nvme", "pci0000:3a")]
+    devices.append(drive("cxlmem-0", "cxlmem", "pci0000:3a"))
+    slices = [local_slice(devices)]
+    (view,) = nodes_view(slices, [claim("gds", "gpu-0", "nvme-0", pod="gds")])
+    assert view["devices"]["nvme"] == {"total": 1, "used": 1, "free": 0}
+    assert view["devices"]["cxlmem"] == {"total": 1, "used": 0, "free": 1}
+    head, row = render_nodes([view]).splitlines()[:2]
+    assert head.split()[1:6] == ["GPU", "MIG", "VF", "NVME", "CXLMEM"]
+    assert row.split()[1:6] == ["1/0/1", "0/0/0", "0/0/0", "1/0/1", "0/1/1"]
+    lines = render_topology(topology_view(slices, [], NODE)).splitlines()
+    assert "      nvme nvme-0 free" in lines and "      cxl-memory cxlmem-0 free" in lines
