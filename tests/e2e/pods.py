@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from tests.e2e.helpers import events_about, wait_for
@@ -75,6 +75,40 @@ def running(
     except pytest.fail.Exception:
         said = [f"{e.reason}: {e.message}" for e in events_about(core, ns, name)]
         pytest.fail(f"pod {name} is not Running after {timeout:.0f}s; its events: {said}")
+
+
+def refused(core: client.CoreV1Api, ns: str, name: str, timeout: float = 60) -> str:
+    """Wait until the scheduler has tried the pod and found no fit (PodScheduled
+    False); fail at once if it binds the pod instead. The scheduler's message.
+
+    The signal that a pod "stays Pending": the scheduler's own verdict, not a
+    phase read after a fixed sleep."""
+
+    def verdict() -> str | None:
+        pod = core.read_namespaced_pod(name, ns)
+        if pod.spec.node_name:
+            pytest.fail(f"pod {name} was bound to {pod.spec.node_name}")
+        for cond in pod.status.conditions or ():
+            if cond.type == "PodScheduled" and cond.status == "False":
+                return str(cond.message or cond.reason)
+        return None
+
+    return str(wait_for(f"the scheduler to refuse pod {name}", verdict, timeout=timeout))
+
+
+def never_bound(core: client.CoreV1Api, ns: str, name: str, within: int) -> None:
+    """Watch the pod for ``within`` seconds (the apiserver ends the watch) and fail
+    at the first state that has it bound to a node: a change the scheduler makes
+    shows up here as it happens, whatever the machine's speed."""
+    stream = watch.Watch()
+    for event in stream.stream(
+        core.list_namespaced_pod, ns, field_selector=f"metadata.name={name}",
+        timeout_seconds=within, _request_timeout=within + 30,
+    ):  # fmt: skip
+        node = event["object"].spec.node_name
+        if node:
+            stream.stop()
+            pytest.fail(f"pod {name} was bound to {node} ({event['type']})")
 
 
 def gone(core: client.CoreV1Api, ns: str, *names: str) -> None:

@@ -10,7 +10,6 @@ socket and resolves their CDI specs, whose HAMi-core limits we assert.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from kubernetes import client
 from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
 from tests.e2e.helpers import delete_quietly, unique, wait_for
-from tests.e2e.pods import claim_of, gone, phase, pod, running
+from tests.e2e.pods import claim_of, gone, never_bound, phase, pod, running
 from tests.e2e.test_mig_e2e import devices, gpu_state, instances
 
 pytestmark = pytest.mark.cluster
@@ -207,7 +206,6 @@ def test_requests_outside_the_published_range_never_schedule(
         message = unschedulable(core, ns, name)
         print(f"{name}: {message}")  # the scheduler's own words, shown with -s
         assert "cannot allocate all claims" in message, message
-    time.sleep(3)
     assert phase(core, ns, "big") == phase(core, ns, "cores") == "Pending"
     gone(core, ns, "big", "cores")
 
@@ -236,8 +234,8 @@ def test_exclusive_claim_waits_for_the_sharers_of_its_gpu(
     pod(core, ns, "whole", h100.name, whole)
     print("exclusive:", unschedulable(core, ns, "whole"))
     gone(core, ns, "s1")
-    time.sleep(3)
-    assert phase(core, ns, "whole") == "Pending", "one sharer still holds GPU 0"
+    never_bound(core, ns, "whole", within=5)  # one sharer still holds GPU 0
+    assert phase(core, ns, "whole") == "Pending"
     gone(core, ns, "s2")
     running(core, ns, "whole")
     assert env_of(h100, ns, "whole")["NVIDIA_VISIBLE_DEVICES"] == gpu_state(h100, 0)["uuid"]

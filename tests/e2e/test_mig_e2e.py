@@ -11,7 +11,6 @@ CI creation.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from simnode import SimNode
 from driver.mig.handler import CRASH_AFTER_GI
 from tests.bench.mig_bench import FirstFit, profile_is
 from tests.e2e.plugin_nodes import plugin_node
-from tests.e2e.pods import gone, phase, pod, running
+from tests.e2e.pods import gone, phase, pod, refused, running
 
 pytestmark = pytest.mark.cluster
 
@@ -141,8 +140,8 @@ def test_partitions_full_gpu_and_new_geometry(
     template(resource_api, ns, "whole-0", "gpu.patchbay.dev",
              'device.attributes["patchbay.dev"].index == 0')  # fmt: skip
     pod(core, ns, "whole", sim.name, "whole-0")
-    time.sleep(5)
-    assert phase(core, ns, "whole") == "Pending", "a full-GPU claim waits for the partitions"
+    print("whole GPU:", refused(core, ns, "whole"))  # a full-GPU claim waits for the partitions
+    assert phase(core, ns, "whole") == "Pending"
     gone(core, ns, "1g", "2g", "3g")
     running(core, ns, "whole")
     assert instances(sim, 0) == [] and not gpu_state(sim, 0)["mig_current"]

@@ -9,7 +9,6 @@ resolves the CDI IDs with the upstream CDI library.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from kubernetes import client, watch
 from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
 from tests.e2e.helpers import delete_quietly, events_about, unique, wait_for
-from tests.e2e.pods import phase
+from tests.e2e.pods import phase, refused
 
 pytestmark = pytest.mark.cluster
 
@@ -160,7 +159,7 @@ def test_pod_gets_gpus_and_frees_them(
     assert spec_file.exists()
 
     gpu_pod(core, namespace, "second", sim.name, tmpl)
-    time.sleep(3)
+    refused(core, namespace, "second")  # both GPUs are the first pod's
     assert phase(core, namespace, "second") == "Pending"
     core.delete_namespaced_pod("first", namespace)
     wait_for("first pod gone", lambda: phase(core, namespace, "first") == "Gone", timeout=60)

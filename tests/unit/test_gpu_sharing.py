@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shutil
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -104,10 +104,18 @@ class Node:
         return edits
 
 
-def wait_gone(pid: int) -> None:
-    """Until the process is gone (or a zombie nobody reaps)."""
-    while start_time(pid) is not None:
-        time.sleep(0.01)
+def wait_gone(pid: int, within: float = 10.0) -> None:
+    """Until the process has exited (a zombie nobody reaps included): its pidfd
+    turns readable then, so no polling."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    try:
+        ready, _, _ = select.select([fd], [], [], within)
+        assert ready, f"process {pid} still running after {within:.0f}s"
+    finally:
+        os.close(fd)
 
 
 def daemons_of(root: Path) -> list[int]:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from driver import heapsummary
+from tests.signals import LogSignal
 
 KEPT: list[bytes] = []
 
@@ -62,11 +63,9 @@ def test_sigusr2_logs_a_summary_on_the_loop(
     async def main() -> None:
         heapsummary.install(asyncio.get_running_loop())
         try:
-            os.kill(os.getpid(), signal.SIGUSR2)
-            for _ in range(50):
-                if any("heap: traced" in r.getMessage() for r in caplog.records):
-                    return
-                await asyncio.sleep(0.02)
+            with LogSignal.on("driver.heapsummary", logging.INFO) as lines:
+                os.kill(os.getpid(), signal.SIGUSR2)
+                await lines.until_logged("heap: traced")
         finally:
             asyncio.get_running_loop().remove_signal_handler(signal.SIGUSR2)
 
