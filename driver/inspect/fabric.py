@@ -95,12 +95,15 @@ def _pool_counters(slices: Iterable[JsonObj], pool: str) -> set[str]:
 
 
 def _why(d: Mapping[str, Any], index: EventIndex) -> dict[str, Any] | None:
-    """The failed binding's condition, else for a withheld device the newest error
-    Event naming it (a held one's old errors are not its state now)."""
+    """The failed binding's condition, else for a withheld device, or one still
+    attached that no claim holds (its detach under way, or refused: CXL memory
+    in use), the newest error Event naming it (a held one's old errors are not
+    its state now)."""
     b = (d["holder"] or {}).get("binding") or {}
     if b.get("state") == "failed":
         return {"reason": b["reason"], "message": b["message"], "object": d["holder"]["claim"]}
-    last = newest(index.naming(d["device"])) if d["state"] == "withheld" else None
+    left = d["attached"] is not None and not d["holder"]
+    last = newest(index.naming(d["device"])) if d["state"] == "withheld" or left else None
     return last.as_dict() if last else None
 
 

@@ -64,6 +64,30 @@ def test_held_attached_free_and_withheld_devices() -> None:
     }
 
 
+def test_an_attached_device_no_claim_holds_shows_why_it_stays() -> None:
+    # The host refused gpu-0's detach: still attached, no claim, the controller's
+    # DetachFailed is the why; a free device's old error is not its state.
+    slices = fabric_slices(offered=("gpu-0", "nic-0"))
+    nodes = [node("node-a"), node("node-b", {"GPU-f0": "adapter0"})]
+    refused = "detaching fabric device gpu-0 failed (retried): memory of gpu-0 is in use"
+    events = [
+        event("ResourceClaim", "c", "DetachFailed", refused, lastTimestamp="2026-12-01T10:00:30Z"),
+        event(
+            "ResourceClaim",
+            "d",
+            "AttachFailed",
+            "nic-0: task failed",
+            lastTimestamp="2026-12-01T09:00:00Z",
+        ),
+    ]
+    devs = {d["device"]: d for d in fabric_view(slices, [], nodes, events, NOW)["devices"]}
+    g0 = devs["gpu-0"]
+    assert g0["attached"] == {"node": "node-b", "adapter": "adapter0", "busy": False}
+    assert g0["holder"] is None and g0["why"]["reason"] == "DetachFailed"
+    assert g0["why"]["message"] == refused
+    assert devs["nic-0"]["attached"] is None and devs["nic-0"]["why"] is None
+
+
 def test_failed_allocation_of_a_dropped_variant_and_the_table() -> None:
     failed = condition("FabricAttachFailed", "AttachFailed", "task failed", "2026-12-01T10:00:05Z")
     slices = fabric_slices(offered=("gpu-0", "nic-0"))
