@@ -1,8 +1,8 @@
 """The plugin's two gRPC servers on Unix sockets and their lifecycle.
 
 One ``grpc.aio`` server listens on the DRA socket and serves ``DRAPlugin``
-under v1 and v1beta1 (plus ``DRAResourceHealth`` when a health source is
-given); a second one listens on the registration socket in the kubelet's
+under v1 and v1beta1 (plus ``DRAResourceHealth`` v1 and v1alpha1 when a
+health source is given); a second one listens on the registration socket in the kubelet's
 registry directory. The DRA server starts first so that the endpoint the
 kubelet learns from ``GetInfo`` already answers; on shutdown the registration
 server goes first (the kubelet sees its socket vanish and stops sending new
@@ -35,7 +35,7 @@ from driver.claims.model import ClaimHandler
 from driver.health.model import HealthSource
 from plugin.flock import ClaimLock
 from plugin.servers.dra import add_dra_servicers
-from plugin.servers.health import SERVICE_VERSION as HEALTH_VERSION
+from plugin.servers.health import SERVICE_VERSIONS as HEALTH_VERSIONS
 from plugin.servers.health import HealthServicer
 from plugin.servers.registration import RegistrationServicer
 from plugin.sockets import DRIVER_NAME, SocketPaths, prepare_for_bind, remove_socket
@@ -75,7 +75,7 @@ class PluginServers:
         self._stop_requested = asyncio.Event()
         versions = ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
         if self._health is not None and advertise_health:
-            versions.append(HEALTH_VERSION)
+            versions.extend(HEALTH_VERSIONS)
         self.registration = RegistrationServicer(driver_name, paths.dra, versions)
 
     async def start(self) -> None:
@@ -97,14 +97,14 @@ class PluginServers:
     @property
     def health_advertised(self) -> bool:
         """Whether the kubelet is told about the health stream."""
-        return HEALTH_VERSION in self.registration.versions
+        return HEALTH_VERSIONS[0] in self.registration.versions
 
     async def advertise_health(self) -> None:
         """Offer the health stream (served from the start) from now on:
         re-register, since the kubelet reads the versions at registration."""
         if self._health is None or self.health_advertised:
             return
-        self.registration.versions = (*self.registration.versions, HEALTH_VERSION)
+        self.registration.versions = (*self.registration.versions, *HEALTH_VERSIONS)
         old, self._reg_server = self._reg_server, None
         if old is None:
             return  # not started: start() registers with the new versions

@@ -1,10 +1,18 @@
-"""The kubelet's device health stream (``v1alpha1.DRAResourceHealth``).
+"""The kubelet's device health stream (``DRAResourceHealth``, v1 and v1alpha1).
 
 ``NodeWatchResources`` is a server-streaming call the kubelet keeps open: we
 send the complete list of our devices' health first and again every time it
 changes (KEP-4680). The lists come from a
 :class:`~driver.health.model.HealthSource`; this module only translates them
 and skips a list identical to the one just sent.
+
+One implementation, two gRPC services: the 1.37 kubelet opens the first of
+``v1.DRAResourceHealth`` and ``v1alpha1.DRAResourceHealth`` that a plugin
+advertises (v1alpha1 goes away in 1.40), older kubelets know only v1alpha1.
+The two protos are field-for-field equal and differ only in their package, so
+one :class:`HealthServicer` serves both; a :class:`HealthApi` names the
+generated modules of one version. Each stream logs the version the kubelet
+opened, which the node tier reads to see which one the real kubelet chose.
 
 Concurrency model: one async generator per open stream on the server's
 asyncio loop. :meth:`HealthServicer.close` ends every open stream promptly
@@ -17,34 +25,51 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from driver.health.model import DeviceHealth, HealthSource, HealthStatus
-from plugin.proto import health_v1alpha1_pb2 as pb2
-from plugin.proto import health_v1alpha1_pb2_grpc as pb2_grpc
+from plugin.proto import (
+    health_v1_pb2,
+    health_v1_pb2_grpc,
+    health_v1alpha1_pb2,
+    health_v1alpha1_pb2_grpc,
+)
 
 log = logging.getLogger(__name__)
 
-# The generated *_pb2_grpc modules have no type stubs; treat them as untyped.
-_grpc: Any = pb2_grpc
 
-SERVICE_VERSION = "v1alpha1.DRAResourceHealth"
+@dataclass(frozen=True)
+class HealthApi:
+    """One wire version of the health service: its registration name and the
+    generated modules (untyped: the *_pb2_grpc modules have no stubs)."""
 
-_STATUS = {
-    HealthStatus.UNKNOWN: pb2.UNKNOWN,
-    HealthStatus.HEALTHY: pb2.HEALTHY,
-    HealthStatus.UNHEALTHY: pb2.UNHEALTHY,
-}
+    version: str
+    pb2: Any
+    pb2_grpc: Any
 
 
-def health_to_proto(devices: Iterable[DeviceHealth]) -> Any:
-    """One complete list as ``NodeWatchResourcesResponse``."""
+V1 = HealthApi("v1.DRAResourceHealth", health_v1_pb2, health_v1_pb2_grpc)
+V1ALPHA1 = HealthApi("v1alpha1.DRAResourceHealth", health_v1alpha1_pb2, health_v1alpha1_pb2_grpc)
+# Newest first, the order the kubelet prefers them in.
+HEALTH_APIS = (V1, V1ALPHA1)
+SERVICE_VERSIONS = tuple(api.version for api in HEALTH_APIS)
+
+
+def health_to_proto(devices: Iterable[DeviceHealth], api: HealthApi = V1) -> Any:
+    """One complete list as ``NodeWatchResourcesResponse`` of ``api``'s version."""
+    pb2 = api.pb2
+    status = {
+        HealthStatus.UNKNOWN: pb2.UNKNOWN,
+        HealthStatus.HEALTHY: pb2.HEALTHY,
+        HealthStatus.UNHEALTHY: pb2.UNHEALTHY,
+    }
     return pb2.NodeWatchResourcesResponse(
         devices=[
             pb2.DeviceHealth(
                 device=pb2.DeviceIdentifier(pool_name=d.pool_name, device_name=d.device_name),
-                health=_STATUS[d.status],
+                health=status[d.status],
                 last_updated_time=d.last_updated,
                 health_check_timeout_seconds=d.check_timeout_s,
                 message=d.message,
@@ -54,8 +79,22 @@ def health_to_proto(devices: Iterable[DeviceHealth]) -> Any:
     )
 
 
+class _VersionedServicer:
+    """The gRPC-facing servicer of one version; delegates to the shared one."""
+
+    def __init__(self, shared: HealthServicer, api: HealthApi) -> None:
+        self._shared = shared
+        self._api = api
+
+    async def NodeWatchResources(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        # gRPC wants an async generator function here, not one returning one.
+        async with contextlib.aclosing(self._shared.watch(self._api)) as stream:
+            async for message in stream:
+                yield message
+
+
 class HealthServicer:
-    """Implements ``DRAResourceHealth`` on top of a :class:`HealthSource`."""
+    """Implements ``DRAResourceHealth`` (every version) on a :class:`HealthSource`."""
 
     def __init__(self, source: HealthSource) -> None:
         self._source = source
@@ -65,8 +104,9 @@ class HealthServicer:
         """End every open stream (and refuse new ones) before server shutdown."""
         self._closed.set()
 
-    async def NodeWatchResources(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        log.info("kubelet opened a health stream")
+    async def watch(self, api: HealthApi) -> AsyncGenerator[Any]:
+        """One open stream: the complete list first, then each change."""
+        log.info("kubelet opened a health stream (%s)", api.version)
         updates = aiter(self._source.updates())
         last: Sequence[DeviceHealth] | None = None
         closed = asyncio.ensure_future(self._closed.wait())
@@ -84,7 +124,7 @@ class HealthServicer:
                     break
                 if devices != last:
                     last = devices
-                    yield health_to_proto(devices)
+                    yield health_to_proto(devices, api)
         finally:
             closed.cancel()
             if nxt is not None and not nxt.done():
@@ -94,8 +134,11 @@ class HealthServicer:
             if aclose is not None:
                 with contextlib.suppress(Exception):
                     await aclose()
-            log.info("health stream closed")
+            log.info("health stream closed (%s)", api.version)
 
     def add_to(self, server: Any) -> None:
-        """Register this servicer on a ``grpc.aio.Server``."""
-        _grpc.add_DRAResourceHealthServicer_to_server(self, server)
+        """Register every version's service on a ``grpc.aio.Server``."""
+        for api in HEALTH_APIS:
+            api.pb2_grpc.add_DRAResourceHealthServicer_to_server(
+                _VersionedServicer(self, api), server
+            )

@@ -25,6 +25,8 @@ from plugin.proto import (
     dra_v1_pb2_grpc,
     dra_v1beta1_pb2,
     dra_v1beta1_pb2_grpc,
+    health_v1_pb2,
+    health_v1_pb2_grpc,
     health_v1alpha1_pb2,
     health_v1alpha1_pb2_grpc,
     registration_pb2,
@@ -122,6 +124,7 @@ async def test_registration_handshake(paths: SocketPaths, caplog: pytest.LogCapt
             assert list(info.supported_versions) == [
                 "v1.DRAPlugin",
                 "v1beta1.DRAPlugin",
+                "v1.DRAResourceHealth",
                 "v1alpha1.DRAResourceHealth",
             ]
             assert not servers.registration.notified.is_set()
@@ -194,7 +197,19 @@ async def test_prepare_unprepare_one_bad_claim(paths: SocketPaths, pb2: Any, pb2
         await servers.stop()
 
 
-async def test_health_stream_delivers_updates(paths: SocketPaths) -> None:
+@pytest.mark.parametrize(
+    ("pb2", "pb2_grpc", "version"),
+    [
+        (health_v1_pb2, health_v1_pb2_grpc, "v1.DRAResourceHealth"),
+        (health_v1alpha1_pb2, health_v1alpha1_pb2_grpc, "v1alpha1.DRAResourceHealth"),
+    ],
+    ids=["v1", "v1alpha1"],
+)
+async def test_health_stream_delivers_updates(
+    paths: SocketPaths, caplog: pytest.LogCaptureFixture, pb2: Any, pb2_grpc: Any, version: str
+) -> None:
+    """Each health version is its own gRPC service on the DRA socket, fed by
+    the one implementation, and the stream's opening names its version."""
     source = QueueHealth()
     servers = PluginServers(paths, FakeHandler(), source)
     await servers.start()
@@ -202,16 +217,18 @@ async def test_health_stream_delivers_updates(paths: SocketPaths) -> None:
     second = [DeviceHealth("node-1", "gpu-0", HealthStatus.UNHEALTHY, 200, 30, "XID 79")]
     try:
         async with grpc.aio.insecure_channel(f"unix://{paths.dra}") as ch:
-            stub = health_v1alpha1_pb2_grpc.DRAResourceHealthStub(ch)
-            call = stub.NodeWatchResources(health_v1alpha1_pb2.NodeWatchResourcesRequest())
-            source.queue.put_nowait(first)
-            msg = await asyncio.wait_for(call.read(), 5)
-            assert msg.devices[0].health == health_v1alpha1_pb2.HEALTHY
+            stub = pb2_grpc.DRAResourceHealthStub(ch)
+            with caplog.at_level(logging.INFO, logger="plugin.servers.health"):
+                call = stub.NodeWatchResources(pb2.NodeWatchResourcesRequest())
+                source.queue.put_nowait(first)
+                msg = await asyncio.wait_for(call.read(), 5)
+            assert f"kubelet opened a health stream ({version})" in caplog.text
+            assert msg.devices[0].health == pb2.HEALTHY
             source.queue.put_nowait(first)  # unchanged: not re-sent
             source.queue.put_nowait(second)
             msg = await asyncio.wait_for(call.read(), 5)
             (d,) = msg.devices
-            assert d.health == health_v1alpha1_pb2.UNHEALTHY
+            assert d.health == pb2.UNHEALTHY
             assert (d.device.device_name, d.last_updated_time, d.message) == (
                 "gpu-0",
                 200,

@@ -47,7 +47,8 @@ def test_plugin_pods_ready_registered_publishing(tier: Tier) -> None:
         assert ready["Ready"] == "True", pod["status"]
         logs = tier.kubectl("logs", pod["metadata"]["name"], "-n", RELEASE_NS)
         assert "registered with the kubelet as patchbay.dev" in logs, logs[-2000:]
-        assert "kubelet opened a health stream" in logs, logs[-2000:]
+        # The 1.37 kubelet opens the first of v1 and v1alpha1 a plugin offers.
+        assert "kubelet opened a health stream (v1.DRAResourceHealth)" in logs, logs[-2000:]
         # The registration socket carries the pod UID (rolling-update names).
         uid = pod["metadata"]["uid"]
         registry = node.real.host_path("/var/lib/kubelet/plugins_registry")
