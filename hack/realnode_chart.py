@@ -28,11 +28,25 @@ class HelmError(RuntimeError):
     """helm refused or failed; the message holds its output."""
 
 
+# The fabric's NVMe drive and CXL Type 3 memory (the simulator's defaults: a
+# 3.84 TB PM1733, 256 GiB of memory), behind adapter0 with the GPUs that the
+# examples gpu-nvme-gds.yaml (same pcieRoot) and gpu-cxl-memory.yaml (same
+# adapter) pair them with.
+NVME, CXL_MEMORY = "nvme-0", "cxl-0"
+
+
 def fabric_values(node: str) -> dict[str, Any]:
-    """The controller and the simulated fabric: gpu-0, gpu-1 behind ``node``'s
-    adapter0 and gpu-2 behind its adapter1 (``fabric-adapters`` topology)."""
+    """The controller and the simulated fabric, a CXL fabric (CXL memory needs
+    one; it carries PCIe devices too) wired to ``node``'s two adapters
+    (``fabric-adapters`` topology): behind adapter0 five GPUs, an NVMe drive
+    and CXL memory, behind adapter1 gpu-2. Five GPUs behind adapter0: `make
+    demo` runs three workloads that need one there (a GPU + VF pair, the GPU
+    + NVMe and GPU + CXL examples) beside two that take any fabric GPU."""
     host_dir = SIM_HOSTS_DIR / node
     up0, up1 = [(node, "adapter0", host_dir)], [(node, "adapter1", host_dir)]
+    sw0 = switch("sw0", up0, ["gpu-0", "gpu-1", "gpu-3", "gpu-4", "gpu-5"])
+    for dev in ({"kind": "nvme", "id": NVME}, {"kind": "cxlmem", "id": CXL_MEMORY}):
+        sw0["slots"].append({"port": f"slot{len(sw0['slots'])}", "device": dev})
     return {
         "controller": {"enabled": True},
         "fabric": {
@@ -40,14 +54,7 @@ def fabric_values(node: str) -> dict[str, Any]:
             "attachLatency": 1.0,
             "topology": {
                 "fabrics": [
-                    {
-                        "id": "pcie0",
-                        "type": "PCIe",
-                        "switches": [
-                            switch("sw0", up0, ["gpu-0", "gpu-1"]),
-                            switch("sw1", up1, ["gpu-2"]),
-                        ],
-                    }
+                    {"id": "cxl0", "type": "CXL", "switches": [sw0, switch("sw1", up1, ["gpu-2"])]}
                 ]
             },
         },
