@@ -7,8 +7,13 @@ initiator. The initiator endpoint names its zone (``Links.Zones``). Attach
 PATCHes the zone with its endpoints plus the target, detach without it;
 each PATCH sends ``If-Match`` with the zone's ETag (the ``ETag`` header,
 else ``@odata.etag``), so a concurrent change is refused (412) instead of
-lost. Attachments are read from the zones: every target endpoint in a zone
-with an initiator is attached to that initiator.
+lost. A 412 is not a failure of the attach: the zone changed between our
+read and our PATCH (two devices of one claim attached to one host port at
+once do that), so the zone is read again and the PATCH built anew, a few
+times (each such PATCH is a new request: its Idempotency-Key gets a suffix,
+since a manager that honours the key would replay the 412). Attachments
+are read from the zones: every target endpoint in a zone with an initiator
+is attached to that initiator.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from driver.errors import FabricNotFound
+from driver.errors import FabricApiError, FabricNotFound
 from driver.fabricclient import wire
 from driver.fabricclient.dialect import IDEMPOTENCY_HEADER, link
 from driver.fabricclient.links import Links, parse
@@ -30,6 +35,7 @@ from driver.fabricclient.model import (
 from driver.fabricclient.operations import Operations
 
 log = logging.getLogger(__name__)
+PRECONDITION_TRIES = 5  # PATCHes of one change refused with 412 before we give up
 
 
 class ZonesDialect:
@@ -63,17 +69,25 @@ class ZonesDialect:
         self, ops: Operations, links: Links, zone_uri: str, change: str, dev: FabricDevice,
         operation: str, key: str,
     ) -> FabricTask:  # fmt: skip
-        zone, etag = await self._zone(links, zone_uri)
-        target = dev.endpoint_uri()
-        members = [e.odata_id for e in zone.links.endpoints if e.odata_id.rstrip("/") != target]
-        if change == "add":
-            members.append(target)
-        headers = {"If-Match": etag} if etag else {}
-        if key:
-            headers[IDEMPOTENCY_HEADER] = key
-        body = {"Links": {"Endpoints": [link(m) for m in members]}}
-        _, task = await ops.submit("PATCH", zone_uri, body, headers, operation, dev.id)
-        return task
+        for attempt in range(PRECONDITION_TRIES):
+            zone, etag = await self._zone(links, zone_uri)
+            target = dev.endpoint_uri()
+            members = [e.odata_id for e in zone.links.endpoints if e.odata_id.rstrip("/") != target]
+            if change == "add":
+                members.append(target)
+            headers = {"If-Match": etag} if etag else {}
+            if key:
+                headers[IDEMPOTENCY_HEADER] = f"{key}-{attempt}" if attempt else key
+            body = {"Links": {"Endpoints": [link(m) for m in members]}}
+            try:
+                _, task = await ops.submit("PATCH", zone_uri, body, headers, operation, dev.id)
+                return task
+            except FabricApiError as exc:
+                if exc.status != 412 or attempt + 1 == PRECONDITION_TRIES:
+                    raise
+                log.info("zone %s changed under the %s of %s: reading it again (%s)",
+                         zone_uri, operation, dev.id, exc.message)  # fmt: skip
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     async def attach(
         self, ops: Operations, links: Links, dev: FabricDevice, via: HostAdapter, key: str

@@ -4,6 +4,7 @@ attach with one request, show their identity on the host, and detach."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -100,3 +101,22 @@ async def test_each_kind_attaches_once_and_detaches(env: Env, dialect: DialectNa
         ("nvme-0", "node-a/adapter0", dialect),
         ("cxl-0", "node-c/adapter1", dialect),
     ]
+
+
+async def test_two_zone_attaches_to_one_host_port_at_once_both_succeed(env: Env) -> None:
+    # One claim, two devices behind one adapter: both PATCHes are built on the
+    # zone's same ETag, the second is refused with 412 and built anew.
+    async with FabricClient(env.url(), TOKEN, dialect="zones") as fc:
+        await fc.inventory()
+
+        async def attach(dev: str) -> None:
+            result = await fc.attach(dev, "node-a", "adapter0", key=f"claim-{dev}")
+            if result.task is not None:
+                assert (await fc.wait(result.task.uri, 10, 0.02)).state == "Completed"
+
+        await asyncio.gather(attach("gpu-0"), attach("nvme-0"))
+        for dev in ("gpu-0", "nvme-0"):
+            conn = (await fc.device(dev)).connection
+            assert conn is not None and (conn.node, conn.adapter) == ("node-a", "adapter0")
+    asked = sorted(a["target"] for a in await env.audit())
+    assert asked == ["gpu-0", "nvme-0"]  # a PATCH refused with 412 attached nothing
