@@ -200,9 +200,26 @@ class NodePlugin:
         finally:
             self._hotplug_ended = True
 
+    def _rescan_on_passthrough(self, loop: asyncio.AbstractEventLoop) -> None:
+        """A GPU bound to vfio-pci leaves NVML (and comes back): rescan at once."""
+        rescans: set[asyncio.Task[None]] = set()
+
+        def rescan() -> None:
+            task = loop.create_task(self.rescan())
+            rescans.add(task)
+            task.add_done_callback(rescans.discard)
+
+        def from_any_thread() -> None:
+            loop.call_soon_threadsafe(rescan)
+
+        for t in self.device_types:
+            if isinstance(t, GpuType):
+                t.passthrough.on_change = from_any_thread
+
     async def run(self) -> None:
         s = self.settings
         self.health.bind_loop()
+        self._rescan_on_passthrough(asyncio.get_running_loop())
         if self.xid is not None:
             self.xid.start()
         set_process_fields(node=s.node_name)

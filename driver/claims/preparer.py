@@ -34,7 +34,7 @@ from driver.claims.fetch import ClaimReader, read_claims
 from driver.claims.model import ClaimRef, Fetched, PrepareResult, log_fields
 from driver.claims.plan import Planned, plan_claim
 from driver.claims.results import merge_edits, result_of, unique_devices
-from driver.devices.handler import ClaimSharing, DeviceHandler, Inventory
+from driver.devices.handler import ClaimSharing, DeviceHandler, Inventory, changes_device
 from driver.errors import ClaimError, ConfigError, PatchbayError
 from driver.faults import crash_point
 from driver.metrics import (
@@ -267,7 +267,7 @@ class ClaimPreparer:
         # (MIG instances, driver binding); CDI-only devices have nothing to
         # undo but a spec file, which start-up recovery removes.
         if self._shares(record) or any(
-            self._handlers[device.kind].has_side_effects for _, device, _ in planned
+            changes_device(self._handlers[device.kind], config) for _, device, config in planned
         ):
             self._store.save(self.checkpoint)
         crash_point("prepare-recorded")

@@ -10,9 +10,9 @@ not fit a device fails that claim with a message naming both.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from driver.config.sharing import GpuSharing
 from driver.errors import ConfigError
@@ -37,6 +37,22 @@ class GpuConfig(DeviceConfig):
     driver_capabilities: list[str] | None = Field(default=None, alias="driverCapabilities")
     # How the claim's consumers share its GPUs (driver.config.sharing); None: exclusive.
     sharing: GpuSharing | None = None
+    # "vfio-pci": hand the whole GPU to a VM (driver.gpu.passthrough); None: CUDA use.
+    passthrough: Literal["vfio-pci"] | None = None
+
+    @model_validator(mode="after")
+    def _passthrough_alone(self) -> GpuConfig:
+        if self.passthrough is not None:
+            for name, value in (
+                ("sharing", self.sharing),
+                ("driverCapabilities", self.driver_capabilities),
+            ):
+                if value is not None:
+                    raise ValueError(
+                        f"{name}: not with passthrough {self.passthrough!r} (a GPU bound to "
+                        "vfio-pci runs no CUDA on the host: a VM drives it)"
+                    )
+        return self
 
 
 KINDS: dict[str, type[DeviceConfig]] = {"GpuConfig": GpuConfig}

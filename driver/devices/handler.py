@@ -69,6 +69,18 @@ class DeviceHandler(Protocol):
         ...
 
 
+def changes_device(handler: DeviceHandler, config: DeviceConfig | None) -> bool:
+    """Whether preparing a device with ``config`` changes the device itself, so
+    the claim must be checkpointed first: always for a handler with
+    ``has_side_effects``, and for one whose ``changes_device(config)`` says so
+    (a GPU bound to vfio-pci only when its config asks: ``driver.gpu.prepare``).
+    """
+    if handler.has_side_effects:
+        return True
+    decide = getattr(handler, "changes_device", None)
+    return bool(decide(config)) if callable(decide) else False
+
+
 class ClaimSharing(Protocol):
     """Work on a claim's devices together (GPU sharing: ``driver.gpu.sharing``).
 

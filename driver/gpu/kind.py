@@ -5,6 +5,8 @@ With dynamic MIG on (``mig`` given) the same scan also yields the counter
 sets and partition devices, under the NVML session lock so that no scan
 sees a MIG change halfway (``driver.mig.session``). GPUs an operator marks
 shareable are also published as fractional GPUs (``driver.gpu.fraction``).
+Full GPUs can be handed to a VM (``driver.gpu.passthrough``); this module
+gives that the NVML view of MIG it refuses on.
 The MIG family builds
 on this one (its handler reuses :class:`GpuHandler`), so this module sees it
 only through the :class:`Partitions` protocol.
@@ -12,6 +14,7 @@ only through the :class:`Partitions` protocol.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Mapping
 from functools import partial
@@ -23,6 +26,7 @@ from driver.devices.kind import Discovery
 from driver.gpu.fraction import KIND as SHARED
 from driver.gpu.fraction import SharePolicy, with_shared
 from driver.gpu.hami import SharedGpuHandler, ShareGuard
+from driver.gpu.passthrough import GpuPassthrough
 from driver.gpu.prepare import GpuHandler
 from driver.gpu.scan import FullGpus, GpuSource, SysfsTopology, devices_of, scan_gpus
 from driver.health.xid import XidWatcher
@@ -64,7 +68,10 @@ class GpuType:
         self._events = events
         self._topology = SysfsTopology(sysfs_root)
         self._mig = mig
-        self._handler = GpuHandler(dev_root, guard=mig.guard if mig else None)
+        self.passthrough = GpuPassthrough(sysfs_root, dev_root, mig_refusal=self._mig_refusal)
+        self._handler = GpuHandler(
+            dev_root, guard=mig.guard if mig else None, passthrough=self.passthrough
+        )
         self._share = share if share is not None and share.enabled else None
         self._shares = (
             SharedGpuHandler(
@@ -81,6 +88,24 @@ class GpuType:
             with self._mig.lock:
                 found = self._mig.discover(partial(devices_of, topology=self._topology))
         return found if self._share is None else with_shared(found, self._share)
+
+    def _mig_refusal(self, uuid: str) -> str | None:
+        """Why NVML says ``uuid`` cannot leave its driver (MIG), None when it can."""
+        nvml = self._events
+        if nvml is None:
+            return None
+        with self._mig.lock if self._mig is not None else contextlib.nullcontext():
+            nvml.init()
+            try:
+                gpu = nvml.gpu(uuid)
+                if gpu is None or not gpu.mig_mode_current:
+                    return None
+                instances = len({i.gi_id for i in nvml.mig_instances(uuid)})
+            finally:
+                nvml.shutdown()
+        if instances:
+            return f"it holds {instances} MIG instances; release them first"
+        return "it is in MIG mode; an operator must end MIG mode first"
 
     def xid_watcher(self, on_xid: Callable[[str, int], None]) -> XidWatcher | None:
         """A watcher of these GPUs' XIDs (None without an event source); not started."""

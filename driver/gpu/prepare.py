@@ -10,6 +10,9 @@ first claimed whole through the MIG guard, which refuses while partitions
 exist and ends MIG mode on Hopper.
 Device numbers come from the node's ``/dev`` when the node exists there
 (``--dev-root``), otherwise from NVIDIA's fixed character major 195.
+A claim whose ``GpuConfig`` asks for ``passthrough`` gets the GPU bound to
+``vfio-pci`` instead (``driver.gpu.passthrough``); that changes the device,
+so such a claim is checkpointed before it (:meth:`GpuHandler.changes_device`).
 """
 
 from __future__ import annotations
@@ -18,12 +21,16 @@ import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from driver.cdi import ContainerEdits, DeviceNode
 from driver.config.opaque import DeviceConfig, GpuConfig
 from driver.devices.handler import Preparation
 from driver.devices.model import Device
+from driver.errors import DeviceError
+
+if TYPE_CHECKING:
+    from driver.gpu.passthrough import GpuPassthrough
 
 NVIDIA_MAJOR = 195
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
@@ -47,12 +54,22 @@ class GpuHandler:
     kind = "gpu"
     has_side_effects = False
 
-    def __init__(self, dev_root: Path = Path("/dev"), guard: WholeGpuGuard | None = None) -> None:
+    def __init__(
+        self,
+        dev_root: Path = Path("/dev"),
+        guard: WholeGpuGuard | None = None,
+        passthrough: GpuPassthrough | None = None,
+    ) -> None:
         self._dev_root = dev_root
         self._guard = guard
-        # Only the MIG guard blocks (NVML, the session lock scans hold); a
-        # plain GPU's prepare is a few stat calls.
-        self.blocking = guard is not None
+        self._passthrough = passthrough
+        # The MIG guard blocks (NVML, the session lock scans hold), and so does
+        # a rebind to vfio-pci; a plain GPU's prepare is a few stat calls.
+        self.blocking = guard is not None or passthrough is not None
+
+    def changes_device(self, config: DeviceConfig | None) -> bool:
+        """Whether preparing with ``config`` changes the GPU (a rebind)."""
+        return self._passthrough is not None and _passthrough(config)
 
     def node(self, name: str, default_minor: int | None) -> DeviceNode | None:
         host = self._dev_root / name
@@ -72,11 +89,15 @@ class GpuHandler:
         )
 
     def plan_undo(self, device: Device) -> dict[str, Any]:
-        return {}
+        return self._passthrough.plan_undo(device) if self._passthrough is not None else {}
 
     def prepare(self, device: Device, claim_uid: str, config: DeviceConfig | None) -> Preparation:
+        if _passthrough(config) and self._passthrough is None:
+            raise DeviceError(f"{device.name}: GPU passthrough is not available on this node")
         if self._guard is not None and device.has_counters():
             self._guard.acquire_full(device.local_id)
+        if self._passthrough is not None and _passthrough(config):
+            return Preparation(edits=self._passthrough.prepare(device))
         minor = device.attributes.get("minor")
         minor = minor if isinstance(minor, int) and not isinstance(minor, bool) else 0
         env = []
@@ -100,6 +121,8 @@ class GpuHandler:
         )
 
     def unprepare(self, kind: str, local_id: str, undo: Mapping[str, Any]) -> None:
+        if self._passthrough is not None:
+            self._passthrough.release(local_id, undo)
         if self._guard is not None:
             self._guard.release_full(local_id)
 
@@ -107,3 +130,7 @@ class GpuHandler:
         nodes = [self.node("nvidiactl", NVIDIACTL_MINOR)]
         nodes += [self.node(n, None) for n in ("nvidia-uvm", "nvidia-uvm-tools")]
         return ContainerEdits(device_nodes=tuple(n for n in nodes if n is not None))
+
+
+def _passthrough(config: DeviceConfig | None) -> bool:
+    return isinstance(config, GpuConfig) and config.passthrough is not None

@@ -18,10 +18,10 @@ from pathlib import Path
 from driver.devices.handler import DeviceHandler
 from driver.devices.kind import Discovery
 from driver.errors import DeviceError
+from driver.pci.writes import wait_until, write_attr
 from driver.vf.config import PfPoolConfig
 from driver.vf.discovery import PhysFn, physical_functions, scan_vfs, virtual_functions
 from driver.vf.prepare import VfHandler
-from driver.vf.writes import wait_until, write_attr
 
 log = logging.getLogger(__name__)
 

@@ -13,30 +13,23 @@ unprepare (or the rollback of a crashed prepare) puts it back.
 from __future__ import annotations
 
 import logging
-import os
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from driver.cdi import ContainerEdits, DeviceNode
+from driver.cdi import ContainerEdits
 from driver.config.opaque import DeviceConfig
 from driver.devices.handler import Preparation
 from driver.devices.model import Device
+from driver.devices.vfio import vfio_nodes
 from driver.errors import DeviceError
 from driver.pci import sysfs
-from driver.vf.bind import bind_vfio, read_override, restore
+from driver.pci.rebind import bind_vfio, read_override, restore
+from driver.pci.writes import driver_of, iommu_group, write_attr
 from driver.vf.config import VfConfig
 from driver.vf.discovery import netdev_of
-from driver.vf.writes import driver_of, iommu_group, write_attr
 
 log = logging.getLogger(__name__)
-
-MISC_MAJOR = 10
-VFIO_CONTAINER_MINOR = 196
-# vfio group nodes get a dynamic major; used only when the node is not in
-# --dev-root (simulated hosts), so the spec still carries type/major/minor.
-VFIO_GROUP_FALLBACK_MAJOR = 511
 
 
 def env_prefix(device: Device) -> str:
@@ -66,21 +59,6 @@ class VfHandler:
         path = self._path(device.local_id)
         return {"driver": driver_of(path), "override": read_override(path)}
 
-    def _node(self, name: str, default_major: int, default_minor: int) -> DeviceNode:
-        host = self._dev / name
-        try:
-            st = host.stat()
-        except OSError:
-            return DeviceNode(path=f"/dev/{name}", major=default_major, minor=default_minor)
-        if not stat.S_ISCHR(st.st_mode):
-            return DeviceNode(path=f"/dev/{name}", major=default_major, minor=default_minor)
-        return DeviceNode(
-            path=f"/dev/{name}",
-            major=os.major(st.st_rdev),
-            minor=os.minor(st.st_rdev),
-            host_path=str(host),
-        )
-
     def prepare(self, device: Device, claim_uid: str, config: DeviceConfig | None) -> Preparation:
         bdf = device.local_id
         path = self._path(bdf)
@@ -104,10 +82,7 @@ class VfHandler:
             )
         bind_vfio(self._sysfs, bdf, path, self._timeout)
         env.append(f"{prefix}_VFIO_GROUP={group}")
-        nodes = (
-            self._node(f"vfio/{group}", VFIO_GROUP_FALLBACK_MAJOR, int(group)),
-            self._node("vfio/vfio", MISC_MAJOR, VFIO_CONTAINER_MINOR),
-        )
+        nodes = vfio_nodes(self._dev, group)
         return Preparation(
             edits=ContainerEdits(env=tuple(env), device_nodes=nodes), undo={"mode": mode}
         )

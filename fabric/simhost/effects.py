@@ -8,7 +8,9 @@ N VFs (created bound to the PF's driver, or removed from the top). A plain
 directory cannot react to writes, so the simulated host applies them in a
 separate step: :meth:`SysfsEffects.apply` scans the write-only files,
 performs what the kernel would (unbind first, then bind, then probe, then VF
-counts), and empties them again.
+counts), and empties them again. ``on_driver_change(bdf, driver)`` hears
+each binding change (``driver`` None: unbound), so the host can keep what
+depends on it in step (NVML lists a GPU only while NVIDIA's driver has it).
 
 Two ways to run it, both used: call ``apply()`` (``SimHost.process_writes``)
 right after in-process code writes, or run :class:`EffectsWatcher`, a thread
@@ -43,9 +45,15 @@ def _take(path: Path) -> list[str]:
 
 
 class SysfsEffects:
-    def __init__(self, tree: SysfsTree, native_driver: Callable[[str], str | None]) -> None:
+    def __init__(
+        self,
+        tree: SysfsTree,
+        native_driver: Callable[[str], str | None],
+        on_driver_change: Callable[[str, str | None], None] | None = None,
+    ) -> None:
         self.tree = tree
         self.native_driver = native_driver
+        self.on_driver_change = on_driver_change
         self._lock = threading.Lock()
 
     def _override(self, bdf: str) -> str | None:
@@ -65,6 +73,7 @@ class SysfsEffects:
                     if self.tree.exists(bdf) and self.tree.driver_of(bdf) == d.name:
                         self.tree.unbind(bdf)
                         log.info("sysfs: %s unbound from %s", bdf, d.name)
+                        self._changed(bdf, None)
                         done += 1
             for d in drivers:
                 for bdf in _take(d / "bind"):
@@ -73,6 +82,7 @@ class SysfsEffects:
                     if self.tree.exists(bdf) and self.tree.driver_of(bdf) is None and ok:
                         self.tree.bind(bdf, d.name)
                         log.info("sysfs: %s bound to %s", bdf, d.name)
+                        self._changed(bdf, d.name)
                         done += 1
             for bdf in _take(self.tree.root / "bus" / "pci" / "drivers_probe"):
                 if not self.tree.exists(bdf) or self.tree.driver_of(bdf) is not None:
@@ -81,8 +91,13 @@ class SysfsEffects:
                 if driver:
                     self.tree.bind(bdf, driver)
                     log.info("sysfs: %s probed, bound to %s", bdf, driver)
+                    self._changed(bdf, driver)
                     done += 1
             return done + self._apply_numvfs()
+
+    def _changed(self, bdf: str, driver: str | None) -> None:
+        if self.on_driver_change is not None:
+            self.on_driver_change(bdf, driver)
 
     def _apply_numvfs(self) -> int:
         """Make every PF's VF count match its ``sriov_numvfs``."""

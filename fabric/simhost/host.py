@@ -19,7 +19,9 @@ nodes; a CXL memory device marked in use (:meth:`set_memory_in_use`, as when
 its pages are pinned) refuses a hot-remove with a ``DeviceError`` and stays
 as it was. Writes to ``bind``/``unbind``/``drivers_probe``
 take effect through :meth:`process_writes` or :meth:`effects_watcher` (see
-``effects.py``). Not thread-safe beyond that watcher; one owner per host.
+``effects.py``); a GPU leaves the NVML state while NVIDIA's driver does not
+hold it (bound to ``vfio-pci`` for a VM) and comes back when it does. Not
+thread-safe beyond that watcher; one owner per host.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ class SimHost:
         self.tree = SysfsTree(self.sysfs_root)
         self.nvml = NvmlStateFile(self.nvml_state_path)
         self.events = UeventEmitter(self.uevent_path)
-        self.effects = SysfsEffects(self.tree, self.native_driver)
+        self.effects = SysfsEffects(self.tree, self.native_driver, self._driver_changed)
         self.dev_root = directory / "dev"
         self.nvme = NvmeSysfs(self.sysfs_root, self.dev_root)
         self.cxl = CxlSysfs(self.sysfs_root, self.dev_root)
@@ -227,6 +229,11 @@ class SimHost:
             # A VF created later through sriov_numvfs: its PF's driver.
             return self.native.get(Path(os.path.realpath(physfn)).name)
         return self.native.get(bdf)
+
+    def _driver_changed(self, bdf: str, driver: str | None) -> None:
+        """NVML lists a GPU only while NVIDIA's driver holds it (passthrough)."""
+        if self.native.get(bdf) == "nvidia":
+            self.nvml.set_visible(bdf, driver == "nvidia")
 
     def gpu_uuids(self) -> dict[str, str]:
         """PCI address -> NVML UUID of every GPU in the NVML state."""

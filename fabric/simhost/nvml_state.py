@@ -108,6 +108,34 @@ class NvmlStateFile:
     def remove_gpu(self, uuid: str) -> None:
         self.update(lambda s: s.update(gpus=[g for g in s["gpus"] if g["uuid"] != uuid]))
 
+    @property
+    def _hidden_path(self) -> Path:
+        return self.path.with_name(f"{self.path.name}.hidden")
+
+    def set_visible(self, pci_bus_id: str, visible: bool) -> bool:
+        """Show or hide the GPU at ``pci_bus_id`` from NVML, as its driver
+        binding does on a real host (a GPU on vfio-pci is not NVIDIA's to
+        list); its entry waits in ``<state>.hidden``. True when it changed."""
+        with self._locked():
+            state = self._read()
+            hidden_path = self._hidden_path
+            hidden: dict[str, Any] = (
+                json.loads(hidden_path.read_text()) if hidden_path.exists() else {}
+            )
+            listed = [g for g in state["gpus"] if g["pci_bus_id"] == pci_bus_id]
+            if visible and pci_bus_id in hidden and not listed:
+                state["gpus"].append(hidden.pop(pci_bus_id))
+            elif not visible and listed:
+                hidden[pci_bus_id] = listed[0]
+                state["gpus"] = [g for g in state["gpus"] if g["pci_bus_id"] != pci_bus_id]
+            else:
+                return False
+            tmp = hidden_path.with_name(f"{hidden_path.name}.tmp.{os.getpid()}")
+            tmp.write_text(json.dumps(hidden, indent=1))
+            tmp.replace(hidden_path)
+            self._write(state)
+            return True
+
     def set_lost(self, uuid: str, lost: bool = True) -> None:
         self.update(lambda s: self._gpu(s, uuid).update(lost=lost))
 

@@ -117,9 +117,9 @@ def test_mig_view_finds_the_holders_instance_and_changes_nothing() -> None:
 
 def test_vf_view_never_rebinds(tmp_path: Path) -> None:
     host = SimHost.build(TOPOLOGIES["2x-h100-nic"](), tmp_path / "node")
+    from driver.pci.writes import driver_of
     from driver.vf.config import PfPoolConfig
     from driver.vf.discovery import scan_vfs
-    from driver.vf.writes import driver_of
 
     config = PfPoolConfig.model_validate({"pfs": [{"vendorID": "15b3"}]})
     vf = next(d for d in scan_vfs(host.sysfs_root, config) if d.name == "vf-0000-1a-00-2")

@@ -4,8 +4,8 @@ Why this module exists: creating VFs and rebinding drivers are both "write a
 file, then watch another file change". On a real kernel the change has
 happened when the write returns; on a simulated host a separate effects step
 applies it a few milliseconds later. Waiting for the observable result
-serves both, and a change that never comes becomes a clear error instead of
-a half-prepared device.
+serves both (for VFs and for GPU passthrough), and a change that never
+comes becomes a clear error instead of a half-prepared device.
 """
 
 from __future__ import annotations

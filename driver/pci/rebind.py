@@ -1,9 +1,10 @@
-"""Move a VF between its kernel driver and ``vfio-pci``, and back.
+"""Move a PCI function between its kernel driver and ``vfio-pci``, and back.
 
 Why this module exists: the rebinding sequence is the one place where a
 mistake strands a device (unbound, or stuck on the wrong driver), so it is
-written once, waits for each step to show in the ``driver`` link, and is
-tested on the simulated tree. To vfio: set ``driver_override`` to
+written once, for SR-IOV VFs (``driver.vf``) and whole GPUs handed to a VM
+(``driver.gpu.passthrough``) alike, waits for each step to show in the
+``driver`` link, and is tested on the simulated tree. To vfio: set ``driver_override`` to
 ``vfio-pci``, unbind from the current driver, then bind (``vfio-pci/bind``
 where the driver is loaded, else ``drivers_probe``, which honours the
 override). Back: clear the override, unbind, bind the original driver.
@@ -15,7 +16,7 @@ import logging
 from pathlib import Path
 
 from driver.errors import DeviceError
-from driver.vf.writes import driver_of, wait_until, write_attr
+from driver.pci.writes import driver_of, wait_until, write_attr
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,7 @@ def _bind(sysfs_root: Path, bdf: str, device_path: Path, driver: str, timeout: f
 
 
 def bind_vfio(sysfs_root: Path, bdf: str, device_path: Path, timeout: float) -> None:
-    """Bind the VF to ``vfio-pci`` (a no-op when it already is)."""
+    """Bind the function to ``vfio-pci`` (a no-op when it already is)."""
     if driver_of(device_path) == VFIO_PCI:
         return
     log.info("binding %s to %s (was %s)", bdf, VFIO_PCI, driver_of(device_path))
@@ -62,7 +63,7 @@ def bind_vfio(sysfs_root: Path, bdf: str, device_path: Path, timeout: float) -> 
 def restore(
     sysfs_root: Path, bdf: str, device_path: Path, original: str | None, timeout: float
 ) -> None:
-    """Put the VF back on ``original`` (None: leave it unbound); idempotent."""
+    """Put the function back on ``original`` (None: leave it unbound); idempotent."""
     if read_override(device_path) is not None:
         write_attr(device_path / "driver_override", "\n")
     current = driver_of(device_path)
