@@ -35,6 +35,7 @@ lint: venv proto-check ## ruff, format check, mypy strict, import-linter, module
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(PY) hack/module_size.py
+	$(PY) hack/sleep_lint.py
 
 fmt: venv ## format the code
 	$(VENV)/bin/ruff format .

@@ -5,6 +5,7 @@ SIGKILL mid-task and restart, racing attaches. No Kubernetes needed."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import subprocess
@@ -186,8 +187,11 @@ async def test_sigkill_mid_task_converges_after_restart(service: Service) -> Non
     async with FabricClient(service.url, TOKEN) as c:
         res = await c.attach("gpu-3", "node-b", "adapter1")
         assert res.task is not None
-        await asyncio.sleep(0.3)
-        assert (await c.task(res.task.uri)).state == "Running"
+        async with asyncio.timeout(10):  # New until the service starts on it
+            for _ in itertools.count():
+                if (await c.task(res.task.uri)).state == "Running":
+                    break
+                await asyncio.sleep(0.05)
     service.kill()
     service.start(attach_latency=0.05)
     async with FabricClient(service.url, TOKEN) as c:
