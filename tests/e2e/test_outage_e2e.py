@@ -34,7 +34,7 @@ from simnode import PluginProcess, apply_plugin_rbac, apply_rbac, build_nvml_moc
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
 from tests.cluster_fixtures import RUN_DIR
-from tests.e2e.helpers import wait_for
+from tests.e2e.helpers import unchanged, wait_for
 from tests.integration.test_plugin_process import Kubelet, our_slices, wait_registered
 from tests.kube.claims import allocated_claim
 
@@ -166,8 +166,10 @@ def test_plugin_and_controller_ride_out_apiserver_and_etcd_outages(
             before = _lease(coord)[1]
             wait_for("lease renewed", lambda b=before: _lease(coord)[1] != b, timeout=30)
             assert _lease(coord)[0] == "controller-0"
-            time.sleep(2)  # its watch listed again: a rewrite would follow at once
-            (slc,) = our_slices(res, NODE)
+            # Its watch listed again (_outage waited for that): a rewrite would follow at once.
+            listing = unchanged(res.list_resource_slice, "the node's slice", 2,
+                                field_selector=f"spec.nodeName={NODE}")  # fmt: skip
+            (slc,) = listing.items
             assert slc.metadata.resource_version == version, "slice rewritten though unchanged"
         assert fabric.connections() == {}, "the controller attached or detached something"
         for component, (since, until) in windows.items():  # read last: hung requests end late
