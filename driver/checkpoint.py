@@ -20,6 +20,15 @@ record is dropped: a reboot undid the devices' state. That rule is why
 nothing here is fsynced: only a reboot (power loss, kernel crash) loses
 unsynced writes, and after one the file is dropped whatever it holds
 (docs/design.md, "Failure model").
+
+The records are read in one place: :func:`holdings` turns them into typed
+:class:`Holding` values (which claim holds which device, as a share, or
+as a record only a newer build understands), which the claim planner
+(``driver.claims.plan``) and the MIG start-up and guard
+(``driver.mig.startup``) both use. One :class:`CheckpointStore` per process
+owns the file; whoever must follow what another process (a rolling
+update's other plugin pod) records subscribes with
+:meth:`CheckpointStore.follow` and sees every checkpoint read from disk.
 """
 
 from __future__ import annotations
@@ -27,7 +36,8 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -40,6 +50,12 @@ from driver.errors import CheckpointError
 log = logging.getLogger(__name__)
 
 CHECKPOINT_VERSION = 1
+
+# Keys of a device record's undo data that every reader interprets alike.
+ADMIN_ACCESS = "adminAccess"  # an admin-access view (driver.claims.admin): holds nothing
+# The allocation's shareID of a device shared through consumable capacity,
+# kept in the undo data so the checkpoint format holds.
+SHARE_ID = "shareID"
 
 
 class ClaimState(StrEnum):
@@ -66,6 +82,17 @@ class DeviceRecord(BaseModel):
     # Whatever the device type needs to undo its preparation (e.g. a MIG GPU
     # instance id, the VF's original kernel driver).
     undo: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def admin_access(self) -> bool:
+        """Whether the record is a read-only view, which holds nothing."""
+        return bool(self.undo.get(ADMIN_ACCESS))
+
+    @property
+    def share_id(self) -> str | None:
+        """The share's ID when the device is one share of a shareable device."""
+        value = self.undo.get(SHARE_ID)
+        return str(value) if value is not None else None
 
 
 class ClaimRecord(BaseModel):
@@ -101,6 +128,33 @@ class Checkpoint(BaseModel):
     claims: dict[str, ClaimRecord] = Field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Holding:
+    """One device a recorded claim holds (or is preparing, or must undo)."""
+
+    claim_uid: str
+    kind: str
+    local_id: str
+    pool: str
+    device: str
+    share_id: str | None  # one share of a shareable device
+    newer: bool  # the record has what only a newer build understands
+
+
+def holdings(checkpoint: Checkpoint, kinds: Collection[str]) -> list[Holding]:
+    """Every device the checkpoint's claims hold; admin-access views hold
+    nothing. ``kinds``: the device kinds this build has handlers for."""
+    out: list[Holding] = []
+    for claim in checkpoint.claims.values():
+        newer = claim.not_understood(kinds) is not None
+        out += [
+            Holding(claim.uid, d.kind, d.local_id, d.pool_name, d.device_name, d.share_id, newer)
+            for d in claim.devices
+            if not d.admin_access
+        ]
+    return out
+
+
 def _misfiled(checkpoint: Checkpoint) -> str | None:
     """Why the file cannot be this driver's: every build keys a record by its
     claim's UID, a UUID. A file that does not is corrupt, not a newer format
@@ -123,6 +177,17 @@ class CheckpointStore:
         self.boot_id = boot_id
         self.moved_aside: Path | None = None
         self._seen: tuple[int, int, int] | None = None  # the file we last read or wrote
+        self._current: Checkpoint | None = None
+        self._followers: list[Callable[[Checkpoint], None]] = []
+
+    def follow(self, follower: Callable[[Checkpoint], None]) -> None:
+        """Call ``follower`` with every checkpoint read from disk from now on
+        (the first read, and each re-read of a file another process wrote)."""
+        self._followers.append(follower)
+
+    def current(self) -> Checkpoint:
+        """The checkpoint this process last read or saved; read on first use."""
+        return self._current if self._current is not None else self.load()
 
     def _identity(self) -> tuple[int, int, int] | None:
         try:
@@ -138,12 +203,20 @@ class CheckpointStore:
         return self._identity() != self._seen
 
     def load(self) -> Checkpoint:
-        """The stored checkpoint, an empty one if there is none.
+        """The stored checkpoint, an empty one if there is none, read anew
+        (and handed to every follower).
 
         A corrupt file is moved aside (its new name is logged) and an empty
         checkpoint returned; the caller learns of it from the log and the
         ``moved_aside`` attribute.
         """
+        checkpoint = self._read()
+        self._current = checkpoint
+        for follower in self._followers:
+            follower(checkpoint)
+        return checkpoint
+
+    def _read(self) -> Checkpoint:
         self.moved_aside = None
         self._seen = self._identity()
         try:
@@ -209,6 +282,7 @@ class CheckpointStore:
         except OSError as exc:
             raise CheckpointError(f"cannot write checkpoint {self.path}: {exc}") from exc
         self._seen = self._identity()
+        self._current = checkpoint
 
 
 def read_boot_id(path: Path = Path("/proc/sys/kernel/random/boot_id")) -> str:

@@ -23,6 +23,7 @@ from typing import Any
 from driver import DRIVER_NAME
 from driver.cdi import CdiRegistry
 from driver.checkpoint import CheckpointStore, read_boot_id
+from driver.claims.lock import ClaimLock
 from driver.claims.preparer import ClaimPreparer
 from driver.devices.inventory import NodeInventory
 from driver.devices.kind import DeviceType, all_handlers, scan_all
@@ -43,23 +44,35 @@ from driver.slices.build import PoolSpec, slice_name_prefix
 from driver.slices.publisher import SlicePublisher
 from plugin.device_metrics import DeviceCounts, export_device_counts
 from plugin.device_types import fabric_view, gpu_sharing, xid_watcher
-from plugin.flock import ClaimLock
 from plugin.grpc_server import PluginServers
 from plugin.settings import PluginSettings
-from plugin.sockets import SocketPaths, socket_paths
+from plugin.sockets import SocketPaths, checkpoint_file, socket_paths
 
 log = logging.getLogger(__name__)
 
 REPORTING_CONTROLLER = "patchbay.dev/plugin"  # our Events' source (docs/events.md)
 
 
+def checkpoint_store(settings: PluginSettings) -> CheckpointStore:
+    """The process's one checkpoint store (``driver.checkpoint``): the claim
+    preparer and dynamic MIG (``plugin.device_types``) get this one."""
+    boot_id = read_boot_id(settings.boot_id_file)
+    return CheckpointStore(checkpoint_file(settings.plugin_dir), boot_id)
+
+
 class NodePlugin:
     """The running plugin: discovery, publishing, kubelet servers."""
 
     def __init__(
-        self, settings: PluginSettings, api: KubeClient, device_types: Sequence[DeviceType]
+        self,
+        settings: PluginSettings,
+        api: KubeClient,
+        device_types: Sequence[DeviceType],
+        store: CheckpointStore | None = None,
     ) -> None:
         self.settings = settings
+        # The store the device families got (None: made when claims are served).
+        self.store = store
         self.api = api
         self.device_types = list(device_types)
         # What a scan runs: the GPU family behind its NVML gate.
@@ -151,9 +164,10 @@ class NodePlugin:
         held = self.preparer.prepared_devices()
         self.fabric_report.set(self.fabric.report(attached, held))
 
-    def claim_serving(self) -> tuple[SocketPaths, ClaimPreparer, ClaimLock]:
-        """The kubelet sockets, the claim preparer and the prepare lock, all in
-        the one rolling-update mode the settings say (``rolling_update``)."""
+    def claim_serving(self) -> tuple[SocketPaths, ClaimPreparer]:
+        """The kubelet sockets and the claim preparer with its one lock, both
+        in the one rolling-update mode the settings say (``rolling_update``):
+        then the lock takes the file both plugin pods share too."""
         s = self.settings
         rolling = s.rolling_update
         paths = socket_paths(
@@ -161,17 +175,18 @@ class NodePlugin:
             plugin_dir=s.plugin_dir,
             pod_uid=s.pod_uid if rolling else None,
         )
-        store = CheckpointStore(s.plugin_dir / "checkpoint.json", read_boot_id(s.boot_id_file))
+        if self.store is None:
+            self.store = checkpoint_store(s)
         preparer = ClaimPreparer(
             ApiClaimReader(self.api),
             self.inventory,
             all_handlers(self.device_types),
-            store,
+            self.store,
             CdiRegistry(s.cdi_root),
-            shared_checkpoint=rolling,
+            lock=ClaimLock(paths.lock_file if rolling else None),
             sharing=gpu_sharing(s, self.device_types),
         )
-        return paths, preparer, ClaimLock(paths.lock_file if rolling else None)
+        return paths, preparer
 
     def device_counts(self) -> DeviceCounts:
         """The device gauges' counts now (``plugin.device_metrics``)."""
@@ -228,17 +243,14 @@ class NodePlugin:
         node_events = ObjectEvents(self.recorder, ObjectRef.of(node, "Node"))
         self.health.events = self.publisher.events = node_events
         await self.rescan()
-        paths, preparer, lock = self.claim_serving()
-        async with lock:  # another plugin pod may be preparing (rolling update)
-            await preparer.recover()
+        paths, preparer = self.claim_serving()
+        await preparer.recover()  # under the claim lock: another plugin pod may be preparing
         self.preparer = preparer
         preparer.on_change = self.report_fabric
         self.report_fabric()
         # Device health (KEP-4680) is served where NVML can deliver GPU XIDs.
         health = self.health if self.xid is not None else None
-        servers = PluginServers(
-            paths, preparer, health, lock=lock, advertise_health=self.nvml_reached()
-        )
+        servers = PluginServers(paths, preparer, health, advertise_health=self.nvml_reached())
         self.servers = servers
         PLUGIN_REGISTERED.set_function(lambda: float(servers.registration.registered.is_set()))
         export_device_counts(self.device_counts)

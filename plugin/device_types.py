@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from driver.checkpoint import CheckpointStore
 from driver.cxl.kind import CxlMemoryType
 from driver.devices.kind import DeviceType
 from driver.fabric_devices.node import FabricNodeView, load_adapters
@@ -30,7 +31,8 @@ def fabric_view(settings: PluginSettings) -> FabricNodeView | None:
     return FabricNodeView(settings.node_name, adapters, settings.sysfs_root) if adapters else None
 
 
-def device_types(settings: PluginSettings) -> list[DeviceType]:
+def device_types(settings: PluginSettings, store: CheckpointStore) -> list[DeviceType]:
+    """The families, over the process's one checkpoint store (dynamic MIG reads it)."""
     nvml = PynvmlBackend(settings.driver_root)
     # Discovery and the MIG handler share one NVML session lock (driver.mig.session).
     mig = mig_support(
@@ -40,8 +42,7 @@ def device_types(settings: PluginSettings) -> list[DeviceType]:
         settings.mig_media_extensions,
         settings.mig_orphan_cleanup,
         dev_root=settings.dev_root,
-        checkpoint=settings.plugin_dir / "checkpoint.json",
-        boot_id_file=settings.boot_id_file,
+        checkpoint=store,
         shared_checkpoint=settings.rolling_update,
     )
     # VFs of a NIC the fabric attached are scanned whatever the PF selection says:

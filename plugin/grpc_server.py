@@ -31,14 +31,14 @@ from typing import Any
 
 import grpc
 
+from driver import DRIVER_NAME
 from driver.claims.model import ClaimHandler
 from driver.health.model import HealthSource
-from plugin.flock import ClaimLock
 from plugin.servers.dra import add_dra_servicers
 from plugin.servers.health import SERVICE_VERSIONS as HEALTH_VERSIONS
 from plugin.servers.health import HealthServicer
 from plugin.servers.registration import RegistrationServicer
-from plugin.sockets import DRIVER_NAME, SocketPaths, prepare_for_bind, remove_socket
+from plugin.sockets import SocketPaths, prepare_for_bind, remove_socket
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +47,8 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class PluginServers:
-    """The registration and DRA servers of one plugin process.
-
-    ``lock`` serialises prepare/unprepare across both DRA versions; it
-    defaults to a :class:`ClaimLock` on ``paths.lock_file`` so that two plugin
-    pods overlapping in a rolling update never prepare at the same time.
-    """
+    """The registration and DRA servers of one plugin process. The handler
+    serialises prepare/unprepare across both DRA versions (and plugin pods)."""
 
     def __init__(
         self,
@@ -62,13 +58,11 @@ class PluginServers:
         *,
         driver_name: str = DRIVER_NAME,
         grace_s: float = DEFAULT_GRACE_S,
-        lock: ClaimLock | None = None,
         advertise_health: bool = True,
     ) -> None:
         self.paths = paths
         self.grace_s = grace_s
         self._handler = handler
-        self._lock = lock if lock is not None else ClaimLock(paths.lock_file)
         self._health = HealthServicer(health) if health is not None else None
         self._dra_server: Any = None
         self._reg_server: Any = None
@@ -81,7 +75,7 @@ class PluginServers:
     async def start(self) -> None:
         """Bind both sockets (removing stale ones) and start serving."""
         dra = grpc.aio.server()
-        served = add_dra_servicers(dra, self._handler, self._lock)
+        served = add_dra_servicers(dra, self._handler)
         if self._health is not None:
             self._health.add_to(dra)
         await self._bind_and_start(dra, self.paths.dra)

@@ -14,12 +14,13 @@ log = logging.getLogger(__name__)
 
 async def _run(settings: PluginSettings) -> None:
     from driver.kube.api import KubeApi
-    from plugin.app import NodePlugin
+    from plugin.app import NodePlugin, checkpoint_store
     from plugin.device_types import device_types
 
     api = await KubeApi.connect(settings.kubeconfig)
     try:
-        await NodePlugin(settings, api, device_types(settings)).run()
+        store = checkpoint_store(settings)  # one per process
+        await NodePlugin(settings, api, device_types(settings, store), store).run()
     finally:
         await api.close()
 

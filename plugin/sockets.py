@@ -22,15 +22,16 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from driver import DRIVER_NAME
 from driver.errors import ConfigError, SocketPathError
 
 log = logging.getLogger(__name__)
 
-DRIVER_NAME = "patchbay.dev"
 DEFAULT_REGISTRY_DIR = Path("/var/lib/kubelet/plugins_registry")
 DEFAULT_PLUGINS_ROOT = Path("/var/lib/kubelet/plugins")
 MAX_SOCKET_PATH_BYTES = 107
 LOCK_FILE_NAME = "prepare.lock"
+CHECKPOINT_FILE_NAME = "checkpoint.json"
 
 _POD_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,62}")
 
@@ -47,6 +48,12 @@ class SocketPaths:
     def lock_file(self) -> Path:
         """The file both plugin pods lock around prepare/unprepare."""
         return self.plugin_dir / LOCK_FILE_NAME
+
+
+def checkpoint_file(plugin_dir: Path) -> Path:
+    """The checkpoint of prepared claims, in the plugin directory that both
+    plugin pods of a rolling update share (``driver.checkpoint``)."""
+    return Path(plugin_dir) / CHECKPOINT_FILE_NAME
 
 
 def socket_paths(

@@ -26,9 +26,6 @@ from driver.errors import ClaimError
 
 log = logging.getLogger(__name__)
 
-# Key of a device record's undo data: the record is an admin-access view.
-ADMIN_ACCESS = "adminAccess"
-
 
 class AdminView(Protocol):
     """A handler that can show a device read-only."""
@@ -40,7 +37,7 @@ class AdminView(Protocol):
 
 
 def is_admin(record: DeviceRecord) -> bool:
-    return bool(record.undo.get(ADMIN_ACCESS))
+    return record.admin_access
 
 
 def holder_undo(checkpoint: Checkpoint, device: Device, claim_uid: str) -> Mapping[str, Any] | None:

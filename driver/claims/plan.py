@@ -16,11 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from driver.checkpoint import Checkpoint, DeviceRecord
-from driver.claims import admin
+from driver.checkpoint import ADMIN_ACCESS, SHARE_ID, Checkpoint, DeviceRecord
+from driver.checkpoint import holdings as recorded
 from driver.claims.allocation import Allocation
 from driver.claims.model import ClaimRef
-from driver.claims.results import SHARE_ID
 from driver.config import opaque
 from driver.devices.handler import ClaimSharing, DeviceHandler, Inventory
 from driver.devices.model import Device
@@ -51,19 +50,14 @@ def holdings(checkpoint: Checkpoint, handlers: Mapping[str, DeviceHandler], uid:
     held: dict[tuple[str, ...], str] = {}
     sharers: set[tuple[str, ...]] = set()
     others: set[tuple[str, ...]] = set()
-    for c in checkpoint.claims.values():
-        if c.uid == uid:
+    for h in recorded(checkpoint, handlers):
+        if h.claim_uid == uid:
             continue
-        # A newer build's record holds its hardware whatever it calls it.
-        newer = c.not_understood(handlers) is not None
-        for d in c.devices:
-            if admin.is_admin(d):  # a read-only view holds nothing
-                continue
-            held[(d.kind, d.local_id)] = held[(d.local_id,)] = c.uid
-            shared = SHARE_ID in d.undo
-            (sharers if shared else others).update({(d.kind, d.local_id), (d.local_id,)})
-            if newer:
-                held[(d.local_id,)] = held[(d.pool_name, d.device_name)] = c.uid
+        held[(h.kind, h.local_id)] = held[(h.local_id,)] = h.claim_uid
+        shared = h.share_id is not None
+        (sharers if shared else others).update({(h.kind, h.local_id), (h.local_id,)})
+        if h.newer:  # a newer build's record holds its hardware whatever it calls it
+            held[(h.local_id,)] = held[(h.pool, h.device)] = h.claim_uid
     return Holdings(held, sharers - others)
 
 
@@ -106,7 +100,7 @@ def plan_claim(
         if result.share_id is not None:
             record.undo[SHARE_ID] = result.share_id
         if result.admin_access:  # a read-only view: no config (no sharing) applies
-            record.undo, config = {admin.ADMIN_ACCESS: True}, None
+            record.undo, config = {ADMIN_ACCESS: True}, None
         planned.append((record, device, config))
     if sharing is not None:  # undo data on record before it happens
         extra = sharing.plan(ref.uid, [(d, c) for _, d, c in planned])

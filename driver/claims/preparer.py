@@ -7,9 +7,10 @@ let each device's handler do its work, write the claim's CDI spec and record
 ``PrepareCompleted``.
 Every claim gets its own result: an error in one never fails the others.
 
-Concurrency: calls are serialised by an asyncio lock (the plugin adds a
-cross-process lock during rolling updates); the API reads happen on the
-loop before either lock is taken (``driver.claims.fetch``). A claim with a
+Concurrency: calls are serialised by the one claim lock
+(``driver.claims.lock``: in-process, and across processes when the plugin
+gives it a lock file for rolling updates); the API reads happen on the loop
+before the lock is taken (``driver.claims.fetch``). A claim with a
 device whose handler may block (NVML, sysfs: the handler's ``blocking``)
 is prepared or unprepared in a worker thread, with its checkpoint and CDI
 files; a claim that needs only CDI edits (full GPUs without dynamic MIG) on
@@ -31,6 +32,7 @@ from driver.checkpoint import Checkpoint, CheckpointStore, ClaimRecord, ClaimSta
 from driver.claims import admin
 from driver.claims.allocation import Allocation, parse_allocation
 from driver.claims.fetch import ClaimReader, read_claims
+from driver.claims.lock import ClaimLock
 from driver.claims.model import ClaimRef, Fetched, PrepareResult, log_fields
 from driver.claims.plan import Planned, plan_claim
 from driver.claims.results import merge_edits, result_of, unique_devices
@@ -58,7 +60,7 @@ class ClaimPreparer:
         handlers: Mapping[str, DeviceHandler],
         store: CheckpointStore,
         cdi: CdiRegistry,
-        shared_checkpoint: bool = False,
+        lock: ClaimLock | None = None,
         sharing: ClaimSharing | None = None,
     ) -> None:
         self._reader = reader
@@ -67,16 +69,21 @@ class ClaimPreparer:
         self._store = store
         self._cdi = cdi
         self._sharing = sharing  # claim-wide GPU sharing (driver.gpu.sharing)
-        self._lock = asyncio.Lock()
+        self._lock = lock if lock is not None else ClaimLock()
         # During a rolling update two plugin processes share the checkpoint
-        # (their calls are serialised by the plugin's cross-process lock), so
-        # each call starts from what is on disk (re-read when it changed).
-        self._shared = shared_checkpoint
-        self.checkpoint: Checkpoint = store.load()
+        # (and the lock, through its file), so each call starts from what is
+        # on disk (re-read when it changed).
+        self._shared = self._lock.shared
+        self.checkpoint: Checkpoint = store.current()
         PREPARED_CLAIMS.set(len(self.checkpoint.claims))
         # Called on the loop after every prepare/unprepare batch (the node's
         # fabric report says which fabric devices are held).
         self.on_change: Callable[[], None] | None = None
+
+    @property
+    def lock(self) -> ClaimLock:
+        """The one lock of prepare, unprepare and recovery (``driver.claims.lock``)."""
+        return self._lock
 
     @property
     def shared_checkpoint(self) -> bool:
@@ -170,8 +177,8 @@ class ClaimPreparer:
         Re-creates the spec of every prepared claim whose spec is missing
         (from the copy its record keeps) and removes specs no checkpointed
         claim owns (debris of a crash); also removes temp files of an
-        interrupted save. Run it under the plugin's claim lock: another
-        plugin process may be preparing. Returns (re-created, removed).
+        interrupted save, under the claim lock (another plugin process
+        may be preparing). Returns (re-created, removed).
         """
         async with self._lock:
             self._reload_if_shared()

@@ -12,10 +12,6 @@ from driver.cdi import CdiDevice, ContainerEdits
 from driver.checkpoint import ClaimRecord
 from driver.claims.model import PreparedDevice, PrepareResult
 
-# The allocation's shareID of a device shared through consumable capacity,
-# kept with the device's record (its undo data, so the checkpoint format holds).
-SHARE_ID = "shareID"
-
 
 def unique_devices(devices: list[CdiDevice]) -> list[CdiDevice]:
     seen: dict[str, CdiDevice] = {}
@@ -42,7 +38,7 @@ def result_of(record: ClaimRecord) -> PrepareResult:
                 pool_name=d.pool_name,
                 device_name=d.device_name,
                 cdi_device_ids=tuple(d.cdi_device_ids),
-                share_id=d.undo.get(SHARE_ID),
+                share_id=d.share_id,
             )
             for d in record.devices
         )

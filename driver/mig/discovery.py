@@ -6,7 +6,9 @@ we add its counter set and one device per offered (profile, placement), and
 make its full-GPU device consume the whole set. On Ampere a partitionable
 GPU is one an operator already put in MIG mode, and its full-GPU device is
 left out (in MIG mode the GPU cannot be used whole). The first scan also
-runs the start-up ownership check (``driver.mig.startup``).
+runs the start-up ownership check (``driver.mig.startup``). The checkpoint
+comes from the process's one store (``driver.checkpoint``), which the
+full-GPU guard follows from then on (:meth:`MigSupport.follow`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from driver.checkpoint import Checkpoint, CheckpointStore, read_boot_id
+from driver.checkpoint import Checkpoint, CheckpointStore
 from driver.devices.kind import Discovery
 from driver.devices.model import CounterSet, Device
 from driver.gpu.scan import FullGpus
@@ -51,6 +53,11 @@ class MigSupport:
         self._cleanup = policy.orphan_cleanup and cleanup_allowed
         self._started = False
 
+    def follow(self, checkpoint: Checkpoint) -> None:
+        """The checkpoint was read (again): the guard holds what it records."""
+        owned = ownership(checkpoint)
+        self.guard.follow(owned.full_gpus, owned.sharers)
+
     @property
     def lock(self) -> threading.RLock:
         """The NVML session lock (``driver.gpu.kind.Partitions``)."""
@@ -69,7 +76,7 @@ class MigSupport:
             managed = [g for g in infos.values() if self.policy.partitionable(g)]
             if not self._started:
                 owned = ownership(self._load_checkpoint())
-                self.guard.seed(owned.full_gpus, owned.sharers)
+                self.guard.follow(owned.full_gpus, owned.sharers)
                 orphans(nvml, managed, owned, self._cleanup)
                 self._started = True
             for device in gpus:
@@ -98,11 +105,11 @@ def mig_support(
     orphan_cleanup: bool,
     *,
     dev_root: Path,
-    checkpoint: Path,
-    boot_id_file: Path,
+    checkpoint: CheckpointStore,
     shared_checkpoint: bool,
 ) -> MigSupport | None:
     """Dynamic MIG from the plugin's settings; None when no GPU is selected.
+    ``checkpoint`` is the process's one store, which the guard follows.
 
     With a shared checkpoint (rolling update: another plugin process may be
     creating an instance right now) orphans are only reported, never destroyed.
@@ -112,10 +119,12 @@ def mig_support(
         return None
     if orphan_cleanup and shared_checkpoint:
         log.warning("MIG orphan cleanup is off during rolling updates (shared checkpoint)")
-    return MigSupport(
+    support = MigSupport(
         NvmlSession(backend),
         policy,
         lambda session, guard: MigHandler(session, guard, dev_root),
-        lambda: CheckpointStore(checkpoint, read_boot_id(boot_id_file)).load(),
+        checkpoint.current,
         cleanup_allowed=not shared_checkpoint,
     )
+    checkpoint.follow(support.follow)
+    return support

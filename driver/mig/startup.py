@@ -2,12 +2,13 @@
 
 The checkpoint is the only record of which claim owns which placement. At
 start we read it (before the claim preparer runs) to seed the full-GPU
-guard, and compare it with the instances NVML reports on the GPUs we
-partition. Instances no record owns - left by an operator, another tool, or
-a crash before PrepareStarted was written - are reported, and destroyed
-only when ``--mig-orphan-cleanup`` is on. Instances of records left in
-PrepareStarted are owned: the preparer undoes them when the claim is
-prepared or unprepared again.
+guard (which then follows each re-read of a checkpoint another plugin
+process wrote, ``driver.mig.guard``), and compare it with the instances
+NVML reports on the GPUs we partition. Instances no record owns - left by
+an operator, another tool, or a crash before PrepareStarted was written -
+are reported, and destroyed only when ``--mig-orphan-cleanup`` is on.
+Instances of records left in PrepareStarted are owned: the preparer undoes
+them when the claim is prepared or unprepared again.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from driver.checkpoint import Checkpoint
+from driver.checkpoint import Checkpoint, holdings
 from driver.gpu.fraction import KIND as SHARED
 from driver.mig.layout import KIND, parse_local_id
 from driver.nvml.backend import GpuInfo, MigInstance, NvmlBackend
@@ -34,18 +35,18 @@ class Ownership:
 
 
 def ownership(checkpoint: Checkpoint) -> Ownership:
+    """What the checkpoint's records hold of the GPUs (admin-access views hold nothing)."""
     placements: set[tuple[str, int, int]] = set()
     full: set[str] = set()
     shares: dict[str, set[str]] = {}
-    for claim in checkpoint.claims.values():
-        for device in claim.devices:
-            if device.kind == KIND:
-                placements.add(parse_local_id(device.local_id))
-            elif device.kind == "gpu":
-                full.add(device.local_id)
-            elif device.kind == SHARED:
-                full.add(device.local_id)
-                shares.setdefault(device.local_id, set()).add(claim.uid)
+    for held in holdings(checkpoint, (KIND, "gpu", SHARED)):
+        if held.kind == KIND:
+            placements.add(parse_local_id(held.local_id))
+        elif held.kind == "gpu":
+            full.add(held.local_id)
+        elif held.kind == SHARED:
+            full.add(held.local_id)
+            shares.setdefault(held.local_id, set()).add(held.claim_uid)
     return Ownership(
         frozenset(placements),
         frozenset(full),

@@ -1,9 +1,9 @@
 """The kubelet's DRA service (``DRAPlugin``), served under v1 and v1beta1.
 
 One :class:`DraServicer` instance per proto version, both sharing the same
-:class:`~driver.claims.model.ClaimHandler` and :class:`~plugin.flock.ClaimLock`,
-so a call through either version is serialised with calls through the other
-(and, with rolling update, with the other plugin pod). The servicer only
+:class:`~driver.claims.model.ClaimHandler`, whose one claim lock
+(``driver.claims.lock``) serialises a call through either version with calls
+through the other (and, with rolling update, with the other plugin pod). The servicer only
 translates and isolates failures: an exception from the handler fails every
 claim of that batch with the exception's message, never the RPC, because the
 kubelet ignores the whole response of a failed RPC and retries all claims.
@@ -19,7 +19,6 @@ from types import ModuleType
 from typing import Any
 
 from driver.claims.model import ClaimHandler, PrepareResult
-from plugin.flock import ClaimLock
 from plugin.proto import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
 from plugin.servers import translate
 
@@ -35,20 +34,18 @@ VERSIONS: tuple[tuple[str, ModuleType, ModuleType], ...] = (
 class DraServicer:
     """Implements ``DRAPlugin`` for one proto version (the ``pb2`` module)."""
 
-    def __init__(self, handler: ClaimHandler, pb2: ModuleType, lock: ClaimLock) -> None:
+    def __init__(self, handler: ClaimHandler, pb2: ModuleType) -> None:
         self._handler = handler
         self._pb2 = pb2
-        self._lock = lock
 
     async def NodePrepareResources(self, request: Any, context: Any) -> Any:
         claims = translate.claims_from_proto(request.claims)
         log.info("prepare %d claim(s): %s", len(claims), [c.uid for c in claims])
         try:
-            # The API reads first, outside the locks: a read that hangs (the
-            # apiserver or etcd down) never holds up an unprepare.
+            # The API reads first, outside the claim lock: a read that hangs
+            # (the apiserver or etcd down) never holds up an unprepare.
             fetched = await self._handler.read(claims)
-            async with self._lock:
-                results = await self._handler.prepare(claims, fetched)
+            results = await self._handler.prepare(claims, fetched)
         except Exception as exc:
             log.exception("prepare failed for the whole batch")
             errors = translate.batch_failure(claims, exc)
@@ -62,8 +59,7 @@ class DraServicer:
         claims = translate.claims_from_proto(request.claims)
         log.info("unprepare %d claim(s): %s", len(claims), [c.uid for c in claims])
         try:
-            async with self._lock:
-                errors = await self._handler.unprepare(claims)
+            errors = await self._handler.unprepare(claims)
         except Exception as exc:
             log.exception("unprepare failed for the whole batch")
             errors = translate.batch_failure(claims, exc)
@@ -73,11 +69,11 @@ class DraServicer:
         return translate.unprepare_response(self._pb2, claims, errors)
 
 
-def add_dra_servicers(server: Any, handler: ClaimHandler, lock: ClaimLock) -> list[str]:
+def add_dra_servicers(server: Any, handler: ClaimHandler) -> list[str]:
     """Register the DRA service under every version on ``server`` (a
     ``grpc.aio.Server``); returns the advertised names, e.g. ``"v1.DRAPlugin"``."""
     names = []
     for prefix, pb2, pb2_grpc in VERSIONS:
-        pb2_grpc.add_DRAPluginServicer_to_server(DraServicer(handler, pb2, lock), server)
+        pb2_grpc.add_DRAPluginServicer_to_server(DraServicer(handler, pb2), server)
         names.append(f"{prefix}.DRAPlugin")
     return names

@@ -10,7 +10,6 @@ import pytest
 
 from driver.claims.model import ClaimRef, Fetched, PreparedDevice, PrepareResult
 from driver.health.model import DeviceHealth, HealthStatus
-from plugin.flock import ClaimLock
 from plugin.proto import dra_v1_pb2, dra_v1beta1_pb2, health_v1alpha1_pb2
 from plugin.servers import translate
 from plugin.servers.dra import DraServicer
@@ -110,7 +109,7 @@ class _Raising:
 
 @pytest.mark.parametrize("pb2", [dra_v1_pb2, dra_v1beta1_pb2])
 async def test_batch_exception_becomes_per_claim_errors(pb2: Any) -> None:
-    servicer = DraServicer(_Raising(), pb2, ClaimLock())
+    servicer = DraServicer(_Raising(), pb2)
     resp = await servicer.NodePrepareResources(_request(pb2, A, B), None)
     assert set(resp.claims) == {A.uid, B.uid}
     for uid in (A.uid, B.uid):

@@ -21,7 +21,6 @@ from driver.checkpoint import CheckpointStore
 from driver.claims.preparer import ClaimPreparer
 from driver.devices.inventory import NodeInventory
 from driver.devices.model import Device
-from plugin.flock import ClaimLock
 from plugin.proto import dra_v1_pb2
 from plugin.servers.dra import DraServicer
 from tests.claims_doubles import NODE, FlakyHandler, Reader
@@ -58,7 +57,7 @@ def servicer(tmp_path: Path) -> tuple[GatedReader, DraServicer]:
     prep = ClaimPreparer(
         reader, inv, {"gpu": FlakyHandler(tmp_path / "dev")}, store, CdiRegistry(tmp_path / "cdi")
     )
-    return reader, DraServicer(prep, dra_v1_pb2, ClaimLock())
+    return reader, DraServicer(prep, dra_v1_pb2)
 
 
 def _prepare(*refs: Any) -> Any:

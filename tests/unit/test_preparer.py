@@ -11,6 +11,7 @@ import pytest
 
 from driver.cdi import CdiRegistry, ContainerEdits
 from driver.checkpoint import Checkpoint, CheckpointStore, ClaimState
+from driver.claims.lock import ClaimLock
 from driver.claims.model import ClaimRef
 from driver.claims.preparer import ClaimPreparer
 from driver.config.opaque import DeviceConfig
@@ -250,9 +251,8 @@ async def test_shared_checkpoint_is_read_again_only_after_another_process_wrote_
     def process() -> ClaimPreparer:  # a plugin pod of a rolling update
         store = CountingStore(tmp_path / "cp.json", "boot")
         handlers = {"gpu": FlakyHandler(tmp_path / "dev")}
-        return ClaimPreparer(
-            reader, inv, handlers, store, CdiRegistry(tmp_path / "cdi"), shared_checkpoint=True
-        )
+        lock = ClaimLock(tmp_path / "prepare.lock")  # taken by both processes
+        return ClaimPreparer(reader, inv, handlers, store, CdiRegistry(tmp_path / "cdi"), lock=lock)
 
     old, new = process(), process()
     a, b = reader.add("a", ["gpu-0"]), reader.add("b", ["gpu-1"])

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from driver.claims.lock import ClaimLock
 from driver.errors import ConfigError, SocketPathError
-from plugin.flock import ClaimLock
 from plugin.sockets import (
     MAX_SOCKET_PATH_BYTES,
     check_length,
@@ -227,7 +227,7 @@ def test_one_rolling_update_mode(short_dir: Path, pod_uid: str | None, rolling: 
         boot_id_file=short_dir / "boot_id",
     )
     assert settings.rolling_update is rolling
-    paths, preparer, lock = NodePlugin(settings, cast(KubeApi, object()), []).claim_serving()
+    paths, preparer = NodePlugin(settings, cast(KubeApi, object()), []).claim_serving()
     assert (paths.dra.name != "dra.sock") is rolling
     assert preparer.shared_checkpoint is rolling
-    assert lock.path == (paths.lock_file if rolling else None)
+    assert preparer.lock.path == (paths.lock_file if rolling else None)

@@ -1,13 +1,15 @@
-"""Serialise prepare/unprepare within this process and across processes.
+"""The one lock of prepare and unprepare, within this process and across processes.
 
-During a rolling update (kubelet 1.33+) two plugin pods of patchbay run on
-one node at once, each with its own sockets, and the kubelet may call either.
-Both must never prepare or unprepare at the same time, or they would race on
-the checkpoint, the CDI specs and the devices. :class:`ClaimLock` takes an
-``asyncio.Lock`` (callers in this process queue on the event loop, never on
-threads) and then, if a lock file is configured, an exclusive ``fcntl.flock``
-on a file in the plugin directory, which both pods share through the host
-path.
+Claims are prepared and unprepared one call at a time: calls race on the
+checkpoint, the CDI specs and the devices otherwise. During a rolling update
+(kubelet 1.33+) two plugin pods of patchbay run on one node at once, each
+with its own sockets, and the kubelet may call either, so the same holds
+across the two processes. :class:`ClaimLock` is the one mechanism for both:
+an ``asyncio.Lock`` (callers in this process queue on the event loop, never
+on threads) and then, if a lock file is configured, an exclusive
+``fcntl.flock`` on a file in the plugin directory, which both pods share
+through the host path. The claim preparer (``driver.claims.preparer``) owns
+it and takes it around every prepare, unprepare and start-up recovery.
 
 Concurrency model: the blocking ``flock`` call runs in a worker thread via
 ``asyncio.to_thread`` so the event loop keeps serving; if the waiting task is
@@ -53,6 +55,12 @@ class ClaimLock:
     @property
     def path(self) -> Path | None:
         return self._path
+
+    @property
+    def shared(self) -> bool:
+        """Whether another process takes this lock too (a rolling update): then
+        the state it guards (the checkpoint) may change while it is not held."""
+        return self._path is not None
 
     async def __aenter__(self) -> ClaimLock:
         await self._local.acquire()
