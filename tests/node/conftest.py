@@ -5,7 +5,8 @@ node (no kubelet, no container). Here one session brings up the control
 plane on the node bridge and two real nodes (hack/realnode.py: node-a with
 4 GPUs and VFs, node-c GPU-less with fabric adapters), installs
 ``helm/patchbay`` with ``hack/simulated-values.yaml`` plus the controller,
-the simulated fabric and GPU sharing (a fractional GPU, the MPS supervisor),
+the simulated fabric (a CXL fabric: GPUs, an NVMe drive, CXL memory behind
+node-c's adapters) and GPU sharing (a fractional GPU, the MPS supervisor),
 and the tests run the examples of
 ``deviceclasses/examples/`` as real containers.
 
