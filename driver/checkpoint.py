@@ -33,14 +33,14 @@ update's other plugin pod) records subscribes with
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -128,9 +128,9 @@ class Checkpoint(BaseModel):
     claims: dict[str, ClaimRecord] = Field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Holding:
-    """One device a recorded claim holds (or is preparing, or must undo)."""
+class Holding(NamedTuple):
+    """One device a recorded claim holds (or is preparing, or must undo).
+    A named tuple: every prepare reads one per device on the node."""
 
     claim_uid: str
     kind: str
@@ -146,7 +146,10 @@ def holdings(checkpoint: Checkpoint, kinds: Collection[str]) -> list[Holding]:
     nothing. ``kinds``: the device kinds this build has handlers for."""
     out: list[Holding] = []
     for claim in checkpoint.claims.values():
-        newer = claim.not_understood(kinds) is not None
+        # ClaimRecord.not_understood, without its message
+        newer = not isinstance(claim.state, ClaimState) or any(
+            d.kind not in kinds for d in claim.devices
+        )
         out += [
             Holding(claim.uid, d.kind, d.local_id, d.pool_name, d.device_name, d.share_id, newer)
             for d in claim.devices
@@ -179,6 +182,7 @@ class CheckpointStore:
         self._seen: tuple[int, int, int] | None = None  # the file we last read or wrote
         self._current: Checkpoint | None = None
         self._followers: list[Callable[[Checkpoint], None]] = []
+        self._encoded: dict[str, tuple[ClaimRecord, bytes]] = {}  # completed records' JSON
 
     def follow(self, follower: Callable[[Checkpoint], None]) -> None:
         """Call ``follower`` with every checkpoint read from disk from now on
@@ -275,8 +279,30 @@ class CheckpointStore:
         no other process may be saving (start-up, under the claim lock)."""
         return remove_stale_temps(self.path.parent, self.path.name)
 
+    def encode(self, checkpoint: Checkpoint) -> bytes:
+        """The file's bytes: the model's JSON, each claim's record serialised
+        once. A ``PrepareCompleted`` record is never changed, only dropped or
+        replaced (the preparer finishes a record before it says completed),
+        so its JSON is kept from the save that first wrote it while the same
+        record object is still completed: a save serialises the records that
+        changed, not every claim on the node (tests/bench/checkpoint_bench.py)."""
+        encoded: dict[str, tuple[ClaimRecord, bytes]] = {}
+        parts: list[bytes] = []
+        for uid, record in checkpoint.claims.items():
+            done = record.state is ClaimState.PREPARE_COMPLETED
+            kept = self._encoded.get(uid)
+            data = kept[1] if done and kept is not None and kept[0] is record else None
+            if data is None:
+                data = json.dumps(uid).encode() + b":" + record.model_dump_json().encode()
+            if done:
+                encoded[uid] = (record, data)  # holds the record: its id is not reused
+            parts.append(data)
+        self._encoded = encoded
+        head = checkpoint.model_dump_json(exclude={"claims"}).encode()
+        return head[:-1] + b',"claims":{' + b",".join(parts) + b"}}"
+
     def save(self, checkpoint: Checkpoint) -> None:
-        data = checkpoint.model_dump_json().encode()
+        data = self.encode(checkpoint)
         try:
             write_atomic(self.path, data, mode=0o600, keep_spare=True)
         except OSError as exc:
