@@ -14,6 +14,7 @@ from types import ModuleType
 
 from tests.bench import (
     burst_bench,
+    checkpoint_bench,
     fabric_bench,
     mig_bench,
     plugin_bench,
@@ -22,7 +23,15 @@ from tests.bench import (
     soak_bench,
 )
 
-DEFAULT = (plugin_bench, mig_bench, fabric_bench, sched_bench, share_bench, burst_bench)
+DEFAULT = (
+    plugin_bench,
+    mig_bench,
+    fabric_bench,
+    sched_bench,
+    share_bench,
+    burst_bench,
+    checkpoint_bench,
+)
 BY_NAME: dict[str, ModuleType] = {
     m.__name__.rsplit(".", 1)[-1].removesuffix("_bench"): m for m in (*DEFAULT, soak_bench)
 }
