@@ -1,24 +1,41 @@
 """The order MIG devices are published in: the scheduler's first-fit preference.
 
-The scheduler tries a pool's devices in slice order and takes the first
-that fits, and a request names one profile, so what matters is the order of
-each profile's (GPU, placement) candidates. Our choice, static per publish:
+The allocator that 1.37 runs with its default gates (1.36+,
+``k8s.io/dynamic-resource-allocation/structured/internal/incubating``:
+``buildPool`` sorts a pool's slices by name, pools by ID) walks our pool's
+devices in slice-name order, then in order inside each slice, and takes the
+first that fits; our slice names sort in build order
+(``driver.slices.build.slice_name``), so the order below is the scheduler's
+order across the whole pool. A request names one profile, so what matters is
+the order of each profile's (GPU, placement) candidates. Static per publish
+(no re-publish per prepare: that costs a pool rewrite per MIG operation,
+and the state-aware rankings tried in ``tests/bench/mig_state.py`` did no
+better). The rule, by the profile's shape:
 
-- GPU-major: lower GPUs fill first, so partitions crowd onto few GPUs and
-  the higher ones stay whole. Full GPUs go the other way (highest index
-  first), so whole-GPU claims and partitions grow from opposite ends.
-- Within a GPU, small profiles (under 4 memory slots) take placements from
-  the high end (1g at 6, 5, 4, ...) and large ones from the low end, so a
-  few small slices leave ``4g``/``3g`` at slot 0 and ``7g`` on other GPUs free.
-- No re-publish when the geometry changes: GPU-major order already prefers
-  the GPUs that are partitioned (they are the lowest ones), and rewriting
-  the pool on every prepare would cost slice writes and generations.
+- Balanced profiles (as many memory slots as compute slices: 1g, 2g, 4g)
+  fill the GPUs from the bottom, one GPU after the other (the first fit is
+  then the fullest GPU that fits: a best fit by GPU). Within a GPU the left
+  half's placements come first, highest start first, then the right half's
+  (1g: 3, 2, 1, 0, 6, 5, 4; 2g: 2, 0, 4): the right half (slots 4-7) stays
+  free longest for the one placement that uses slot 7 with compute to spare
+  (3g at 4).
+- Memory-heavy profiles (more memory slots than compute slices: 1g.2x,
+  3g, 7g) fill from the top GPU down, one placement across all GPUs before
+  the next, highest start first (3g: 4 on every GPU, then 0): they take slot
+  7, which no balanced placement can use, and they stay apart from the
+  balanced ones growing from the bottom.
+- Full GPUs (plain ones first, then partitionable ones) from the top down.
 
-The scheduler lists a pool's slices in no fixed order (an informer cache),
-so the order only holds inside one slice. Devices are therefore emitted in
-profile groups arranged so that the slice builder's 64-device cuts fall
-between groups where possible: a profile's candidates then sit in one slice
-and keep their order (8 x H200: 56+8, 56+8, 32+24+8, 16).
+Measured with ``tests/bench/mig_bench.py`` (the honest refusal metric, one
+stream for every order): 28 % fewer fragmentation refusals than name order
+(which is itself GPU-major, low start first); docs/figures.md has the rows.
+The rule came from a search over per-profile orders (GPU direction, GPU- or
+placement-major, start order) on other seeds than the bench's.
+
+For the stable allocator (slices in no fixed order: an informer's list),
+devices are also emitted in profile groups arranged so that the slice
+builder's 64-device cuts fall between groups where possible: a profile's
+candidates then sit in one slice and keep their order.
 """
 
 from __future__ import annotations
@@ -27,9 +44,8 @@ from collections.abc import Sequence
 from itertools import combinations
 
 from driver.devices.model import Device
+from driver.mig.layout import MEMORY_SLOTS
 from driver.slices.limits import MAX_DEVICES_WITH_COUNTERS_OR_TAINTS
-
-SMALL_SLOTS = 4
 
 
 def _int(device: Device, name: str) -> int:
@@ -37,11 +53,13 @@ def _int(device: Device, name: str) -> int:
     return value if isinstance(value, int) else 0
 
 
-def placement_key(device: Device) -> tuple[int, int]:
-    """GPU first; then high-end first for small profiles, low-end for large."""
-    start = _int(device, "placementStart")
-    small = _int(device, "memorySlots") < SMALL_SLOTS
-    return (_int(device, "parentIndex"), -start if small else start)
+def placement_key(device: Device) -> tuple[int, ...]:
+    """Balanced profiles: bottom GPU first, left half before right half,
+    high start first; memory-heavy ones: high start first, top GPU first."""
+    start, gpu = _int(device, "placementStart"), _int(device, "parentIndex")
+    if _int(device, "memorySlots") > _int(device, "computeSlices"):
+        return (-start, -gpu)
+    return (gpu, int(start >= MEMORY_SLOTS // 2), -start)
 
 
 def _best_subset(sizes: list[int], room: int) -> tuple[int, ...]:

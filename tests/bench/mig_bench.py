@@ -5,10 +5,13 @@ GPU had room for.
 Setting: an 8 x H200 node as our discovery publishes it (NVML fake), split
 into slices by our slice builder. A faithful model of the scheduler's first
 fit (``FirstFit``) replays one random stream of MIG requests and releases:
-like the allocator it walks the pool's slices in a random order each time
-(the scheduler's informer lists them unordered), the devices of a slice in
-order, and takes the first device of the asked profile whose counters all
-stay non-negative. The model is validated against the real scheduler in
+like the allocator that 1.37 runs with its default gates (``structured/
+internal/incubating``, 1.36+: ``buildPool`` sorts a pool's slices by name)
+it walks the pool's slices in name order, the devices of a slice in order,
+and takes the first device of the asked profile whose counters all stay
+non-negative. ``--allocator stable`` walks the slices in a random order each
+time instead, as the stable allocator does (the informer lists them
+unordered). The model is validated against the real scheduler in
 ``tests/e2e/test_mig_e2e.py``. Every order sees the same stream; reported
 per order: the share of requests served, the compute slices served, and
 fragmentation refusals (a request refused although one GPU had the free
@@ -149,7 +152,9 @@ def had_room(model: FirstFit, slots: int, compute: int) -> bool:
     )
 
 
-def serve(found: Discovery, order: str, ops: list[tuple[str, float]], seed: int) -> Served:
+def serve(
+    found: Discovery, order: str, ops: list[tuple[str, float]], seed: int, shuffle: bool = False
+) -> Served:
     """Replay ``ops`` on the pool published in ``order``: ``name``, ``static``
     (ours) or ``state:<ranking>`` (re-published after each MIG op)."""
     devices = (
@@ -158,7 +163,7 @@ def serve(found: Discovery, order: str, ops: list[tuple[str, float]], seed: int)
     sizes = {str(d.attributes["profile"]): (_int(d, "memorySlots"), _int(d, "computeSlices"))
              for d in found.devices if d.kind == "mig"}  # fmt: skip
     published = layout(found, devices)
-    model = FirstFit(published, random.Random(seed))
+    model = FirstFit(published, random.Random(seed) if shuffle else None)
     ranking = StateOrder(devices, order.split(":", 1)[1]) if order.startswith("state") else None
     out, held = Served(), list[Mapping[str, Any]]()
     current: dict[str, int] = {}
@@ -204,7 +209,7 @@ def _int(device: Device, name: str) -> int:
 def layout(found: Discovery, devices: tuple[Device, ...]) -> list[dict[str, Any]]:
     pool = PoolSpec("patchbay.dev", "n", "n-patchbay", {"nodeName": "n"}, devices,
                     found.counter_sets)  # fmt: skip
-    return [s.spec for s in build_slices(pool)]
+    return [s.spec for s in sorted(build_slices(pool), key=lambda s: s.name)]
 
 
 ORDERS = {
@@ -221,7 +226,14 @@ def main(argv: Sequence[str] = ()) -> dict[str, Served]:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--release-p", type=float, nargs="+", default=[0.4, 0.45])
+    parser.add_argument(
+        "--allocator",
+        choices=("incubating", "stable"),
+        default="incubating",
+        help="incubating (1.36+ default): slices in name order; stable: shuffled",
+    )
     args, _ = parser.parse_known_args(list(argv))
+    shuffle = args.allocator == "stable"
     found = discovery()
     results: dict[str, Served] = {}
     for release_p in args.release_p:
@@ -229,9 +241,9 @@ def main(argv: Sequence[str] = ()) -> dict[str, Served]:
         for run in range(args.runs):
             ops = stream(run, args.steps, release_p)
             for key in ORDERS:
-                totals[key].add(serve(found, key, ops, run))
-        print(f"MIG, 8 x H200, {args.runs} runs x {args.steps} steps (release p={release_p}), "
-              "the same requests for every order:")  # fmt: skip
+                totals[key].add(serve(found, key, ops, run, shuffle))
+        print(f"MIG, 8 x H200, {args.allocator} allocator, {args.runs} runs x {args.steps} steps"
+              f" (release p={release_p}), the same requests for every order:")  # fmt: skip
         print(f"  {'order':18s} {'served':>7s} {'compute slices':>15s} {'fragmentation':>14s}"
               f" {'pool rewrites':>14s} {'slice writes':>13s}")  # fmt: skip
         for key, label in ORDERS.items():
