@@ -262,9 +262,24 @@ class LeaderLease:
         }
         try:
             async with asyncio.timeout(self.timing.renew_deadline):
-                self._lease = await self._api.replace(self._path, {**lease, "spec": spec})
+                released = await self._replace_if_ours(lease, spec)
         except (ApiError, TimeoutError) as exc:
             log.warning("releasing the leader lease failed (it expires on its own): %s", exc)
             return False
-        log.info("leader lease %s/%s released by %s", self._ns, self._name, self.identity)
+        if released:
+            log.info("leader lease %s/%s released by %s", self._ns, self._name, self.identity)
+        return released
+
+    async def _replace_if_ours(self, lease: JsonObj, spec: JsonObj) -> bool:
+        try:
+            self._lease = await self._api.replace(self._path, {**lease, "spec": spec})
+            return True
+        except ApiStatusError as exc:
+            if not exc.conflict:
+                raise
+        # A renewal cut short by the stop may have landed after all: read it again.
+        lease = await self._api.get(self._path)
+        if _record(lease.get("spec") or {})[0] != self.identity:
+            return False  # another holder's now: not ours to release
+        self._lease = await self._api.replace(self._path, {**lease, "spec": spec})
         return True

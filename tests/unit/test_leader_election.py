@@ -300,3 +300,34 @@ def test_the_controller_refuses_such_a_lease_naming_the_setting() -> None:
     argv = ["--fabric-url=https://fabric:8443", "--fabric-token=t", "--lease-duration=3"]
     with pytest.raises(ConfigError, match=r"--lease-duration / LEASE_DURATION 3\.0s is too short"):
         parse_settings(ControllerSettings, argv, environ={})
+
+
+@dataclass
+class StillClock:
+    def monotonic(self) -> float:
+        return 0.0
+
+    def now(self) -> dt.datetime:
+        return EPOCH
+
+    async def sleep(self, seconds: float) -> None:
+        raise AssertionError("each attempt is made by the test")
+
+
+@pytest.mark.parametrize(("landed_by", "released"), [("me", True), ("other", False)])
+async def test_release_after_a_write_it_did_not_see_answered(
+    landed_by: str, released: bool
+) -> None:
+    # SIGTERM cut a renewal short, but the apiserver stored it (our resourceVersion
+    # is stale): the release reads the lease again and clears it only if it is ours.
+    api = MemoryKube()
+    me = LeaderLease(api, "kube-system", "patchbay-controller", "me", TIMING, clock=StillClock())
+    assert await me.try_acquire_or_renew()
+    (lease,) = api.objects(LEASE.rsplit("/", 1)[0])
+    lease["spec"]["holderIdentity"] = landed_by
+    await api.replace(LEASE, lease)
+    assert await me.release() is released
+    assert api.objects(LEASE.rsplit("/", 1)[0])[0]["spec"]["holderIdentity"] == (
+        "" if released else "other"
+    )
+    assert not me.leading
