@@ -33,10 +33,17 @@ CONTROLLER_GROUP = "patchbay:controllers"
 
 
 def switch(
-    ident: str, upstream: list[tuple[str, str, Path]], gpus: list[str], nics: Sequence[str] = ()
+    ident: str,
+    upstream: list[tuple[str, str, Path]],
+    gpus: Sequence[str],
+    nics: Sequence[str] = (),
+    nvmes: Sequence[str] = (),
+    cxlmems: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """One switch: upstream (node, adapter, host dir) ports, GPU slots, then NIC slots
-    (ConnectX PFs with 4 VFs)."""
+    """One switch: upstream (node, adapter, host dir) ports, then slots for GPUs,
+    NICs (ConnectX PFs with 4 VFs), NVMe drives (3.84 TB) and CXL Type 3 memory
+    (64 GiB; only on a fabric of type CXL, :class:`FabricService`'s ``spec``
+    sets it). Serials derive from the device ids (the simulator's defaults)."""
     devices: list[dict[str, Any]] = [
         {"kind": "gpu", "id": g, "model": "H100-SXM5-80GB"} for g in gpus
     ]
@@ -44,6 +51,8 @@ def switch(
         {"kind": "nic", "id": n, "netdev": f"fab{i}f0", "totalVfs": 4, "numVfs": 4}
         for i, n in enumerate(nics)
     ]
+    devices += [{"kind": "nvme", "id": d} for d in nvmes]
+    devices += [{"kind": "cxlmem", "id": m, "memoryMiB": 64 * 1024} for m in cxlmems]
     return {
         "id": ident,
         "upstream": [

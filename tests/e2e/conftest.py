@@ -3,11 +3,17 @@ and the chart tests' ``helm`` binary and server-side ``applier``.
 
 Two GPU-less simulated nodes (``fabric-adapters``: a NIC PF with 4 VFs on
 root pci0000:15, adapter0 on pci0000:15, adapter1 on pci0000:85), a real
-``patchbay-fabric`` (switch sw0: gpu-0, gpu-1 wired to adapter0 of both
-nodes; sw1: gpu-2 and the ConnectX NIC nic-0 wired to adapter1 of both) and
-a real ``patchbay-controller`` running with its own identity, bound to
+``patchbay-fabric`` (by default switch sw0: gpu-0, gpu-1 wired to adapter0 of
+both nodes; sw1: gpu-2 and the ConnectX NIC nic-0 wired to adapter1 of both;
+a module overrides the ``fabric_layout`` fixture for other devices) and a
+real ``patchbay-controller`` running with its own identity, bound to
 hack/rbac/controller.yaml, polling the fabric only every 300 s (it follows
 the fabric's event stream), serving /metrics on a free port.
+
+The controller attaches in the ``connections`` dialect; a module that sets
+``FABRIC_DIALECTS = DIALECTS`` runs once per dialect (its tests get an id
+``[connections]`` / ``[zones]``, and a fresh env each). Only modules whose
+subject is the attach itself do: the rest do not depend on the dialect.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 from cluster_proc import free_port
-from fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService, switch
+from fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from simnode import SimNode, apply_rbac, build_nvml_mock
@@ -27,10 +33,11 @@ from simnode import SimNode, apply_rbac, build_nvml_mock
 from tests.e2e.chart import Applier, cached_tool
 from tests.e2e.fabric_helpers import (
     ADAPTERS,
+    GPU_LAYOUT,
     HOLD_S,
     LEASE_S,
-    POOL_SIZE,
     Env,
+    FabricLayout,
     fabric_pool,
     fabric_slices,
 )
@@ -52,8 +59,29 @@ def applier(api_client: client.ApiClient) -> Iterator[Applier]:
     a.cleanup()
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    dialects = getattr(metafunc.module, "FABRIC_DIALECTS", None)
+    if dialects and "fabric_dialect" in metafunc.fixturenames:
+        metafunc.parametrize("fabric_dialect", dialects, indirect=True, scope="module")
+
+
 @pytest.fixture(scope="module")
-def env(local_cluster, resource_api, core, tmp_path_factory) -> Iterator[Env]:  # type: ignore[no-untyped-def]
+def fabric_dialect(request: pytest.FixtureRequest) -> str:
+    """The controller's --fabric-dialect for this module's env."""
+    return str(getattr(request, "param", "connections"))
+
+
+@pytest.fixture(scope="module")
+def fabric_layout() -> FabricLayout:
+    """The devices of this module's fabric (override in a module for others)."""
+    return GPU_LAYOUT
+
+
+@pytest.fixture(scope="module")
+def env(  # type: ignore[no-untyped-def]
+    local_cluster, resource_api, core, tmp_path_factory, fabric_dialect: str,
+    fabric_layout: FabricLayout,
+) -> Iterator[Env]:  # fmt: skip
     build_nvml_mock()
     apply_rbac(local_cluster.kubeconfig, "plugin.yaml")
     apply_rbac(local_cluster.kubeconfig, "controller.yaml")
@@ -74,14 +102,8 @@ def env(local_cluster, resource_api, core, tmp_path_factory) -> Iterator[Env]:  
         )
         for n in names
     ]
-    spec = {
-        "switches": [
-            switch("sw0", [(n.name, "adapter0", n.host.dir) for n in nodes], ["gpu-0", "gpu-1"]),
-            switch("sw1", [(n.name, "adapter1", n.host.dir) for n in nodes], ["gpu-2"], ["nic-0"]),
-        ]
-    }
     run = Path(local_cluster.run_dir)
-    fabric = FabricService(run / "fabric", spec)
+    fabric = FabricService(run / "fabric", fabric_layout.spec(nodes))
     ctl_kc = local_cluster.kubeconfig_for(
         "patchbay-controller", "patchbay-controller", (CONTROLLER_GROUP,)
     )
@@ -92,8 +114,9 @@ def env(local_cluster, resource_api, core, tmp_path_factory) -> Iterator[Env]:  
         f"--failed-device-hold={HOLD_S}",
         f"--lease-duration={LEASE_S}",
         f"--metrics-port={free_port()}",
+        f"--fabric-dialect={fabric_dialect}",
     )
-    e = Env(nodes, fabric, ctl)
+    e = Env(nodes, fabric, ctl, fabric_dialect, fabric_layout)
     try:
         for n in nodes:
             n.start()
@@ -103,10 +126,10 @@ def env(local_cluster, resource_api, core, tmp_path_factory) -> Iterator[Env]:  
 
         def published() -> bool:  # by this module's controller, for these nodes
             pool = fabric_pool(resource_api).values()
-            return len(pool) == POOL_SIZE and all(d.node_name in mine for d in pool)
+            return len(pool) == e.pool_size and all(d.node_name in mine for d in pool)
 
         wait_for(
-            f"{POOL_SIZE} fabric variants published for {names}",
+            f"{e.pool_size} fabric variants published for {names} ({fabric_dialect})",
             lambda: e.check_alive() and published(),
             timeout=90,
         )

@@ -5,9 +5,11 @@ Split from tests/e2e/test_fabric_e2e.py to keep each module small.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from fabricsim import ControllerProcess, FabricService
+from fabricsim import ControllerProcess, FabricService, switch
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from simnode import SimNode
@@ -18,13 +20,69 @@ from tests.e2e.helpers import wait_for
 ROOT = "resource.kubernetes.io/pcieRoot"
 ADAPTERS = "--fabric-adapters=adapter0=0000:15:02.0,adapter1=0000:85:01.0"
 HOLD_S = 45  # the controller's --failed-device-hold
-POOL_SIZE = 8  # gpu-0, gpu-1, gpu-2 and nic-0, each reachable from both nodes
 LEASE_S = 6  # short leader lease: a standby takes over within seconds
+DIALECTS = ("connections", "zones")  # the controller's --fabric-dialect values
+
+
+@dataclass(frozen=True)
+class SwitchLayout:
+    """A switch wired to ``adapter`` of every node, and the devices in its slots."""
+
+    id: str
+    adapter: str
+    gpus: tuple[str, ...] = ()
+    nics: tuple[str, ...] = ()
+    nvmes: tuple[str, ...] = ()
+    cxlmems: tuple[str, ...] = ()
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return self.gpus + self.nics + self.nvmes + self.cxlmems
+
+
+@dataclass(frozen=True)
+class FabricLayout:
+    """What the env's fabric holds (a module overrides the ``fabric_layout``
+    fixture for other devices); CXL memory needs ``type="CXL"``."""
+
+    switches: tuple[SwitchLayout, ...]
+    type: str = "PCIe"
+
+    def pool_size(self, nodes: int) -> int:
+        """Pool variants: each device once per node its switch reaches."""
+        return sum(len(sw.devices) for sw in self.switches) * nodes
+
+    def spec(self, nodes: list[SimNode]) -> dict[str, Any]:
+        """The FabricService spec, wired to the nodes' simulated hosts."""
+        switches = []
+        for sw in self.switches:
+            up: list[tuple[str, str, Path]] = [(n.name, sw.adapter, n.host.dir) for n in nodes]
+            switches.append(switch(sw.id, up, sw.gpus, sw.nics, sw.nvmes, sw.cxlmems))
+        return {"id": f"{self.type.lower()}0", "type": self.type, "switches": switches}
+
+
+# sw0: gpu-0, gpu-1 behind adapter0 of both nodes; sw1: gpu-2, nic-0 behind adapter1.
+GPU_LAYOUT = FabricLayout(
+    (
+        SwitchLayout("sw0", "adapter0", gpus=("gpu-0", "gpu-1")),
+        SwitchLayout("sw1", "adapter1", gpus=("gpu-2",), nics=("nic-0",)),
+    )
+)
+POOL_SIZE = GPU_LAYOUT.pool_size(2)  # 8: gpu-0, gpu-1, gpu-2 and nic-0, each on both nodes
 
 
 class Env:
-    def __init__(self, nodes: list[SimNode], fabric: FabricService, ctl: ControllerProcess):
+    def __init__(
+        self,
+        nodes: list[SimNode],
+        fabric: FabricService,
+        ctl: ControllerProcess,
+        dialect: str = "connections",
+        layout: FabricLayout = GPU_LAYOUT,
+    ) -> None:
         self.nodes, self.fabric, self.ctl = nodes, fabric, ctl
+        self.dialect, self.layout = dialect, layout
+        self.pool_size = layout.pool_size(len(nodes))
 
     def check_alive(self) -> bool:
         for n in self.nodes:

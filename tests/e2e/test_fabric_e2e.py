@@ -1,5 +1,6 @@
 """Fabric devices on the real control plane: the pool, attach and release,
-races, pairs (tests/e2e/conftest.py builds the environment).
+races, pairs (tests/e2e/conftest.py builds the environment), once per
+attach dialect (``connections`` and ``zones``).
 
 The real scheduler allocates fabric variants and waits in PreBind for
 FabricDeviceReady; the node agents prepare through our plugins. Scenarios
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.fabric_helpers import (
+    DIALECTS,
     POOL_SIZE,
     ROOT,
     Env,
@@ -33,6 +35,7 @@ from tests.e2e.helpers import events_about, wait_for
 from tests.e2e.pods import claim_of, gone, phase, pod
 
 pytestmark = pytest.mark.cluster
+FABRIC_DIALECTS = DIALECTS
 
 
 def test_pool_has_one_variant_per_reachable_adapter(env: Env, resource_api: Any) -> None:
