@@ -39,20 +39,21 @@ def build_nvml_mock() -> Path:
 
 
 def apply_rbac(kubeconfig: Path, manifest: str) -> None:
-    """Create the ClusterRole/Binding documents of ``hack/rbac/<manifest>`` (idempotent)."""
+    """Create the (Cluster)Role/Binding documents of ``hack/rbac/<manifest>`` (idempotent)."""
     from kubernetes import client, config
     from kubernetes.client.rest import ApiException
 
     api = config.new_client_from_config(config_file=str(kubeconfig))
     rbac = client.RbacAuthorizationV1Api(api)
+    creates = {
+        "ClusterRole": rbac.create_cluster_role,
+        "ClusterRoleBinding": rbac.create_cluster_role_binding,
+        "Role": lambda d: rbac.create_namespaced_role(d["metadata"]["namespace"], d),
+        "RoleBinding": lambda d: rbac.create_namespaced_role_binding(d["metadata"]["namespace"], d),
+    }
     for doc in yaml.safe_load_all((REPO / "hack" / "rbac" / manifest).read_text()):
-        create = (
-            rbac.create_cluster_role
-            if doc["kind"] == "ClusterRole"
-            else rbac.create_cluster_role_binding
-        )
         try:
-            create(doc)
+            creates[doc["kind"]](doc)
         except ApiException as exc:
             if exc.status != 409:
                 raise

@@ -273,4 +273,4 @@ def test_chart_roles_equal_the_roles_the_e2e_tests_run_under(
     ]  # fmt: skip
     assert docs, f"no roles rendered for {component}"
     local = list(yaml.safe_load_all((REPO / "hack" / "rbac" / f"{component}.yaml").read_text()))
-    assert _rules(docs, ("ClusterRole", "Role")) == _rules(local, ("ClusterRole",))
+    assert _rules(docs, ("ClusterRole", "Role")) == _rules(local, ("ClusterRole", "Role"))

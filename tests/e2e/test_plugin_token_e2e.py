@@ -1,0 +1,313 @@
+"""A stolen plugin token cannot re-shape its Node (issue 23, item 2).
+
+Why: the kubelet mounts a ServiceAccount token bound to the plugin pod into
+it. RBAC lets that token patch Nodes and write Events; what keeps it to the
+plugin's own needs is the chart: the ValidatingAdmissionPolicy
+``<release>-plugin-node-fields`` (only the annotation ``patchbay.dev/fabric``
+may change on the Node) beside ``<release>-plugin-own-node-slices`` (only its
+own Node), and a Role for Events in "default" only, where the apiserver keeps
+the Events about a Node.
+
+How: the chart is rendered with the pinned helm and its plugin RBAC and
+policies applied to the real apiserver. A Pod of the plugin's ServiceAccount
+is bound to a Node (spec.nodeName; nothing runs it), and a TokenRequest with
+``boundObjectRef`` to that Pod yields the same token the kubelet would mount,
+carrying the user extra ``authentication.kubernetes.io/node-name``. Every write
+below is made with that token. Each refused change must be answered 403 with
+a message naming the node and the field, and leave the Node as it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from driver.fabric_devices.naming import NODE_ANNOTATION
+from driver.kube.api import KubeApi
+from driver.kube.events import WARNING, EventRecorder, ObjectRef
+from tests.e2e.chart import Applier, by_kind, render
+from tests.e2e.helpers import delete_quietly, make_node, unique, wait_for
+
+pytestmark = pytest.mark.cluster
+
+NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
+TAINT = {"key": "patchbay.dev/e2e-reserved", "effect": "NoSchedule"}
+KEPT_LABEL = "patchbay.dev/e2e-pool"
+POLICY_SAYS = "may change only the annotation patchbay.dev/fabric of Node"
+# What the test installs from the rendered chart: the plugin's identity, its
+# roles and bindings, and the admission policies that narrow them.
+PLUGIN_KINDS = {
+    "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """The plugin's credentials on its node, and the admin view of that node."""
+
+    node: str
+    other: str
+    namespace: str
+    pod: str
+    core: client.CoreV1Api  # with the pod-bound token
+    kubeconfig: Path  # the same token, for driver.kube.api
+    admin: client.CoreV1Api
+    policies: tuple[str, ...]  # the chart's ValidatingAdmissionPolicies
+
+
+def _token_client(local_cluster: Any, token: str) -> client.ApiClient:
+    conf = client.Configuration()
+    conf.host = local_cluster.server
+    conf.ssl_ca_cert = str(local_cluster.pki.ca.cert)
+    conf.api_key = {"authorization": f"Bearer {token}"}
+    return client.ApiClient(conf)
+
+
+def _token_kubeconfig(path: Path, local_cluster: Any, token: str) -> Path:
+    cluster = {
+        "server": local_cluster.server,
+        "certificate-authority": str(local_cluster.pki.ca.cert),
+    }
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "plugin",
+        "clusters": [{"name": "local", "cluster": cluster}],
+        "users": [{"name": "plugin", "user": {"token": token}}],
+        "contexts": [{"name": "plugin", "context": {"cluster": "local", "user": "plugin"}}],
+    }))  # fmt: skip
+    return path
+
+
+def _install_plugin_rbac(
+    helm: Path, applier: Applier, release: str, namespace: str
+) -> tuple[str, tuple[str, ...]]:
+    """Apply the chart's plugin objects; the plugin ServiceAccount's name and
+    the policies' names."""
+    docs = [d for d in render(helm, release, namespace) if d["kind"] in PLUGIN_KINDS]
+    docs = [d for d in docs if "-plugin" in d["metadata"]["name"]]
+    for doc in docs:
+        applier.apply(doc, doc["metadata"].get("namespace", namespace))
+    (sa,) = by_kind(docs, "ServiceAccount")
+    policies = by_kind(docs, "ValidatingAdmissionPolicy")
+    return str(sa["metadata"]["name"]), tuple(d["metadata"]["name"] for d in policies)
+
+
+def _pod_bound_token(core: client.CoreV1Api, namespace: str, sa: str, node: str) -> tuple[str, str]:
+    """A Pod of ``sa`` on ``node`` and a token bound to it, as the kubelet mounts."""
+    name = unique("plugin")
+    pod = core.create_namespaced_pod(namespace, {
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node, "serviceAccountName": sa,
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{"name": "plugin", "image": "registry.example/patchbay:none"}],
+        },
+    })  # fmt: skip
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": name,
+                               "uid": pod.metadata.uid},
+            "expirationSeconds": 3600,
+        },
+    }  # fmt: skip
+    answer = core.create_namespaced_service_account_token(sa, namespace, request)
+    return name, str(answer.status.token)
+
+
+@pytest.fixture(scope="module")
+def plugin(
+    helm: Path,
+    local_cluster: Any,
+    api_client: client.ApiClient,
+    core: client.CoreV1Api,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Plugin]:
+    namespace = unique("pbtok")
+    core.create_namespace({"metadata": {"name": namespace}})
+    applier = Applier(api_client)
+    node, other = unique("tok-own"), unique("tok-other")
+    token_api: client.ApiClient | None = None
+    try:
+        sa, policies = _install_plugin_rbac(helm, applier, unique("pbt"), namespace)
+        for name in (node, other):
+            make_node(core, name, {KEPT_LABEL: "a"})
+        core.patch_node(node, {"spec": {"taints": [TAINT]}})
+        pod, token = _pod_bound_token(core, namespace, sa, node)
+        token_api = _token_client(local_cluster, token)
+        kubeconfig = _token_kubeconfig(
+            tmp_path_factory.mktemp("token") / "plugin.kubeconfig", local_cluster, token
+        )
+        plugin_core = client.CoreV1Api(token_api)
+        yield Plugin(node, other, namespace, pod, plugin_core, kubeconfig, core, policies)
+    finally:
+        if token_api is not None:
+            token_api.close()
+        applier.cleanup()
+        for name in (node, other):
+            delete_quietly(core.delete_node, name)
+        delete_quietly(core.delete_namespace, namespace)
+
+
+@pytest.fixture(scope="module")
+def policy_active(plugin: Plugin) -> Plugin:
+    """The policy is in force once a probe label is refused by it (the
+    apiserver loads policies through informers). Each probe uses a fresh key:
+    one let through before the policy was loaded is then no change."""
+
+    def refused() -> bool:
+        try:
+            plugin.core.patch_node(plugin.node, {"metadata": {"labels": {unique("probe"): "x"}}})
+        except ApiException as err:
+            return err.status == 403 and POLICY_SAYS in str(err.body)
+        return False
+
+    wait_for("the plugin node-fields policy to refuse a label", refused, 30)
+    return plugin
+
+
+def test_the_token_is_bound_to_the_plugin_pod_on_its_node(plugin: Plugin) -> None:
+    review = client.AuthenticationV1Api(plugin.core.api_client).create_self_subject_review({})
+    extra = review.status.user_info.extra or {}
+    assert extra.get(NODE_NAME_EXTRA) == [plugin.node], extra
+    assert extra.get("authentication.kubernetes.io/pod-name") == [plugin.pod], extra
+
+
+def test_the_charts_node_policies_type_check_cleanly(
+    plugin: Plugin, api_client: client.ApiClient
+) -> None:
+    """The apiserver type-checks each policy's CEL against the Node schema and
+    reports what it could not check; a misspelt field would only show there."""
+    admission = client.AdmissionregistrationV1Api(api_client)
+
+    def checked(name: str) -> Any:
+        status = admission.read_validating_admission_policy(name).status
+        return status.type_checking if status is not None else None
+
+    assert len(plugin.policies) == 2, plugin.policies
+    for name in plugin.policies:
+        result = wait_for(f"the type check of {name}", functools.partial(checked, name), 30)
+        assert not result.expression_warnings, result.expression_warnings
+
+
+def _taints_without_ours(p: Plugin) -> dict[str, Any]:
+    taints = p.admin.read_node(p.node).spec.taints or []
+    kept = [{"key": t.key, "effect": t.effect} for t in taints if t.key != TAINT["key"]]
+    return {"spec": {"taints": kept}}
+
+
+CHANGES: dict[str, tuple[Callable[[Plugin], dict[str, Any]], tuple[str, ...]]] = {
+    "tenant label": (
+        lambda p: {"metadata": {"labels": {"node-restriction.kubernetes.io/tenant": "x"}}},
+        ("label node-restriction.kubernetes.io/tenant",),
+    ),
+    "control-plane role": (
+        lambda p: {"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}},
+        ("label node-role.kubernetes.io/control-plane",),
+    ),
+    "label removed": (
+        lambda p: {"metadata": {"labels": {KEPT_LABEL: None}}},
+        (f"label {KEPT_LABEL}",),
+    ),
+    "NoSchedule taint removed": (
+        _taints_without_ours,
+        ("spec.taints (", f"-{TAINT['key']}:{TAINT['effect']}"),
+    ),
+    "cordon": (lambda p: {"spec": {"unschedulable": True}}, ("spec.unschedulable",)),
+    "other annotation": (
+        lambda p: {"metadata": {"annotations": {"example.com/owner": "me"}}},
+        ("annotation example.com/owner",),
+    ),
+    "fabric annotation with a label": (
+        lambda p: {"metadata": {
+            "annotations": {NODE_ANNOTATION: "{}"},
+            "labels": {"node-role.kubernetes.io/worker": ""},
+        }},
+        ("not its label node-role.kubernetes.io/worker",),
+    ),
+}  # fmt: skip
+
+
+def _shape(p: Plugin) -> Any:
+    """What the policy guards on the Node (status moves on without us)."""
+    node = p.admin.read_node(p.node)
+    meta = node.metadata
+    return (meta.labels, meta.annotations, node.spec.to_dict())
+
+
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_a_change_beyond_the_fabric_annotation_is_refused(
+    policy_active: Plugin, change: str
+) -> None:
+    p = policy_active
+    patch, fragments = CHANGES[change]
+    before = _shape(p)
+    with pytest.raises(ApiException) as refused:
+        p.core.patch_node(p.node, patch(p))
+    body = str(refused.value.body)
+    assert refused.value.status == 403, body
+    message = json.loads(body)["message"]
+    assert f"{POLICY_SAYS} '{p.node}'" in message, message
+    assert all(f in message for f in fragments), message
+    assert NODE_ANNOTATION not in message.split(", not its ")[1], message
+    assert _shape(p) == before
+
+
+def test_the_fabric_annotation_is_written_and_removed_on_its_own_node_only(
+    policy_active: Plugin,
+) -> None:
+    p = policy_active
+    report = json.dumps({"adapters": {}})
+    p.core.patch_node(p.node, {"metadata": {"annotations": {NODE_ANNOTATION: report}}})
+    assert p.admin.read_node(p.node).metadata.annotations[NODE_ANNOTATION] == report
+    p.core.patch_node(p.node, {"metadata": {"annotations": {NODE_ANNOTATION: None}}})
+    assert NODE_ANNOTATION not in (p.admin.read_node(p.node).metadata.annotations or {})
+    with pytest.raises(ApiException) as elsewhere:
+        p.core.patch_node(p.other, {"metadata": {"annotations": {NODE_ANNOTATION: report}}})
+    assert elsewhere.value.status == 403
+    assert "may only write its own Node" in str(elsewhere.value.body)
+
+
+async def _record(p: Plugin, regarding: ObjectRef) -> tuple[int, int]:
+    """One Event through the plugin's own recorder: (written, failed)."""
+    api = await KubeApi.connect(str(p.kubeconfig))
+    recorder = EventRecorder(api, "patchbay.dev/plugin", f"patchbay-plugin-{p.node}")
+    task = asyncio.create_task(recorder.run())
+    try:
+        recorder.event(regarding, WARNING, "TokenE2E", "Checking", "written with the pod token")
+        await recorder.drain()
+        return recorder.stats.written, recorder.stats.failed
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await api.close()
+
+
+def test_events_only_about_its_node_in_their_namespace(plugin: Plugin) -> None:
+    p = plugin
+    node = p.admin.read_node(p.node)
+    node_ref = ObjectRef("Node", p.node, uid=node.metadata.uid)
+
+    def node_event_written() -> bool:  # RBAC follows the RoleBinding through an informer
+        return asyncio.run(_record(p, node_ref)) == (1, 0)
+
+    wait_for("the plugin to write an Event about its Node", node_event_written, 30)
+    events = p.admin.list_namespaced_event(
+        "default", field_selector=f"involvedObject.name={p.node}"
+    )
+    assert [e.reason for e in events.items if e.reason == "TokenE2E"], events.items
+    pod = p.admin.read_namespaced_pod(p.pod, p.namespace)
+    pod_ref = ObjectRef("Pod", p.pod, p.namespace, pod.metadata.uid)
+    assert asyncio.run(_record(p, pod_ref)) == (0, 1)
+    mine = p.admin.list_namespaced_event(p.namespace, field_selector=f"involvedObject.name={p.pod}")
+    assert [e for e in mine.items if e.reason == "TokenE2E"] == []
