@@ -216,7 +216,7 @@ class AnnotationPublisher:
             self._dirty.set()
 
     async def run(self) -> None:
-        backoff = Backoff()
+        backoff = Backoff(jitter=0.5)  # after an outage every node writes: not at once
         while True:
             await self._dirty.wait()
             self._dirty.clear()
@@ -230,8 +230,8 @@ class AnnotationPublisher:
                 backoff.reset()
                 log.info("node fabric report written: %s", want)
             except ApiError as exc:
-                log.warning(
-                    "writing the node fabric report failed (retry in %.1fs): %s", backoff.delay, exc
-                )
-                await backoff.sleep()
+                delay = backoff.next()
+                log.warning("writing the node fabric report failed (retry in %.1fs): %s",
+                            delay, exc)  # fmt: skip
+                await asyncio.sleep(delay)
                 self._dirty.set()

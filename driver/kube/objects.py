@@ -45,7 +45,7 @@ def owner_reference(node: Mapping[str, Any]) -> dict[str, Any]:
 
 async def wait_for_node(api: KubeClient, name: str, max_delay: float = 10.0) -> dict[str, Any]:
     """The Node object; waits (with backoff) until it exists."""
-    backoff = Backoff(cap=max_delay)
+    backoff = Backoff(cap=max_delay, jitter=0.5)  # every node's plugin may wait at once
     while True:
         try:
             return await api.get(f"/api/v1/nodes/{name}")
