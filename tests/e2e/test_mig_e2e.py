@@ -128,17 +128,16 @@ def test_partitions_full_gpu_and_new_geometry(
         names[profile] = allocated(core, resource_api, ns, profile[:2])
         predicted = model.allocate(profile_is(profile))
         assert predicted is not None and predicted["name"] == names[profile], "first-fit model"
-    # driver.mig.order: balanced profiles from the bottom GPU (left half, high
-    # start first), memory-heavy ones (3g) from the top GPU.
+    # driver.mig.order: the bottom GPU first; 1g and 2g left half first, high
+    # start first; 3g at 4 before 0.
     assert names == {"1g.10gb": "gpu-0-mig-1g-10gb-3", "2g.20gb": "gpu-0-mig-2g-20gb-0",
-                     "3g.40gb": "gpu-1-mig-3g-40gb-4"}  # fmt: skip
+                     "3g.40gb": "gpu-0-mig-3g-40gb-4"}  # fmt: skip
     mig_uuids = {visible(sim, ns, p) for p in ("1g", "2g", "3g")}
     assert len(mig_uuids) == 3 and all(u.startswith("MIG-") for u in mig_uuids)
     state = instances(sim, 0)
-    assert [(p, s) for p, s, _ in state] == [(14, 0), (19, 3)], "non-overlapping"
-    assert [(p, s) for p, s, _ in instances(sim, 1)] == [(9, 4)]
-    assert {u for i in (0, 1) for _, _, cis in instances(sim, i) for u in cis} == mig_uuids
-    assert gpu_state(sim, 0)["mig_current"] and gpu_state(sim, 1)["mig_current"]
+    assert [(p, s) for p, s, _ in state] == [(9, 4), (14, 0), (19, 3)], "non-overlapping"
+    assert {u for _, _, cis in state for u in cis} == mig_uuids
+    assert gpu_state(sim, 0)["mig_current"] and not gpu_state(sim, 1)["mig_current"]
 
     template(resource_api, ns, "whole-0", "gpu.patchbay.dev",
              'device.attributes["patchbay.dev"].index == 0')  # fmt: skip
@@ -151,11 +150,8 @@ def test_partitions_full_gpu_and_new_geometry(
     assert visible(sim, ns, "whole") == gpu_state(sim, 0)["uuid"]
     gone(core, ns, "whole")
 
-    template(resource_api, ns, "mig-3g-gpu-0", "mig.patchbay.dev",
-             'device.attributes["patchbay.dev"].profile == "3g.40gb" && '
-             'device.attributes["patchbay.dev"].parentIndex == 0')  # fmt: skip
     for profile in ("4g.40gb", "3g.40gb"):
-        tmpl = "mig-3g-gpu-0"  # on GPU 0 (the order prefers the top GPU for 3g)
+        tmpl = f"mig-{profile.replace('.', '-')}"
         if profile == "4g.40gb":
             tmpl = profile_template(resource_api, ns, profile)
         pod(core, ns, f"b{profile[:2]}", sim.name, tmpl)

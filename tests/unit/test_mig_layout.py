@@ -155,7 +155,7 @@ def test_eight_h200_publish_within_limits_with_profiles_unsplit() -> None:
     assert all(len(v) == 1 for v in where.values()), where
 
 
-def test_order_balanced_from_the_bottom_memory_heavy_from_the_top() -> None:
+def test_order_from_the_bottom_balanced_by_gpu_memory_heavy_by_placement() -> None:
     gpu_type, _, _ = node("H100-SXM5-80GB", 2)
     devices = gpu_type.discover().devices
 
@@ -167,8 +167,8 @@ def test_order_balanced_from_the_bottom_memory_heavy_from_the_top() -> None:
     assert order("1g.10gb") == [(g, s) for g in (0, 1) for s in (3, 2, 1, 0, 6, 5, 4)]
     assert order("2g.20gb") == [(0, 2), (0, 0), (0, 4), (1, 2), (1, 0), (1, 4)]
     assert order("4g.40gb") == [(0, 0), (1, 0)]
-    # Memory-heavy: one placement across the GPUs from the top, then the next.
-    assert order("3g.40gb") == [(1, 4), (0, 4), (1, 0), (0, 0)]
-    assert order("1g.20gb") == [(g, s) for s in (6, 4, 2, 0) for g in (1, 0)]
-    assert order("7g.80gb") == [(1, 0), (0, 0)]
+    # Memory-heavy: one placement across the GPUs from the bottom, then the next.
+    assert order("3g.40gb") == [(0, 4), (1, 4), (0, 0), (1, 0)]
+    assert order("1g.20gb") == [(g, s) for s in (6, 4, 2, 0) for g in (0, 1)]
+    assert order("7g.80gb") == [(0, 0), (1, 0)]
     assert [d.name for d in devices if d.kind == "gpu"] == ["gpu-1", "gpu-0"]
