@@ -99,4 +99,9 @@ def effective(
             raise ConfigError(
                 f"config kind {config.kind} does not apply to device {device} of type {device_type}"
             )
+        if isinstance(config, GpuConfig) and config.passthrough and device_type != "gpu":
+            raise ConfigError(
+                f"passthrough {config.passthrough!r} applies to whole GPUs only, not to "
+                f"device {device} of type {device_type}"
+            )
     return configs[-1] if configs else None

@@ -114,6 +114,12 @@ def test_config_refuses_sharing_or_capabilities_with_passthrough() -> None:
         opaque.decode({**PASSTHROUGH, "passthrough": "vfio"}, "config[0]")
 
 
+def test_passthrough_config_on_a_mig_device_is_refused() -> None:
+    with pytest.raises(ConfigError, match="whole GPUs only, not to device gpu-0-mig-1g-0 of type"):
+        opaque.effective([config()], "mig", "gpu-0-mig-1g-0")
+    assert opaque.effective([config()], "gpu", "gpu-0") == config()
+
+
 def test_a_mig_device_is_refused(host: SimHost, gpu: Device, handler: GpuHandler) -> None:
     mig = Device("gpu-0-mig-1g", "mig", "MIG-x", {PCI_BUS_ID: GPU_BDF})
     with pytest.raises(DeviceError, match="is a mig device; only a whole GPU"):
