@@ -95,5 +95,7 @@ def test_controller_metrics_follow_an_attach_and_a_detach(
         ),
         timeout=60,
     )
+    # One detach, counted once, and timed once.
+    assert value(env, "patchbay_fabric_operations_total", op="detach", result="ok") == detached + 1
     count = value(env, "patchbay_fabric_operation_duration_seconds_count", op="detach", result="ok")
-    assert (count or 0) >= 1
+    assert count == detached + 1

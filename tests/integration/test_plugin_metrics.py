@@ -68,10 +68,12 @@ def test_metrics_follow_hotplug_prepare_and_health(
     port, node, host = metrics_port(plugin), plugin.node_name, plugin.host
     kubelet = wait_registered(plugin)  # GetInfo, then NotifyRegistrationStatus(registered)
     endpoint = kubelet.get_info().endpoint
-    wait_for("pool published", lambda: our_slices(resource_api, node), timeout=30)
+    published = wait_for("pool published", lambda: our_slices(resource_api, node), timeout=30)
     first = Scrape(port)
     assert first.value("patchbay_plugin_registered") == 1
-    assert (first.value("patchbay_resourceslice_writes_total", op="create") or 0) >= 1
+    # Each slice of the pool created once, nothing else written yet.
+    assert first.value("patchbay_resourceslice_writes_total", op="create") == len(published)
+    assert first.value("patchbay_resourceslice_writes_total", op="update") is None
     assert first.value("patchbay_devices", attachment="local", type="gpu", health="healthy") is None
 
     bdf = host.free_bdf("adapter1")
