@@ -4,11 +4,12 @@ Brings up the control plane and two real nodes (hack/realnode.py: kubelet,
 containerd, runc, kube-proxy in namespaces of their own; node-a with 4 H100
 on two PCIe roots, each with a NIC's VFs; node-c GPU-less, with a NIC and two
 fabric adapters), installs ``helm/patchbay`` with the controller and the
-simulated fabric, runs the example workloads of ``deviceclasses/examples/``
-and prints what each container saw (its own output, through ``kubectl
-logs``), which GPU the fabric attached, and the event of a claim whose config
-is wrong. Everything keeps running after the script ends; ``make demo-down``
-(this script's ``down``) stops it all and puts the machine back as it was.
+simulated CXL fabric (GPUs, an NVMe drive, CXL Type 3 memory), runs the
+example workloads of ``deviceclasses/examples/`` and prints what each
+container saw (its own output, through ``kubectl logs``), which devices the
+fabric attached, and the event of a claim whose config is wrong. Everything
+keeps running after the script ends; ``make demo-down`` (this script's
+``down``) stops it all and puts the machine back as it was.
 Needs root.
 """
 
@@ -31,7 +32,9 @@ REPO = Path(__file__).resolve().parent.parent
 RUN = Path(os.environ.get("PATCHBAY_DEMO_DIR", "/tmp/patchbay-demo"))
 EXAMPLES = REPO / "deviceclasses" / "examples"
 # In this order: local GPUs first, then MIG on the last local GPU, then the
-# fabric (a GPU attached to node-c, and a GPU + VF pair on one of its roots).
+# fabric (a GPU attached to node-c, a GPU + VF pair on one of its roots, a GPU
+# + NVMe drive on one root for GPUDirect Storage, a GPU + CXL memory behind
+# one adapter).
 WORKLOADS = (
     ("single-gpu.yaml", "node-a"),
     ("two-gpus.yaml", "node-a"),
@@ -39,6 +42,8 @@ WORKLOADS = (
     ("mig-profile-cel.yaml", "node-a"),
     ("fabric-gpu.yaml", None),
     ("gpu-vf-pair.yaml", "node-c"),
+    ("gpu-nvme-gds.yaml", None),
+    ("gpu-cxl-memory.yaml", None),
 )
 NS = "demo"
 
@@ -53,7 +58,7 @@ def docs(name: str, node: str | None) -> list[dict[str, Any]]:
 
 def bad_config() -> list[dict[str, Any]]:
     """A claim whose GpuConfig has a field that does not exist (node-a's GPUs are
-    taken by then: it gets the fabric's last GPU on node-c)."""
+    taken by then: it gets one of the fabric's GPUs on node-c)."""
     tmpl, pod = docs("single-gpu.yaml", "node-c")
     tmpl["metadata"]["name"] = "typo"
     tmpl["spec"]["spec"]["devices"]["config"] = [{"opaque": {"driver": "patchbay.dev",
@@ -75,7 +80,7 @@ def report(cluster: realnode.RealCluster, pods: list[str]) -> None:
     slices = json.loads(cluster.kubectl("get", "resourceslices", "-o", "json").stdout)["items"]
     devices = {(s["spec"]["pool"]["name"], d["name"]): d
                for s in slices for d in s["spec"].get("devices", [])}  # fmt: skip
-    print(f"\n{'pod':16} {'phase':8} {'node':7} {'pool':8} {'device':28} {'pcieRoot':11}")
+    print(f"\n{'pod':16} {'phase':8} {'node':7} {'pool':8} {'device':30} {'pcieRoot':11}")
     for name in pods:
         pod = json.loads(cluster.kubectl("get", "pod", name, "-n", NS, "-o", "json").stdout)
         phase, node = pod["status"].get("phase", "?"), pod["spec"].get("nodeName", "-")
@@ -91,7 +96,7 @@ def report(cluster: realnode.RealCluster, pods: list[str]) -> None:
         for r in results or [{"pool": "-", "device": "-"}]:
             attrs = devices.get((r["pool"], r["device"]), {}).get("attributes", {})
             root = attrs.get("resource.kubernetes.io/pcieRoot", {}).get("string", "-")
-            print(f"{name:16} {phase:8} {node:7} {r['pool']:8} {r['device']:28} {root:11}")
+            print(f"{name:16} {phase:8} {node:7} {r['pool']:8} {r['device']:30} {root:11}")
         if phase == "Running":
             print(f"{'':16} container saw: {seen(cluster, name)}")
 
