@@ -16,6 +16,7 @@ discovery exit code, the old behaviour). docs/design.md "Hostile hosts".
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Mapping
@@ -40,7 +41,6 @@ UNAVAILABLE = frozenset(
 """The NVML codes that mean "no usable NVML on this host", not a GPU fault."""
 
 RETRY_BACKOFF_S = (1.0, 60.0)  # first retry, longest wait between retries
-IDLE_CHECK_S = 5.0  # how often the retry task looks whether NVML went away
 
 
 class NvmlGate:
@@ -52,6 +52,11 @@ class NvmlGate:
         self._lock = threading.Lock()
         self._reason: str | None = None
         self._ever_available = False
+        self._listeners: list[Callable[[], None]] = []
+
+    def on_unavailable(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (from the scanning thread) when NVML goes away."""
+        self._listeners.append(listener)
 
     @property
     def reason(self) -> str | None:
@@ -80,6 +85,9 @@ class NvmlGate:
     def _unavailable(self, reason: str) -> None:
         with self._lock:
             was, self._reason = self._reason, reason
+        if was is None:
+            for listener in self._listeners:
+                listener()
         if was != reason:
             log.warning(
                 "GPUs not offered: %s; the plugin serves the node's other devices and "
@@ -94,12 +102,26 @@ class NvmlGate:
 async def retry_while_unavailable(
     gates: list[NvmlGate], rescan: Callable[[], Awaitable[None]]
 ) -> None:
-    """Rescan with backoff while a gate has no NVML; runs until cancelled."""
+    """Rescan with backoff while a gate has no NVML; runs until cancelled.
+
+    While NVML works it sleeps until a gate reports NVML gone (no timer:
+    an idle plugin does not wake up for it)."""
+    loop = asyncio.get_running_loop()
+    gone = asyncio.Event()
+
+    def notify() -> None:  # from a scan's worker thread
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+            loop.call_soon_threadsafe(gone.set)
+
+    for gate in gates:
+        gate.on_unavailable(notify)
     backoff = Backoff(*RETRY_BACKOFF_S)
     while True:
         if not any(g.reason for g in gates):
             backoff.reset()
-            await asyncio.sleep(IDLE_CHECK_S)
+            gone.clear()
+            if not any(g.reason for g in gates):  # not gone between the check and clear
+                await gone.wait()
             continue
         delay = backoff.next()
         log.debug("NVML unavailable; next try in %.0fs", delay)

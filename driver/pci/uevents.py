@@ -3,7 +3,8 @@
 In production the plugin reads ``pci`` uevents through pyudev's monitor.
 A simulated host writes the same events (``ACTION``, ``SUBSYSTEM``,
 ``DEVPATH``, ``PCI_SLOT_NAME``, ``PCI_ID``, ``PCI_CLASS``, plus ``SEQNUM``)
-as JSON lines to a file; :class:`UeventFeed` reads them in order. A
+as JSON lines to a file; :class:`UeventFeed` reads them in order, woken
+by inotify when the file changes (``driver.pci.filewatch``). A
 :class:`Uevent` offers the pyudev ``Device`` attributes the plugin uses
 (``action``, ``subsystem``, ``device_path``, ``sys_path``, ``get``), so one
 handler serves both sources. This module is the format's single definition;
@@ -18,6 +19,8 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from driver.pci.filewatch import FileWatch
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +73,7 @@ class UeventFeed:
         self.sysfs_root = sysfs_root
         self.offset = offset
         self._partial = b""
+        self._watch: FileWatch | None = None
 
     def read_new(self) -> list[Uevent]:
         """Events appended since the last call (a torn last line waits for its end)."""
@@ -98,13 +102,17 @@ class UeventFeed:
         return events
 
     def poll(self, timeout: float, interval: float = 0.02) -> list[Uevent]:
-        """Wait up to ``timeout`` seconds for at least one event."""
+        """Wait up to ``timeout`` seconds for at least one event: woken by
+        inotify when the file changes (every ``interval`` without it)."""
+        if self._watch is None:  # before the first read: no write is missed
+            self._watch = FileWatch(self.path, fallback_s=interval)
         deadline = time.monotonic() + timeout
         while True:
             events = self.read_new()
-            if events or time.monotonic() >= deadline:
+            remaining = deadline - time.monotonic()
+            if events or remaining <= 0:
                 return events
-            time.sleep(interval)
+            self._watch.wait(remaining)
 
     def __iter__(self) -> Iterator[Uevent]:
         """Blocks forever, like iterating pyudev's monitor."""

@@ -259,6 +259,7 @@ struct dev_ref {
 };
 
 nvmlReturn_t rt_enter(const char *fn, const char *uuid);
+const char *rt_state_path(void); /* the state file (PATCHBAY_NVML_STATE) */
 nvmlReturn_t rt_device(nvmlDevice_t h, const char *fn, struct dev_ref *out);
 nvmlReturn_t rt_gpu(nvmlDevice_t h, const char *fn, struct dev_ref *out); /* no MIG */
 nvmlReturn_t rt_gi(nvmlGpuInstance_t h, const char *fn, struct dev_ref *out);

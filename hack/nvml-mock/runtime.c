@@ -180,6 +180,8 @@ static nvmlReturn_t shutdown_impl(void)
 
 API nvmlReturn_t nvmlShutdown(void) { LOCKED(shutdown_impl()); }
 
+const char *rt_state_path(void) { return g_path; }
+
 nvmlReturn_t rt_enter(const char *fn, const char *uuid)
 {
     if (g_init_count == 0)

@@ -16,6 +16,7 @@ from tests.bench import (
     burst_bench,
     checkpoint_bench,
     fabric_bench,
+    idle_bench,
     mig_bench,
     plugin_bench,
     sched_bench,
@@ -33,7 +34,8 @@ DEFAULT = (
     checkpoint_bench,
 )
 BY_NAME: dict[str, ModuleType] = {
-    m.__name__.rsplit(".", 1)[-1].removesuffix("_bench"): m for m in (*DEFAULT, soak_bench)
+    m.__name__.rsplit(".", 1)[-1].removesuffix("_bench"): m
+    for m in (*DEFAULT, idle_bench, soak_bench)
 }
 
 

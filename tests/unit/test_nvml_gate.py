@@ -3,6 +3,8 @@ survive a host without usable NVML, and the setting that makes NVML mandatory.""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Mapping
 
 import pytest
@@ -11,6 +13,7 @@ from driver.devices.handler import DeviceHandler
 from driver.devices.kind import Discovery
 from driver.devices.model import Device
 from driver.errors import NvmlError
+from driver.node import nvml_gate
 from driver.node.nvml_gate import NvmlGate
 from driver.nvml.backend import NvmlReturn, nvml_error
 
@@ -58,3 +61,38 @@ def test_a_gpu_fault_is_not_taken_for_a_missing_driver() -> None:
     with pytest.raises(NvmlError, match="UNKNOWN"):
         gate.discover()
     assert gate.reason is None
+
+
+def test_the_retry_task_sleeps_without_a_timer_until_nvml_goes_away(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At rest the task waits on the gate, not on a periodic check (an idle
+    plugin does not wake up); NVML going away wakes it and it rescans."""
+    monkeypatch.setattr(nvml_gate, "RETRY_BACKOFF_S", (0.01, 0.01))
+    gpus = Gpus()
+    gate = NvmlGate(gpus)
+    gate.discover()
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        rescanned = asyncio.Event()
+
+        async def rescan() -> None:
+            gpus.error = None
+            await asyncio.to_thread(gate.discover)
+            rescanned.set()
+
+        task = asyncio.create_task(nvml_gate.retry_while_unavailable([gate], rescan))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        timers = loop._scheduled  # type: ignore[attr-defined]
+        assert not timers, "no timer while NVML works"
+        gpus.error = NvmlReturn.DRIVER_NOT_LOADED
+        await asyncio.to_thread(gate.discover)  # a scan's worker thread sees NVML gone
+        await asyncio.wait_for(rescanned.wait(), 30)
+        assert gate.reason is None
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scenario())
