@@ -7,9 +7,9 @@ that wakes it costs every node a little, and a thousand nodes a lot.
 Setting: the local control plane (real apiserver), one plugin on a simulated
 4 x H100 host with the simulated hot-plug feed (``--hotplug-source=feed:``),
 as in ``plugin_bench``. Once the pool is published and the plugin has
-settled, the bench reads ``/proc/<pid>/task/*/stat`` and ``status`` at the
-start and end of a window (``--idle-seconds``, default 60): CPU % of one
-core for the process, and per thread its CPU ticks and voluntary context
+settled, the bench reads ``/proc/<pid>/task/*/schedstat`` and ``status`` at
+the start and end of a window (``--idle-seconds``, default 60): CPU % of one
+core for the process, and per thread its run time and voluntary context
 switches (a thread that sleeps in a poll loop switches once per wake-up).
 Figures only: nothing here asserts.
 """
@@ -30,22 +30,25 @@ from simnode import PluginProcess, build_nvml_mock
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
 from tests.bench import reference
-from tests.bench.contenders import TICKS, cpu_seconds, rss_mb
+from tests.bench.contenders import cpu_seconds, rss_mb
 
 
 def threads(pid: int) -> dict[int, tuple[str, int, int]]:
-    """tid -> (name, CPU ticks, voluntary context switches)."""
+    """tid -> (name, CPU time in ns, voluntary context switches).
+
+    CPU time from ``schedstat`` (the scheduler's run time, exact), not the
+    ``stat`` ticks (10 ms samples: an idle process's few ticks are noise)."""
     out: dict[int, tuple[str, int, int]] = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            stat = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            run_ns = int((task / "schedstat").read_text().split()[0])
             status = (task / "status").read_text()
             name = (task / "comm").read_text().strip()
         except FileNotFoundError:  # the thread ended meanwhile
             continue
         match = re.search(r"^voluntary_ctxt_switches:\s+(\d+)", status, re.M)
         switches = int(match.group(1)) if match else 0
-        out[int(task.name)] = (name, int(stat[11]) + int(stat[12]), switches)
+        out[int(task.name)] = (name, run_ns, switches)
     return out
 
 
@@ -55,21 +58,22 @@ def published(res: client.ResourceV1Api, node: str) -> int:
 
 
 def measure(pid: int, seconds: float) -> None:
-    before, cpu0, t0 = threads(pid), cpu_seconds(pid), time.monotonic()
+    before, ticks0, t0 = threads(pid), cpu_seconds(pid), time.monotonic()
     time.sleep(seconds)
-    after, cpu1, t1 = threads(pid), cpu_seconds(pid), time.monotonic()
+    after, ticks1, t1 = threads(pid), cpu_seconds(pid), time.monotonic()
     window = t1 - t0
-    print(f"idle plugin, {window:.0f} s window: CPU {100 * (cpu1 - cpu0) / window:.3f} % of a core"
-          f" ({(cpu1 - cpu0) * 1000:.0f} ms), RSS {rss_mb(pid):.1f} MB")  # fmt: skip
-    print(f"  {'thread':24s} {'CPU ms':>7s} {'wake-ups/s':>11s}")
     rows = []
-    for tid, (name, ticks, switches) in after.items():
-        _, ticks0, switches0 = before.get(tid, (name, 0, 0))
-        rows.append((name, tid, (ticks - ticks0) * 1000 / TICKS, (switches - switches0) / window))
+    for tid, (name, run_ns, switches) in after.items():
+        _, run0, switches0 = before.get(tid, (name, 0, 0))
+        rows.append((name, tid, (run_ns - run0) / 1e6, (switches - switches0) / window))
+    cpu_ms = sum(r[2] for r in rows)
+    print(f"idle plugin, {window:.0f} s window: CPU {cpu_ms / window / 10:.4f} % of a core"
+          f" ({cpu_ms:.1f} ms run time of its threads; {(ticks1 - ticks0) * 1000:.0f} ms in"
+          f" /proc stat ticks), RSS {rss_mb(pid):.1f} MB")  # fmt: skip
+    print(f"  {'thread':24s} {'CPU ms':>8s} {'wake-ups/s':>11s}")
     for name, tid, ms, wakes in sorted(rows, key=lambda r: (-r[3], -r[2])):
-        print(f"  {name[:16] + f' {tid}':24s} {ms:7.0f} {wakes:11.2f}")
-    total = sum(r[3] for r in rows)
-    print(f"  all threads: {total:.2f} wake-ups/s")
+        print(f"  {name[:16] + f' {tid}':24s} {ms:8.2f} {wakes:11.2f}")
+    print(f"  all threads: {sum(r[3] for r in rows):.2f} wake-ups/s")
 
 
 def main(argv: list[str]) -> None:
