@@ -78,27 +78,11 @@ async def _run(settings: ControllerSettings) -> None:
                     group.create_task(Reconciler(api, fabric, settings).run(), name="reconciler")
             except* Stopped:
                 log.info("controller stopped")
-            finally:  # the reconciler has ended: stop its attaches, then give the Lease up
-                await _stop_fabric_operations()
+            finally:  # the reconciler has ended, its attaches with it: give the Lease up
                 await lease.release()
                 CONTROLLER_LEADER.set(0)
     finally:
         await api.close()
-
-
-async def _stop_fabric_operations() -> None:
-    """Cancel and await the attach/detach tasks the reconciler left running
-    (``driver.controller.workers`` starts them on the loop, named
-    ``attach-<device>``/``detach-<device>``): nothing may attach once the
-    Lease is given up."""
-    current = asyncio.current_task()
-    tasks = [
-        t for t in asyncio.all_tasks()
-        if t is not current and t.get_name().startswith(("attach-", "detach-"))
-    ]  # fmt: skip
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -114,6 +114,12 @@ class Reconciler:
         self.mark()
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:  # nothing attaches once the reconciler is gone (the Lease goes next)
+            await self.workers.stop()
+
+    async def _run(self) -> None:
         async with asyncio.TaskGroup() as group:
             group.create_task(self.claims.run(), name="claims-watch")
             group.create_task(self.nodes.run(), name="nodes-watch")

@@ -99,6 +99,13 @@ class Workers:
         # pass still sees the allocation waiting: it must not ask again.
         self._settled: set[tuple[str, str]] = set()
 
+    async def stop(self) -> None:
+        """Cancel every attach and detach under way and wait for them to end."""
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     def busy(self, device_id: str) -> bool:
         return device_id in self._tasks
 

@@ -1,5 +1,5 @@
 """The controller's leader wiring (``driver.controller.main``): a stopped
-leader cancels its attach and detach tasks before it gives the Lease up, and
+leader cancels its attach and detach tasks (the reconciler stops its workers) before it gives the Lease up, and
 a lost lease still ends the process with exit code 5 without a release.
 
 Why: a follower takes a released Lease on its next try, so anything the old
@@ -18,6 +18,7 @@ import pytest
 
 from driver.controller import main
 from driver.controller.leader import LeaseTiming
+from driver.controller.reconciler import Reconciler
 from driver.controller.settings import ControllerSettings
 from driver.errors import LeaseLost
 from driver.fabricclient.memory import MemoryFabric
@@ -83,6 +84,14 @@ async def test_a_stopped_leader_cancels_its_attaches_then_releases(
 ) -> None:
     api, events, changed = controller
     handlers = sigterm_of(monkeypatch)
+    made: list[Reconciler] = []
+    init = Reconciler.__init__
+
+    def recorded(self: Reconciler, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(Reconciler, "__init__", recorded)
     run = asyncio.create_task(main._run(settings()))
     await changed.until("the lease renewed", lambda: events[-2:] == [("lease", "me")] * 2)
 
@@ -92,7 +101,9 @@ async def test_a_stopped_leader_cancels_its_attaches_then_releases(
         finally:
             events.append(("attach-gpu-0", "ended"))
 
-    attach = asyncio.get_running_loop().create_task(attaching(), name="attach-gpu-0")
+    (reconciler,) = made
+    reconciler.workers._start("gpu-0", attaching(), "attach-gpu-0")
+    (attach,) = [t for t in asyncio.all_tasks() if t.get_name() == "attach-gpu-0"]
     await asyncio.sleep(0)
     handlers[0]()  # SIGTERM
     await run
