@@ -1,6 +1,7 @@
 """The controller's leader wiring (``driver.controller.main``): a stopped
-leader cancels its attach and detach tasks (the reconciler stops its workers) before it gives the Lease up, and
-a lost lease still ends the process with exit code 5 without a release.
+leader cancels its attach and detach tasks (the reconciler stops its
+workers) before it gives the Lease up, and a lost lease still ends the
+process with exit code 5 without a release.
 
 Why: a follower takes a released Lease on its next try, so anything the old
 leader still does after the release overlaps with the new leader. The
