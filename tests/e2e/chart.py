@@ -65,7 +65,8 @@ class Applier:
 
     def apply(self, doc: dict[str, Any], namespace: str) -> Any:
         res = self.dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
-        ns = namespace if res.namespaced else None
+        # A namespaced object the chart places itself (a Role in "default") stays there.
+        ns = (doc["metadata"].get("namespace") or namespace) if res.namespaced else None
         out = res.server_side_apply(
             body=doc, namespace=ns, field_manager="patchbay-helm-e2e", force_conflicts=True
         )

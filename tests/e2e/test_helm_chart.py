@@ -216,7 +216,7 @@ def test_plugin_may_write_only_its_own_nodes_slices(
         mine = unique("slice")
         slices.create_resource_slice(_slice(mine, own))
         # spec.nodeName is immutable, so "another node's slice" is one that exists there.
-        theirs = slices.read_resource_slice(admin_slice)
+        theirs = resource_api.read_resource_slice(admin_slice)  # the plugin has no get
         theirs.metadata.labels = {"touched-by": "plugin"}
         with pytest.raises(ApiException) as updated:
             slices.replace_resource_slice(admin_slice, theirs)

@@ -95,7 +95,7 @@ def _install_plugin_rbac(
     docs = [d for d in render(helm, release, namespace) if d["kind"] in PLUGIN_KINDS]
     docs = [d for d in docs if "-plugin" in d["metadata"]["name"]]
     for doc in docs:
-        applier.apply(doc, doc["metadata"].get("namespace", namespace))
+        applier.apply(doc, namespace)
     (sa,) = by_kind(docs, "ServiceAccount")
     policies = by_kind(docs, "ValidatingAdmissionPolicy")
     return str(sa["metadata"]["name"]), tuple(d["metadata"]["name"] for d in policies)
