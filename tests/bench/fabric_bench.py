@@ -1,13 +1,16 @@
-"""Composable GPU figures: allocation-to-Running latency of a fabric GPU and
-the API writes one attach costs.
+"""Composable device figures: allocation-to-Running latency of a fabric GPU,
+NVMe drive and CXL memory expander, and the API writes one attach costs.
 
 Setting: the local control plane, one GPU-less simulated node (node agent +
-plugin), the simulated fabric with one GPU reachable through the node's
-adapter, and the controller. For each fabric latency (0 s and a realistic
-value) pods asking for `gpu.patchbay.dev` are created one after another; we
-time claim allocated -> pod Running, and count, from the pod's creation to
-Running, the writes the apiserver served (its request counter, all
-clients) by resource. Figures only.
+plugin), the simulated CXL fabric with one GPU and one NVMe drive behind the
+node's adapter0 and one CXL Type 3 memory expander behind adapter1, and the
+controller (``--dialect``: how it attaches). For each fabric latency (0 s and
+a realistic value) and each kind, pods asking for its DeviceClass
+(`gpu.patchbay.dev`, `nvme.patchbay.dev`, `cxl-memory.patchbay.dev`) are
+created one after another; we time the pod's claim allocated -> pod Running
+(median and p99), and count, from the pod's creation to Running, the writes
+the apiserver served (its request counter, all clients) by resource.
+Figures only.
 """
 
 from __future__ import annotations
@@ -22,17 +25,17 @@ from pathlib import Path
 from typing import Any
 
 import cluster as localk8s
-import yaml
 from fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService, switch
 from kubernetes import client, config
-from simnode import SimNode, apply_rbac, build_nvml_mock
+from simnode import SimNode, apply_deviceclasses, apply_rbac, build_nvml_mock
 
-REPO = Path(__file__).resolve().parents[2]
 ADAPTERS = "--fabric-adapters=adapter0=0000:15:02.0,adapter1=0000:85:01.0"
 
 
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
 RESOURCES = ("resourceclaims", "resourceslices", "nodes", "pods")
+# Kind -> the DeviceClass its pods ask for (the claim template of that name).
+CLASSES = {"gpu": "gpu.patchbay.dev", "nvme": "nvme.patchbay.dev", "cxl": "cxl-memory.patchbay.dev"}
 
 
 def write_counts(api: client.ApiClient) -> dict[str, float]:
@@ -57,25 +60,32 @@ def write_counts(api: client.ApiClient) -> dict[str, float]:
     return counts
 
 
-def one_pod(core: Any, res: Any, name: str) -> tuple[float, dict[str, float]]:
+def allocated(core: Any, res: Any, name: str) -> bool:
+    """Whether the pod's own claim is allocated."""
+    statuses = core.read_namespaced_pod(name, "bench").status.resource_claim_statuses
+    if not statuses or not statuses[0].resource_claim_name:
+        return False
+    claim = res.read_namespaced_resource_claim(statuses[0].resource_claim_name, "bench")
+    return bool(claim.status and claim.status.allocation)
+
+
+def one_pod(core: Any, res: Any, name: str, kind: str) -> tuple[float, dict[str, float]]:
     before = write_counts(core.api_client)
     core.create_namespaced_pod("bench", {
         "metadata": {"name": name},
         "spec": {"containers": [{"name": "m", "image": "pause",
                                   "resources": {"claims": [{"name": "c"}]}}],
-                 "resourceClaims": [{"name": "c", "resourceClaimTemplateName": "gpu"}]},
+                 "resourceClaims": [{"name": "c", "resourceClaimTemplateName": kind}]},
     })  # fmt: skip
-    allocated = None
+    allocated_at = None
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        if allocated is None:
-            claims = res.list_namespaced_resource_claim("bench").items
-            if any(c.status and c.status.allocation for c in claims):
-                allocated = time.monotonic()
+        if allocated_at is None and allocated(core, res, name):
+            allocated_at = time.monotonic()
         if core.read_namespaced_pod(name, "bench").status.phase == "Running":
             break
         time.sleep(0.05)
-    latency = time.monotonic() - (allocated or deadline)
+    latency = time.monotonic() - (allocated_at or deadline)
     after = write_counts(core.api_client)
     writes = {k: after[k] - before.get(k, 0.0) for k in after if after[k] != before.get(k, 0.0)}
     core.delete_namespaced_pod(name, "bench")
@@ -84,11 +94,42 @@ def one_pod(core: Any, res: Any, name: str) -> tuple[float, dict[str, float]]:
     return latency, writes
 
 
+def p99(times: list[float]) -> float:
+    """The 99th percentile (the maximum for fewer than 100 samples, interpolated)."""
+    if len(times) < 2:
+        return times[0]
+    return statistics.quantiles(times, n=100, method="inclusive")[98]
+
+
+def measure(core: Any, res: Any, kind: str, latency: float, pods: int) -> None:
+    """Pods of ``kind`` one after another; print their figures."""
+    times, writes = [], []
+    for i in range(pods):
+        t, w = one_pod(core, res, f"{kind}-{int(latency * 10)}-{i}", kind)
+        times.append(t)
+        writes.append(w)
+    keys = sorted({k for w in writes for k in w})
+    per = {k: statistics.median(w.get(k, 0.0) for w in writes) for k in keys}
+    median = statistics.median(times)
+    print(
+        f"fabric {kind:4} attach latency {latency:.1f}s: allocation->Running median "
+        f"{median:.2f}s p99 {p99(times):.2f}s (n={len(times)}); beyond the fabric: "
+        f"{median - latency:.2f}s; apiserver writes per pod (all clients, pod creation to "
+        "Running): " + ", ".join(f"{k} {v:.0f}" for k, v in per.items()),
+        flush=True,
+    )
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="fabric_bench")
-    parser.add_argument("--pods", type=int, default=3)
+    parser.add_argument("--pods", type=int, default=5)
     parser.add_argument("--latencies", default="0,2")
+    parser.add_argument("--kinds", default=",".join(CLASSES), help="of " + ",".join(CLASSES))
+    parser.add_argument("--dialect", default="connections", choices=("connections", "zones"))
     args = parser.parse_args(argv)
+    kinds = args.kinds.split(",")
+    if unknown := sorted(set(kinds) - set(CLASSES)):
+        parser.error(f"--kinds: unknown {unknown}; known: {sorted(CLASSES)}")
     build_nvml_mock()
     run = Path(tempfile.mkdtemp(prefix="pbf-", dir="/tmp"))
     cluster = localk8s.LocalCluster(run / "k8s", localk8s.bin_dir(build=True)).up()
@@ -98,10 +139,7 @@ def main(argv: list[str]) -> None:
         core, res = client.CoreV1Api(api), client.ResourceV1Api(api)
         apply_rbac(cluster.kubeconfig, "plugin.yaml")
         apply_rbac(cluster.kubeconfig, "controller.yaml")
-        for doc in yaml.safe_load_all(
-            (REPO / "deviceclasses" / "gpu.patchbay.dev.yaml").read_text()
-        ):
-            res.create_device_class(doc)
+        apply_deviceclasses(res)
         core.create_namespace({"metadata": {"name": "bench"}})
         while not core.list_namespaced_service_account("bench").items:
             time.sleep(0.2)  # pods need the namespace's default ServiceAccount
@@ -109,41 +147,36 @@ def main(argv: list[str]) -> None:
             "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
         )
         node = SimNode(cluster, "fab-0", "fabric-adapters", plugin_kc, (ADAPTERS,)).start()
+        up = [(node.name, "adapter0", node.host.dir)]
+        switches = [
+            switch("sw0", up, ["gpu-0"], nvmes=["nvme-0"]),
+            switch("sw1", [(node.name, "adapter1", node.host.dir)], [], cxlmems=["cxl-0"]),
+        ]
         fabric = FabricService(
-            run / "fabric",
-            {"switches": [switch("sw0", [(node.name, "adapter0", node.host.dir)], ["gpu-0"])]},
+            run / "fabric", {"id": "cxl0", "type": "CXL", "switches": switches}
         ).start(attach_latency=0.0)
         ctl_kc = cluster.kubeconfig_for(
             "patchbay-controller", "patchbay-controller", (CONTROLLER_GROUP,)
         )
-        ctl = ControllerProcess(ctl_kc, fabric, run / "controller.log").start()
-        res.create_namespaced_resource_claim_template("bench", {
-            "metadata": {"name": "gpu"},
-            "spec": {"spec": {"devices": {"requests": [
-                {"name": "gpu", "exactly": {"deviceClassName": "gpu.patchbay.dev"}}]}}},
-        })  # fmt: skip
+        dialect = f"--fabric-dialect={args.dialect}"
+        ctl = ControllerProcess(ctl_kc, fabric, run / "controller.log", dialect).start()
+        for kind, cls in CLASSES.items():
+            res.create_namespaced_resource_claim_template("bench", {
+                "metadata": {"name": kind},
+                "spec": {"spec": {"devices": {"requests": [
+                    {"name": "dev", "exactly": {"deviceClassName": cls}}]}}},
+            })  # fmt: skip
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             slices = [s for s in res.list_resource_slice().items if s.spec.pool.name == "fabric"]
-            if sum(len(s.spec.devices or []) for s in slices) == 1:
+            if sum(len(s.spec.devices or []) for s in slices) == len(CLASSES):
                 break
             time.sleep(0.2)
+        print(f"fabric dialect {args.dialect}", flush=True)
         for latency in (float(x) for x in args.latencies.split(",")):
             fabric.faults(attachLatencySeconds=latency, detachLatencySeconds=0)
-            times, writes = [], []
-            for i in range(args.pods):
-                t, w = one_pod(core, res, f"p-{int(latency * 10)}-{i}")
-                times.append(t)
-                writes.append(w)
-            keys = sorted({k for w in writes for k in w})
-            per = {k: statistics.median(w.get(k, 0.0) for w in writes) for k in keys}
-            print(
-                f"fabric attach latency {latency:.1f}s: allocation->Running median "
-                f"{statistics.median(times):.2f}s max {max(times):.2f}s (n={len(times)}); "
-                f"beyond the fabric: {statistics.median(times) - latency:.2f}s; apiserver writes "
-                f"per pod (all clients, pod creation to Running): "
-                + ", ".join(f"{k} {v:.0f}" for k, v in per.items())
-            )
+            for kind in kinds:
+                measure(core, res, kind, latency, args.pods)
     finally:
         for proc in (ctl, fabric, node):
             if proc is not None:
