@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from cluster_proc import free_port
 from fabricsim import ControllerProcess
-from kubernetes import client
+from kubernetes import client, watch
 
 from tests.e2e.fabric_helpers import (
     HOLD_S,
@@ -145,6 +145,8 @@ def test_a_released_device_stays_attached_until_its_node_unprepared_it(
     running(env, core, ns, "held")
     claim = claim_of(core, resource_api, ns, "held").metadata.name
     node.plugin.kill()
+    waits = f"gpu-0 still prepared on {node.name}: detach waits"
+    start = env.ctl.log_path.stat().st_size  # this pass's lines come after
     try:
         core.delete_namespaced_pod("held", ns, grace_period_seconds=0)
         wait_for(
@@ -152,10 +154,15 @@ def test_a_released_device_stays_attached_until_its_node_unprepared_it(
             lambda: claim_gone_or_free(resource_api, ns, claim),
             timeout=60,
         )
-        deadline = time.monotonic() + 8
-        while time.monotonic() < deadline:  # several controller passes
+
+        def decided() -> bool:  # the signal: a pass that would have detached it logs why not
             assert "gpu-0" in env.fabric.connections(), "detached while still prepared"
-            time.sleep(0.5)
+            with env.ctl.log_path.open(encoding="utf-8", errors="replace") as log:
+                log.seek(start)
+                return waits in log.read()
+
+        wait_for("a controller pass keeping gpu-0 attached", decided, timeout=60)
+        assert "gpu-0" in env.fabric.connections(), "detached while still prepared"
     finally:
         node.plugin.start()
     wait_for(
@@ -170,6 +177,34 @@ def lease_holder(api_client: Any) -> tuple[str | None, Any]:
         "patchbay-controller", "default"
     )
     return lease.spec.holder_identity, lease.spec.renew_time
+
+
+RENEWALS = 4  # a renewal every RETRY_PERIOD_S (2 s): 4 of them span more than LEASE_S
+
+
+def lease_renewals(api_client: Any, holder: str | None, count: int, timeout: float) -> Any:
+    """Watch the controller Lease until ``holder`` has renewed it ``count``
+    times; fail at once if anyone else holds it. The last renewTime."""
+    leases = client.CoordinationV1Api(api_client)
+    query = {"field_selector": "metadata.name=patchbay-controller"}
+    listing = leases.list_namespaced_lease("default", **query)
+    seen = {item.spec.renew_time for item in listing.items}
+    stream = watch.Watch()
+    for event in stream.stream(
+        leases.list_namespaced_lease, "default", resource_version=listing.metadata.resource_version,
+        timeout_seconds=int(timeout), _request_timeout=timeout + 30, **query,
+    ):  # fmt: skip
+        spec = event["object"].spec
+        if event["type"] == "BOOKMARK":
+            continue
+        if event["type"] == "DELETED" or spec.holder_identity != holder:
+            stream.stop()
+            pytest.fail(f"lease {event['type']}: holder {spec.holder_identity!r}, not {holder!r}")
+        seen.add(spec.renew_time)
+        if len(seen) > count:
+            stream.stop()
+            return spec.renew_time
+    pytest.fail(f"{holder} renewed the lease {len(seen) - 1} times in {timeout:.0f}s, not {count}")
 
 
 def test_two_replicas_one_leader_and_standby_takes_over(  # keep last: it replaces env.ctl
@@ -192,10 +227,10 @@ def test_two_replicas_one_leader_and_standby_takes_over(  # keep last: it replac
             lambda: standby.alive and "waiting for leader lease" in standby.log_tail(200),
             timeout=30,
         )
-        time.sleep(LEASE_S * 1.5)  # several renewals of the leader, polls of the standby
+        # The leader keeps renewing and the standby keeps off, over renewals
+        # that span more than one lease duration (fails at a change of holder).
+        assert lease_renewals(api_client, first, RENEWALS, timeout=LEASE_S * 5) > renewed
         assert standby.alive and leader.alive
-        holder, renewed_again = lease_holder(api_client)
-        assert holder == first and renewed_again != renewed  # the leader keeps renewing
         assert "acquired" not in standby.log_tail(200)
         after = {s.metadata.name: s.metadata.resource_version for s in fabric_slices(resource_api)}
         assert after == before  # nobody rewrote the pool

@@ -5,7 +5,6 @@ SIGKILL mid-task and restart, racing attaches. No Kubernetes needed."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import signal
 import subprocess
@@ -135,6 +134,15 @@ async def test_nic_attach_brings_its_vfs(service: Service, client: FabricClient)
     assert len(list(pf.glob("virtfn*"))) == 4
 
 
+async def until_running(client: FabricClient, uri: str) -> None:
+    """Poll until the task is Running (New until the service starts on it);
+    fail if it ended instead."""
+    async with asyncio.timeout(10):
+        while (state := (await client.task(uri)).state) != "Running":
+            assert state == "New", f"task {uri} is {state}, never seen Running"
+            await asyncio.sleep(0.05)
+
+
 async def test_latency_honoured_and_injected_failure(
     service: Service, client: FabricClient
 ) -> None:
@@ -160,8 +168,12 @@ async def test_a_lowered_latency_releases_an_attach_in_progress(
     await faults(service, {"attachLatencySeconds": 3600})
     res = await client.attach("gpu-1", "node-c", "adapter0")
     assert res.task is not None
-    await asyncio.sleep(1.0)
-    assert (await client.task(res.task.uri)).state in ("New", "Running")
+    # Running: the service started on it and sleeps the latency (it sets Running
+    # just before); a latency it did not honour would have ended it already.
+    await until_running(client, res.task.uri)
+    conn = (await client.device("gpu-1")).connection
+    assert conn is not None and conn.state == "Attaching"
+    assert (await client.task(res.task.uri)).state == "Running"
     await faults(service, {"attachLatencySeconds": 0.05})
     assert (await client.wait(res.task.uri, 10, 0.05)).state == "Completed"
     conn = (await client.device("gpu-1")).connection
@@ -187,11 +199,7 @@ async def test_sigkill_mid_task_converges_after_restart(service: Service) -> Non
     async with FabricClient(service.url, TOKEN) as c:
         res = await c.attach("gpu-3", "node-b", "adapter1")
         assert res.task is not None
-        async with asyncio.timeout(10):  # New until the service starts on it
-            for _ in itertools.count():
-                if (await c.task(res.task.uri)).state == "Running":
-                    break
-                await asyncio.sleep(0.05)
+        await until_running(c, res.task.uri)
     service.kill()
     service.start(attach_latency=0.05)
     async with FabricClient(service.url, TOKEN) as c:
