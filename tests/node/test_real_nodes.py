@@ -11,16 +11,18 @@ import json
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
+from kubernetes import client, config, watch
 
 from plugin.proto import registration_pb2, registration_pb2_grpc
 from tests.e2e.helpers import wait_for
-from tests.node.helpers import RELEASE_NS, Tier, attr, example, seen
+from tests.node.helpers import PLUGIN_LABELS, RELEASE_NS, Tier, attr, example, seen
 
 # The first test also waits for the session: image build, nodes, helm install.
 pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
@@ -188,24 +190,44 @@ def test_bad_config_fails_its_pod_with_the_field_named(tier: Tier, namespace: st
         tier.delete_pod(namespace, pod)
 
 
+def _count_plugin_pods(tier: Tier, node: str, stop: threading.Event, counts: list[int]) -> None:
+    """Until ``stop``: the number of plugin pods on ``node`` after each change,
+    from a listing and a watch from its resourceVersion, so no pod's stay,
+    however short, goes unseen (re-watched every few seconds to see ``stop``)."""
+    api = config.new_client_from_config(config_file=str(tier.cluster.kubeconfig))
+    core, query = client.CoreV1Api(api), {"label_selector": PLUGIN_LABELS}
+    try:
+        listing = core.list_namespaced_pod(RELEASE_NS, **query)
+        where = {p.metadata.name: p.spec.node_name for p in listing.items}
+        counts.append(sum(n == node for n in where.values()))
+        version = listing.metadata.resource_version
+        while not stop.is_set():
+            for event in watch.Watch().stream(
+                core.list_namespaced_pod, RELEASE_NS, resource_version=version,
+                timeout_seconds=5, _request_timeout=35, **query,
+            ):  # fmt: skip
+                pod = event["object"]
+                version = pod.metadata.resource_version
+                if event["type"] == "DELETED":
+                    where.pop(pod.metadata.name, None)
+                else:
+                    where[pod.metadata.name] = pod.spec.node_name
+                counts.append(sum(n == node for n in where.values()))
+    finally:
+        api.close()
+
+
 def test_helm_upgrade_rolls_plugin_pods_overlapping(tier: Tier, namespace: str) -> None:
     tier.apply(namespace, [example("single-gpu.yaml")[0], _gpu_pod("before", "single-gpu")])
     before = tier.running(namespace, "before")
     cid = before["status"]["containerStatuses"][0]["containerID"]
     node = tier.nodes[before["spec"]["nodeName"]]
     old = tier.plugin_pod_on(node.name)["metadata"]["uid"]
-    import threading
-
     overlap: list[int] = []
     stop = threading.Event()
-
-    def watch() -> None:
-        while not stop.is_set():
-            on_node = [p for p in tier.plugin_pods() if p["spec"].get("nodeName") == node.name]
-            overlap.append(len(on_node))
-            time.sleep(0.3)
-
-    watcher = threading.Thread(target=watch, daemon=True)
+    watcher = threading.Thread(
+        target=_count_plugin_pods, args=(tier, node.name, stop, overlap), daemon=True
+    )
     watcher.start()
     # A plugin setting change: the DaemonSet's pod template changes, pods roll.
     tier.release.upgrade("kubeletPlugin.logLevel=debug")
