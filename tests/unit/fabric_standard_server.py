@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 from aiohttp.test_utils import TestServer
+
+from driver.fabricclient import FabricClient
 
 REPO = Path(__file__).resolve().parents[2]
 MOCKUPS = REPO / ".." / "shared" / "redfish" / "mockups"
@@ -260,3 +263,14 @@ def contract_tree(node: str = "node-a", adapter: str = "adapter0") -> dict[str, 
         f"{FAB}/Endpoints", [u for u in t if u.startswith(f"{FAB}/Endpoints/")]
     )
     return t
+
+
+@asynccontextmanager
+async def serving(server: MockupServer, **kw: Any) -> AsyncIterator[FabricClient]:
+    """A client of ``server`` (started here, closed after), built with ``kw``."""
+    await server.start()
+    try:
+        async with FabricClient(server.url, "token", **kw) as fc:
+            yield fc
+    finally:
+        await server.close()

@@ -8,12 +8,8 @@ Each of these failed on the pre-standard parser, which required a top-level
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
-from driver.fabricclient import FabricClient
 from tests.unit.fabric_standard_server import (
     GPU_UUID,
     NIC_MAC,
@@ -22,19 +18,10 @@ from tests.unit.fabric_standard_server import (
     MockupServer,
     contract_tree,
 )
+from tests.unit.fabric_standard_server import serving as client
 
 CXL_SYSTEM_UUID = "68D5E212-165B-4CA0-909B-C86B9CEE0112"
 CXL_SERIAL = "0x4c1d96fffeddd835"  # GCXLID 4C-1D-96-FF-FE-DD-D8-35 as memX/serial shows it
-
-
-@asynccontextmanager
-async def client(server: MockupServer, **kw: Any) -> AsyncIterator[FabricClient]:
-    await server.start()
-    try:
-        async with FabricClient(server.url, "token", **kw) as fc:
-            yield fc
-    finally:
-        await server.close()
 
 
 async def test_cxl_mockup_gives_kinds_identities_initiators_and_reachability() -> None:

@@ -7,32 +7,26 @@ refused or ignored; and both attach dialects send what the contract says."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 from aiohttp import web
 
 from driver.errors import FabricApiError, FabricMalformed, FabricNotFound
-from driver.fabricclient import FabricClient
 from driver.fabricclient.dialect import idempotency_key
-from tests.unit.fabric_standard_server import FAB, ROOT, MockupServer, contract_tree, error
+from tests.unit.fabric_standard_server import (
+    FAB,
+    ROOT,
+    MockupServer,
+    contract_tree,
+    error,
+    serving,
+)
 
 CONNS = f"{FAB}/Connections"
 MONITOR = f"{ROOT}/TaskService/TaskMonitors/9"
 STATES = ["New", "Starting", "Running", "Suspended", "Interrupted", "Pending", "Stopping",
           "Completed", "Killed", "Exception", "Service", "Cancelling", "Cancelled"]  # fmt: skip
-
-
-@asynccontextmanager
-async def serving(server: MockupServer, **kw: Any) -> AsyncIterator[FabricClient]:
-    await server.start()
-    try:
-        async with FabricClient(server.url, "token", **kw) as fc:
-            yield fc
-    finally:
-        await server.close()
 
 
 def conn_body(ident: str, target: str = "gpu-0", state: str = "Enabled") -> dict[str, Any]:
