@@ -36,6 +36,7 @@ from fabricsim import REPO, FabricService
 
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
+from tests import figures
 
 pytestmark = pytest.mark.integration
 CSDL = REPO.parent / "shared" / "redfish" / "csdl"
@@ -162,7 +163,10 @@ def test_dmtf_service_validator_finds_no_failure(fabric: FabricService, tmp_path
     counts = re.search(r"\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|", out)
     assert counts, out[-3000:]
     passed, warned, failed, untested = map(int, counts.groups())
-    print(f"service validator: {passed} pass, {warned} warn, {failed} fail, {untested} not tested")
+    figures.report(
+        f"DMTF service validator: {passed} pass, {warned} warn, {failed} fail,"
+        f" {untested} not tested"
+    )
     fails = [line for p in tmp_path.rglob("*.log") for line in p.read_text().splitlines()]
     assert failed == 0, "\n".join(line for line in fails if " - FAIL - " in line)
     # No Oem extras without a schema, no deprecated Links.Ports: nothing to warn about.
@@ -189,7 +193,11 @@ def test_dmtf_protocol_validator_passes_its_applicable_checks(
     run = subprocess.run(argv, capture_output=True, text=True, env=_validator_env(fabric))
     summary = re.search(r"PASS: (\d+), WARN: (\d+), FAIL: (\d+), NOT_TESTED: (\d+)", run.stdout)
     assert summary, run.stdout[-3000:] + run.stderr[-3000:]
-    print("protocol validator: {} pass, {} warn, {} fail, {} not tested".format(*summary.groups()))
+    passed, warned, failed, untested = summary.groups()
+    figures.report(
+        f"DMTF protocol validator: {passed} pass, {warned} warn, {failed} fail"
+        f" (inapplicable: {', '.join(INAPPLICABLE)}), {untested} not tested"
+    )
     rows = [line.split("\t") for p in tmp_path.glob("*.tsv") for line in p.read_text().splitlines()]
     failed = [r for r in rows if len(r) > 4 and r[4] == "FAIL"]
     for row in failed:
