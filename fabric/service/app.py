@@ -19,7 +19,7 @@ import asyncio
 from aiohttp import web
 
 from driver.fabricclient.token import TokenSource
-from fabric.service import accounts, bodies, hardware, redfish, services, uris, zones
+from fabric.service import accounts, bodies, count_api, hardware, redfish, services, uris, zones
 from fabric.service.answers import (
     FABRIC,
     ONCE,
@@ -215,4 +215,5 @@ def make_app(fab: Fabric, token: str | TokenSource) -> web.Application:
     r.add_delete(f"{F}/Connections/{{connection}}", delete_connection)
     zones.add_routes(app, F)
     services.add_routes(app)
+    count_api.add_routes(app, source)  # the count face (count_*.py)
     return app

@@ -99,6 +99,13 @@ class Fabric:
         self._pool.shutdown(wait=True)
         self.store.close()
 
+    async def finished(self, task_id: int) -> Task | None:
+        """Wait until a task's runner ends; the task as stored then."""
+        running = self._running.get(task_id)
+        if running is not None:
+            await asyncio.gather(asyncio.shield(running), return_exceptions=True)
+        return await self.call(self.store.task, task_id)
+
     async def idle(self) -> None:
         """Wait until no task is running (tests, shutdown)."""
         while self._running:
