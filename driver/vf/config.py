@@ -15,12 +15,21 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from driver.config.opaque import DeviceConfig, register_kind
+from driver.devices import quantity
 from driver.errors import ConfigError
 
 HEX16 = r"^(0x)?[0-9a-fA-F]{4}$"
+MAX_BANDWIDTH_TIERS = 8  # one device per tier per VF: keeps a PF's devices few
 BDF = r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$"
 
 
@@ -33,6 +42,15 @@ class VfConfig(DeviceConfig):
 
 
 register_kind(VfConfig)
+
+
+def mbps(raw: str | int) -> int:
+    """A rate in bits per second as a quantity (``40G``, ``2500M``) -> whole Mb/s."""
+    value, _ = quantity.parse(str(raw))
+    rate = value / 1_000_000
+    if rate <= 0 or rate.denominator != 1:
+        raise ValueError(f"{raw!r} is not a positive whole number of Mb/s (e.g. 40G, 2500M)")
+    return int(rate)
 
 
 def normalize_id(raw: str) -> str:
@@ -51,6 +69,28 @@ class PfSelector(BaseModel):
     vendor_id: str | None = Field(default=None, alias="vendorID", pattern=HEX16)
     device_id: str | None = Field(default=None, alias="deviceID", pattern=HEX16)
     num_vfs: int | None = Field(default=None, alias="numVfs", ge=0, le=256)
+    # Per-PF VF bandwidth (driver.vf.bandwidth): the VF shares offered, in
+    # bits per second (``[10G, 40G]``, stored as Mb/s); unset: VFs unmanaged.
+    bandwidth_tiers: tuple[int, ...] | None = Field(default=None, alias="bandwidthTiers")
+    # The PF's line rate when its ``net/<if>/speed`` is unknown or wrong.
+    line_rate: int | None = Field(default=None, alias="lineRate")
+
+    @field_validator("bandwidth_tiers", mode="before")
+    @classmethod
+    def _tiers(cls, raw: object) -> object:
+        if raw is None:
+            return None
+        if not isinstance(raw, list | tuple) or not raw:
+            raise ValueError("must be a non-empty list of rates, e.g. [10G, 40G]")
+        tiers = sorted({mbps(t) for t in raw})
+        if len(tiers) > MAX_BANDWIDTH_TIERS:
+            raise ValueError(f"{len(tiers)} tiers (at most {MAX_BANDWIDTH_TIERS})")
+        return tuple(tiers)
+
+    @field_validator("line_rate", mode="before")
+    @classmethod
+    def _line_rate(cls, raw: object) -> object:
+        return None if raw is None else mbps(str(raw))
 
     @model_validator(mode="after")
     def _selects_something(self) -> PfSelector:

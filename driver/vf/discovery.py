@@ -5,7 +5,9 @@ Why this module exists: VFs are not visible to NVML, and their placement
 reads, so a GPU and a VF behind one root complex carry equal attributes.
 A PF is a network-class function (``0x02xxxx``) with ``sriov_totalvfs``;
 its VFs are the targets of its ``virtfnN`` links. Only PFs matched by the
-plugin's :class:`driver.vf.config.PfPoolConfig` are offered.
+plugin's :class:`driver.vf.config.PfPoolConfig` are offered; a PF whose
+selector has ``bandwidthTiers`` has its VFs offered as bandwidth tiers
+(:mod:`driver.vf.bandwidth`) of its line rate, read from ``net/<if>/speed``.
 """
 
 from __future__ import annotations
@@ -17,16 +19,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from driver.devices.kind import Discovery
 from driver.devices.model import (
     ATTACHMENT,
     NUMA_NODE,
     PCI_BUS_ID,
     PCIE_ROOT,
     AttributeValue,
+    CounterSet,
     Device,
 )
 from driver.pci import sysfs
-from driver.vf.config import PfPoolConfig, normalize_id
+from driver.vf import bandwidth
+from driver.vf.config import PfPoolConfig, PfSelector, normalize_id
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +52,7 @@ class PhysFn:
     total_vfs: int
     num_vfs: int
     link_type: str
+    speed_mbps: int | None = None  # net/<if>/speed; None: unknown (link down)
 
 
 def read(path: Path) -> str | None:
@@ -84,6 +90,17 @@ def netdev_of(path: Path) -> str | None:
     return names[0] if names else None
 
 
+def speed_of(path: Path, netdev: str | None) -> int | None:
+    """The link speed in Mb/s; None when unknown (the kernel says -1 or
+    refuses the read while the link is down)."""
+    raw = None if netdev is None else read(path / "net" / netdev / "speed")
+    try:
+        speed = int(raw) if raw is not None else 0
+    except ValueError:
+        speed = 0
+    return speed if speed > 0 else None
+
+
 def link_type(path: Path, netdev: str | None) -> str:
     if netdev is None:
         return "unknown"
@@ -118,6 +135,7 @@ def physical_functions(sysfs_root: Path) -> list[PhysFn]:
                 total_vfs=total,
                 num_vfs=read_int(path / "sriov_numvfs") or 0,
                 link_type=link_type(path, netdev),
+                speed_mbps=speed_of(path, netdev),
             )
         )
     return out
@@ -175,19 +193,52 @@ def vf_device(sysfs_root: Path, pf: PhysFn, index: int, bdf: str) -> Device:
     return Device(name=device_name(bdf), kind="vf", local_id=bdf, attributes=attrs)
 
 
+def scan(
+    sysfs_root: Path, config: PfPoolConfig, always: Callable[[str], bool] | None = None
+) -> Discovery:
+    """The VFs of every selected PF (and of every PF ``always`` accepts by
+    address, e.g. one behind a fabric adapter), PF by PF, VFs by index, with
+    the counter sets of the PFs whose bandwidth is shared."""
+    devices: list[Device] = []
+    sets: list[CounterSet] = []
+    for pf in physical_functions(sysfs_root):
+        selector = config.select(pf.netdev, pf.bdf, pf.vendor, pf.device)
+        if selector is None and not (always is not None and always(pf.bdf)):
+            continue
+        vfs = []
+        for index, bdf in virtual_functions(pf):
+            try:
+                vfs.append((index, vf_device(sysfs_root, pf, index, bdf)))
+            except (OSError, ValueError) as exc:
+                log.warning("VF %s of PF %s left out: %s", bdf, pf.bdf, exc)
+        if selector is None or selector.bandwidth_tiers is None:
+            devices.extend(d for _, d in vfs)
+            continue
+        shared = shared_bandwidth(pf, selector, vfs)
+        devices.extend(shared.devices)
+        sets.extend(shared.counter_sets)
+    return Discovery(devices=tuple(devices), counter_sets=tuple(sets))
+
+
+def shared_bandwidth(pf: PhysFn, selector: PfSelector, vfs: list[tuple[int, Device]]) -> Discovery:
+    """A bandwidth-managed PF's VFs as tiers of its line rate, and its counter
+    sets; nothing (logged) when the line rate is unknown."""
+    line = selector.line_rate or pf.speed_mbps
+    if line is None:
+        _warn_once(
+            pf.path,
+            f"has bandwidthTiers but no line rate (net/{pf.netdev}/speed unknown: link down?); "
+            "its VFs are not offered until it is known or lineRate is set",
+        )
+        return Discovery()
+    rates = selector.bandwidth_tiers or ()
+    devices = [t for i, vf in vfs for t in bandwidth.tiers(vf, pf.bdf, i, rates, line)]
+    sets = bandwidth.counter_sets(pf.bdf, line, [i for i, _ in vfs]) if devices else []
+    return Discovery(devices=tuple(devices), counter_sets=tuple(sets))
+
+
 def scan_vfs(
     sysfs_root: Path, config: PfPoolConfig, always: Callable[[str], bool] | None = None
 ) -> list[Device]:
-    """The VFs of every selected PF (and of every PF ``always`` accepts by
-    address, e.g. one behind a fabric adapter), PF by PF, VFs by index."""
-    devices = []
-    for pf in physical_functions(sysfs_root):
-        selected = config.select(pf.netdev, pf.bdf, pf.vendor, pf.device) is not None
-        if not selected and not (always is not None and always(pf.bdf)):
-            continue
-        for index, bdf in virtual_functions(pf):
-            try:
-                devices.append(vf_device(sysfs_root, pf, index, bdf))
-            except (OSError, ValueError) as exc:
-                log.warning("VF %s of PF %s left out: %s", bdf, pf.bdf, exc)
-    return devices
+    """The devices of :func:`scan` (callers that need no counter sets)."""
+    return list(scan(sysfs_root, config, always).devices)

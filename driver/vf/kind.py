@@ -20,7 +20,7 @@ from driver.devices.kind import Discovery
 from driver.errors import DeviceError
 from driver.pci.writes import wait_until, write_attr
 from driver.vf.config import PfPoolConfig
-from driver.vf.discovery import PhysFn, physical_functions, scan_vfs, virtual_functions
+from driver.vf.discovery import PhysFn, physical_functions, scan, virtual_functions
 from driver.vf.prepare import VfHandler
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class VfType:
         if not self._config.pfs and self._always is None:
             return Discovery()
         self.configure_pfs()
-        return Discovery(devices=tuple(scan_vfs(self._sysfs, self._config, self._always)))
+        return scan(self._sysfs, self._config, self._always)
 
     def handlers(self) -> Mapping[str, DeviceHandler]:
         return {"vf": self._handler}

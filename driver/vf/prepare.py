@@ -5,13 +5,16 @@ Why this module exists: it is the VF family's
 changes nothing on the host; the container learns the VF's PCI address and
 interface name from environment variables (moving the netdev into the pod's
 network namespace is the CNI's job). ``vfio-pci`` mode rebinds the VF and
-adds ``/dev/vfio/<group>`` and ``/dev/vfio/vfio``. The original driver is
+adds ``/dev/vfio/<group>`` and ``/dev/vfio/vfio``. A bandwidth tier
+(:mod:`driver.vf.bandwidth`) also names its share, ``<prefix>_BANDWIDTH_MBPS``
+(the rate is not applied to the VF: see docs/sharing.md). The original driver is
 recorded by :meth:`VfHandler.plan_undo` before anything changes, so an
 unprepare (or the rollback of a crashed prepare) puts it back.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,6 +29,7 @@ from driver.errors import DeviceError
 from driver.pci import sysfs
 from driver.pci.rebind import bind_vfio, read_override, restore
 from driver.pci.writes import driver_of, iommu_group, write_attr
+from driver.vf.bandwidth import share_mbps, vf_name
 from driver.vf.config import VfConfig
 from driver.vf.discovery import netdev_of
 
@@ -33,8 +37,9 @@ log = logging.getLogger(__name__)
 
 
 def env_prefix(device: Device) -> str:
-    """``vf-0000-17-00-2`` -> ``PATCHBAY_VF_0000_17_00_2``."""
-    return "PATCHBAY_" + device.name.upper().replace("-", "_")
+    """``vf-0000-17-00-2`` -> ``PATCHBAY_VF_0000_17_00_2`` (every bandwidth
+    tier of a VF, ``vf-0000-17-00-2-40g``, has its VF's prefix)."""
+    return "PATCHBAY_" + vf_name(device).upper().replace("-", "_")
 
 
 class VfHandler:
@@ -65,6 +70,8 @@ class VfHandler:
         mode = config.mode if isinstance(config, VfConfig) else "netdev"
         prefix = env_prefix(device)
         env = [f"{prefix}_PCI_BUS_ID={bdf}", f"{prefix}_MODE={mode}"]
+        if (share := share_mbps(device)) is not None:
+            env.append(f"{prefix}_BANDWIDTH_MBPS={share}")
         if mode == "netdev":
             netdev = netdev_of(path)
             if netdev is None:
@@ -73,7 +80,10 @@ class VfHandler:
                     f"(bound to {driver_of(path)})"
                 )
             env.append(f"{prefix}_NETDEV={netdev}")
-            return Preparation(edits=ContainerEdits(env=tuple(env)))
+            network = {"interfaceName": netdev}  # its device metadata (KEP-5304)
+            with contextlib.suppress(OSError):
+                network["hardwareAddress"] = (path / "net" / netdev / "address").read_text().strip()
+            return Preparation(edits=ContainerEdits(env=tuple(env)), network=network)
         group = iommu_group(path)
         if group is None:
             raise DeviceError(

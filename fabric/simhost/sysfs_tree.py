@@ -136,6 +136,7 @@ class SysfsTree:
         )
         (pf / "net" / nic.netdev).mkdir(parents=True)
         (pf / "net" / nic.netdev / "address").write_text(f"{nic.mac or derived_mac(nic.bdf)}\n")
+        (pf / "net" / nic.netdev / "speed").write_text(f"{nic.speed_mbps}\n")
         (pf / "sriov_totalvfs").write_text(f"{nic.total_vfs}\n")
         (pf / "sriov_offset").write_text(f"{nic.vf_offset}\n")
         (pf / "sriov_stride").write_text(f"{nic.vf_stride}\n")

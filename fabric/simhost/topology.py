@@ -56,6 +56,7 @@ class Nic:
     vf_offset: int = 2  # first VF's routing-id offset from the PF
     vf_stride: int = 1
     mac: str = ""  # the PF's permanent MAC; derived from the address when empty
+    speed_mbps: int = 100_000  # link speed, as net/<if>/speed reports it (Mb/s)
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,7 @@ class NicSpec(_Strict):
     netdev: str
     total_vfs: int = Field(default=8, ge=0, le=64)
     num_vfs: int = Field(default=8, ge=0, le=64)
+    speed_mbps: int = Field(default=100_000, ge=-1)  # -1: link down, as the kernel says
 
 
 class NvmeSpec(_Strict):
@@ -181,7 +183,9 @@ class TopologySpec(_Strict):
                 return Gpu(s.bdf, s.model)
             if isinstance(s, NvmeSpec):
                 return Nvme(s.bdf, s.model, s.serial, tuple(s.namespaces))
-            return Nic(s.bdf, s.netdev, total_vfs=s.total_vfs, num_vfs=s.num_vfs)
+            return Nic(
+                s.bdf, s.netdev, total_vfs=s.total_vfs, num_vfs=s.num_vfs, speed_mbps=s.speed_mbps
+            )
 
         def child(s: GpuSpec | NicSpec | NvmeSpec | SwitchSpec | None) -> Endpoint | Switch | None:
             if s is None:
