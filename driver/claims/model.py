@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from driver.kube.reservations import reserved_for
+
 
 @dataclass(frozen=True)
 class ClaimRef:
@@ -71,19 +73,17 @@ class ClaimHandler(Protocol):
 def log_fields(
     ref: ClaimRef, claim: object = None, result: PrepareResult | None = None
 ) -> dict[str, str]:
-    """A claim's log context (``driver.logconfig``): the claim, the pods its
-    status reserves it for (when ``claim`` is the object read), its devices."""
+    """A claim's log context (``driver.logconfig``): the claim, the pods or
+    PodGroup its status reserves it for (when ``claim`` is the object read),
+    its devices. A claim reserved for a PodGroup names no pod (KEP-5729): the
+    group goes into ``pod_group``."""
     out = {"claim": f"{ref.namespace}/{ref.name}", "claim_uid": ref.uid}
-    if isinstance(claim, Mapping):
-        status = claim.get("status")
-        reserved = status.get("reservedFor") if isinstance(status, Mapping) else None
-        pods = [
-            f"{ref.namespace}/{r.get('name')}"
-            for r in (reserved if isinstance(reserved, list) else ())
-            if isinstance(r, Mapping) and r.get("resource") == "pods"
-        ]  # any claim a prepare fails on is logged: never raise on its shape (issue 17)
-        if pods:
-            out["pod"] = ",".join(pods)
+    # any claim a prepare fails on is logged: reserved_for never raises on its shape (issue 17)
+    reservation = reserved_for(claim)
+    if reservation.pods:
+        out["pod"] = ",".join(f"{ref.namespace}/{p}" for p in reservation.pods)
+    if reservation.pod_groups:
+        out["pod_group"] = ",".join(f"{ref.namespace}/{g}" for g in reservation.pod_groups)
     if result is not None and result.devices:
         out["device"] = ",".join(d.device_name for d in result.devices)
     return out

@@ -11,7 +11,9 @@ is ``True`` in ``status.devices[].conditions`` (with how long it took),
 is the newest error Event (:mod:`.events`) about the claim or its pods;
 the pods are ``status.reservedFor``, or the claim's owner pod (a claim made
 from a template) when nothing reserves it, so the error that cleared an
-allocation stays visible.
+allocation stays visible. A claim reserved for a PodGroup (KEP-5729) names
+the group, not its pods: ``podGroups``, shown as ``podgroup/<name>`` in the
+PODS column.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from driver import DRIVER_NAME
 from driver.inspect.events import EventIndex, newest, parse_time
 from driver.inspect.inventory import JsonObj, build
 from driver.inspect.table import table
+from driver.kube.reservations import reserved_for
 
 DEVICE_CLASS_SUFFIX = f".{DRIVER_NAME}"
 
@@ -71,10 +74,8 @@ def _ours(claim: JsonObj) -> bool:
 
 
 def _pods(claim: JsonObj) -> list[str]:
-    status, meta = claim.get("status") or {}, claim.get("metadata") or {}
-    reserved = [
-        str(r["name"]) for r in status.get("reservedFor") or () if r.get("resource") == "pods"
-    ]
+    meta = claim.get("metadata") or {}
+    reserved = list(reserved_for(claim).pods)
     owners = [str(o["name"]) for o in meta.get("ownerReferences") or () if o.get("kind") == "Pod"]
     return reserved or owners
 
@@ -118,7 +119,7 @@ def claims_view(
                     r, entry, str(allocation.get("allocationTimestamp", "")), now
                 )
             devices.append(d)
-        pods = _pods(c)
+        pods, groups = _pods(c), list(reserved_for(c).pod_groups)
         errors = index.about("Pod", ns, pods) + index.about("ResourceClaim", ns, [name])
         last = newest(errors)
         state = (
@@ -135,6 +136,7 @@ def claims_view(
                 "state": state,
                 "node": ",".join(sorted(nodes)),
                 "pods": pods,
+                "podGroups": groups,
                 "devices": devices,
                 "lastError": last.as_dict() if last else None,
             }
@@ -178,7 +180,8 @@ def render_claims(
             row += [v["state"] if first else "", v["node"] if first else ""]
             row += [f"{d['pool']}/{d['device']}" if d else "<none>"]
             row += [binding_text(d["binding"], wide) if "binding" in d else ""]
-            row += [",".join(v["pods"]) if first else ""] if wide else []
+            holders = [*v["pods"], *(f"podgroup/{g}" for g in v.get("podGroups", ()))]
+            row += [",".join(holders) if first else ""] if wide else []
             row += [text if first else ""]
             rows.append(row)
     return table(head, rows)

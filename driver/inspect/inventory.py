@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from driver import DRIVER_NAME
+from driver.kube.reservations import reserved_for
 
 JsonObj = Mapping[str, Any]
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
@@ -24,7 +25,7 @@ FREE, USED, BLOCKED = "free", "used", "blocked"
 
 @dataclass(frozen=True)
 class Holder:
-    """The claim an allocated device belongs to and the pods reserving it."""
+    """The claim an allocated device belongs to and who reserves it (pods, ``podgroup/<g>``)."""
 
     namespace: str
     name: str
@@ -101,11 +102,7 @@ def holders(claims: Iterable[JsonObj], driver: str = DRIVER_NAME) -> dict[tuple[
     out: dict[tuple[str, str], Holder] = {}
     for claim in claims:
         meta, status = claim.get("metadata") or {}, claim.get("status") or {}
-        pods = tuple(
-            str(r.get("name"))
-            for r in status.get("reservedFor") or []
-            if r.get("resource") == "pods"
-        )
+        pods = reserved_for(claim).labels()  # a PodGroup as podgroup/<name>
         holder = Holder(str(meta.get("namespace", "")), str(meta.get("name", "")), pods)
         allocation = status.get("allocation") or {}
         for result in (allocation.get("devices") or {}).get("results") or []:

@@ -1,0 +1,56 @@
+"""Who a ResourceClaim is reserved for: its pods, or its PodGroup (KEP-5729).
+
+Why this module exists: ``status.reservedFor`` used to name only pods, and
+every reader kept the entries whose ``resource`` is ``pods``. With the
+``DRAWorkloadResourceClaims`` gate (beta, off by default in 1.37) a claim
+listed in a PodGroup's ``spec.resourceClaims`` is reserved for the group
+instead (``apiGroup: scheduling.k8s.io``, ``resource: podgroups``): its
+pods name the group in ``spec.schedulingGroup.podGroupName`` and never
+appear in ``reservedFor`` (``k8s.io/dynamic-resource-allocation``
+``resourceclaim.IsReservedForPod``). A reader that kept only pods saw such
+a claim as held by nobody. This is the one place that reads the field, for
+the preparer's log context and the ``kubectl patchbay`` views alike; it
+never raises on a malformed claim (a claim a prepare fails on is still
+logged, issue 17).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+POD_RESOURCE = "pods"  # core group: apiGroup is empty
+POD_GROUP_API_GROUP = "scheduling.k8s.io"
+POD_GROUP_RESOURCE = "podgroups"
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """The names in one claim's ``status.reservedFor``, by kind (in order)."""
+
+    pods: tuple[str, ...] = ()
+    pod_groups: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.pods or self.pod_groups)
+
+    def labels(self) -> tuple[str, ...]:
+        """Pods by name, each PodGroup as ``podgroup/<name>``."""
+        return (*self.pods, *(f"podgroup/{g}" for g in self.pod_groups))
+
+
+def reserved_for(claim: object) -> Reservation:
+    """The pods and PodGroups ``claim`` (its JSON) is reserved for; empty on any odd shape."""
+    status = claim.get("status") if isinstance(claim, Mapping) else None
+    entries = status.get("reservedFor") if isinstance(status, Mapping) else None
+    pods: list[str] = []
+    groups: list[str] = []
+    for r in entries if isinstance(entries, list) else ():
+        if not isinstance(r, Mapping) or not isinstance(r.get("name"), str):
+            continue
+        group, resource = r.get("apiGroup") or "", r.get("resource")
+        if group == "" and resource == POD_RESOURCE:
+            pods.append(r["name"])
+        elif group == POD_GROUP_API_GROUP and resource == POD_GROUP_RESOURCE:
+            groups.append(r["name"])
+    return Reservation(tuple(pods), tuple(groups))
