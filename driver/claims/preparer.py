@@ -33,6 +33,8 @@ from driver.claims import admin
 from driver.claims.allocation import Allocation, parse_allocation
 from driver.claims.fetch import ClaimReader, read_claims
 from driver.claims.lock import ClaimLock
+from driver.claims.metadata import ClaimIdentity, MetadataDevice
+from driver.claims.metadata_files import MetadataFiles, with_metadata_ids
 from driver.claims.model import ClaimRef, Fetched, PrepareResult, log_fields
 from driver.claims.plan import Planned, plan_claim
 from driver.claims.results import merge_edits, result_of, unique_devices
@@ -62,6 +64,7 @@ class ClaimPreparer:
         cdi: CdiRegistry,
         lock: ClaimLock | None = None,
         sharing: ClaimSharing | None = None,
+        metadata: MetadataFiles | None = None,
     ) -> None:
         self._reader = reader
         self._inventory = inventory
@@ -69,6 +72,7 @@ class ClaimPreparer:
         self._store = store
         self._cdi = cdi
         self._sharing = sharing  # claim-wide GPU sharing (driver.gpu.sharing)
+        self._metadata = metadata  # device metadata files (KEP-5304), when on
         self._lock = lock if lock is not None else ClaimLock()
         # During a rolling update two plugin processes share the checkpoint
         # (and the lock, through its file), so each call starts from what is
@@ -208,6 +212,15 @@ class ClaimPreparer:
         for uid in orphans:
             log.info("removing orphaned CDI spec of claim %s", uid)
             self._cdi.remove_claim_spec(uid)
+        if self._metadata is not None:
+            for uid in self._metadata.claim_uids() - set(self.checkpoint.claims):
+                log.info("removing orphaned device metadata of claim %s", uid)
+                self._metadata.remove_claim(uid)
+            for uid, record in self.checkpoint.claims.items():
+                if record.cdi_spec is not None and (
+                    gone := self._metadata.missing(record.cdi_spec)
+                ):
+                    log.error("claim %s: its device metadata files are missing: %s", uid, gone)
         return restored, len(orphans)
 
     # -- prepare ----------------------------------------------------------
@@ -230,6 +243,7 @@ class ClaimPreparer:
         if claim is None:  # not fetched (e.g. completed meanwhile by another call)
             claim = await self._reader.read_claim(ref.namespace, ref.name)
         allocation = parse_allocation(claim, ref.uid, self._inventory.pools())
+        identity = ClaimIdentity.of(claim, ref.uid) if self._metadata is not None else None
         kinds = [
             d.kind
             for r in allocation.devices
@@ -241,8 +255,8 @@ class ClaimPreparer:
             "sharing" in c.parameters for c in allocation.configs
         )
         if not self._blocks(kinds, sharing or (record is not None and self._shares(record))):
-            return self._prepare_sync(ref, allocation)
-        return await asyncio.to_thread(self._prepare_sync, ref, allocation)
+            return self._prepare_sync(ref, allocation, identity)
+        return await asyncio.to_thread(self._prepare_sync, ref, allocation, identity)
 
     def _blocks(self, kinds: Sequence[str], shares: bool = False) -> bool:
         """Whether a claim with devices of these kinds (sharing them, or
@@ -254,7 +268,9 @@ class ClaimPreparer:
             [d.undo for d in record.devices]
         )
 
-    def _prepare_sync(self, ref: ClaimRef, allocation: Allocation) -> PrepareResult:
+    def _prepare_sync(
+        self, ref: ClaimRef, allocation: Allocation, identity: ClaimIdentity | None = None
+    ) -> PrepareResult:
         stale = self.checkpoint.claims.get(ref.uid)
         if stale is not None:
             log.info("claim %s: undoing an interrupted prepare before retrying", ref.uid)
@@ -279,7 +295,7 @@ class ClaimPreparer:
             self._store.save(self.checkpoint)
         crash_point("prepare-recorded")
         try:
-            return self._apply(ref, record, planned)
+            return self._apply(ref, record, planned, identity)
         except Exception:
             # Leave nothing behind: undo what the handlers did so far.
             try:
@@ -293,8 +309,10 @@ class ClaimPreparer:
         ref: ClaimRef,
         record: ClaimRecord,
         planned: list[Planned],
+        identity: ClaimIdentity | None = None,
     ) -> PrepareResult:
         cdi_devices: list[CdiDevice] = []
+        described: list[tuple[list[str], MetadataDevice]] = []  # for the metadata files
         common: list[ContainerEdits] = []
         lists: dict[str, list[str]] = {}
         indexed: list[tuple[tuple[str, str], str, str]] = []  # (list item, variable, value)
@@ -304,6 +322,8 @@ class ClaimPreparer:
             device_record.undo = {**device_record.undo, **prep.undo}
             crash_point("prepare-device-done")
             cdi_devices.append(CdiDevice(name=device.name, edits=prep.edits))
+            meta = MetadataDevice.of(device_record.pool_name, device, prep.network)
+            described.append((device_record.request_names, meta))
             for name, item in prep.claim_lists:
                 lists.setdefault(name, []).append(item)
             indexed += [
@@ -322,12 +342,17 @@ class ClaimPreparer:
         env += tuple(f"{k}_{order[item[0]].index(item[1])}={v}" for item, k, v in indexed)
         if env:
             common.append(ContainerEdits(env=env))
-        unique = unique_devices(cdi_devices)
+        # The files are on disk before the spec that mounts them (KEP-5304).
+        files = []
+        if self._metadata is not None and identity is not None:
+            files = self._metadata.write_claim(identity, described)
+        unique = unique_devices(cdi_devices + [f.device for f in files])
         spec = self._cdi.claim_spec(ref.uid, unique, merge_edits(common))
         self._cdi.write_spec(ref.uid, spec)
         crash_point("prepare-cdi-written")
         for device_record in record.devices:
             device_record.cdi_device_ids = [self._cdi.device_id(ref.uid, device_record.device_name)]
+        with_metadata_ids(record.devices, files, ref.uid)
         # The spec is on disk before the record says completed, and the record
         # keeps a copy: a prepared claim never points at a missing spec.
         record.cdi_spec = spec
@@ -345,6 +370,8 @@ class ClaimPreparer:
             # Idempotent: nothing recorded; still drop a spec a crash left behind.
             with contextlib.suppress(PatchbayError):
                 self._cdi.remove_claim_spec(uid)
+                if self._metadata is not None:
+                    self._metadata.remove_claim(uid)
             return
         self._undo(record)
 
@@ -366,6 +393,8 @@ class ClaimPreparer:
         self._store.save(self.checkpoint)
         crash_point("unprepare-recorded")
         self._cdi.remove_claim_spec(record.uid)
+        if self._metadata is not None:  # after the spec: none mounts a missing file
+            self._metadata.remove_claim(record.uid)
         PREPARED_CLAIMS.set(len(self.checkpoint.claims))
 
 

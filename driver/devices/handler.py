@@ -42,6 +42,9 @@ class Preparation:
     undo: Mapping[str, Any] = field(default_factory=dict)
     claim_lists: tuple[tuple[str, str], ...] = ()
     indexed_env: tuple[tuple[str, str], ...] = ()
+    # The device's NetworkDeviceData (interfaceName, hardwareAddress), API
+    # shape, for its device metadata file (driver.claims.metadata); None: none.
+    network: Mapping[str, Any] | None = None
 
 
 class DeviceHandler(Protocol):

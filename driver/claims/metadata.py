@@ -1,0 +1,156 @@
+"""Device metadata files (KEP-5304): what a container learns of its devices.
+
+Why this module exists: nothing in the kubelet or the apiserver writes these
+files; a Go driver gets them from ``k8s.io/dynamic-resource-allocation``
+(``kubeletplugin/metadata.go``), a Python driver builds them itself. This is
+the format, exactly as v0.37.2 of that library defines it
+(``api/metadata``): per claim request and driver, one file, a JSON stream of
+``DeviceMetadata`` objects of group ``metadata.resource.k8s.io``, the same
+data once per version, newest first (``v1beta1``, then ``v1alpha1``, which the
+library still writes for consumers not yet updated). Each object holds the
+claim's name, namespace, UID and generation 1, ``podClaimName`` (the claim's
+``resource.kubernetes.io/pod-claim-name`` annotation: a claim made from a
+template), and the request with its devices: driver, pool, name, the
+attributes the device is published with in its ResourceSlice (a PCI device's
+include ``resource.kubernetes.io/pciBusID``) and network data where known.
+
+The container sees the file at
+``/var/run/kubernetes.io/dra-device-attributes/resourceclaims/<claim>/<request>/<driver>-metadata.json``,
+or ``.../resourceclaimtemplates/<podClaimName>/...`` for a template's claim.
+The bytes are those the Go library writes (its JSON encoder, two-space indent,
+``<>&`` escaped; ``tests/unit/test_metadata_go.py`` compares them with a file
+written by the library itself). The files on the host, and the CDI device
+that mounts each, are :mod:`driver.claims.metadata_files`'.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from driver import DRIVER_NAME
+from driver.devices.model import TYPE, Device, attribute_json
+from driver.errors import ClaimError
+
+GROUP = "metadata.resource.k8s.io"
+KIND = "DeviceMetadata"
+VERSIONS = ("v1beta1", "v1alpha1")  # written in this order: newest first
+CONTAINER_DIR = "/var/run/kubernetes.io/dra-device-attributes"
+CLAIMS_SUBDIR = "resourceclaims"
+TEMPLATES_SUBDIR = "resourceclaimtemplates"
+FILE_SUFFIX = "-metadata.json"
+POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+# What Go's encoding/json escapes that Python's json (ensure_ascii off) does not.
+_GO_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"}
+_GO_ESCAPES |= {"\u2028": "\\u2028", "\u2029": "\\u2029"}
+_GO_ESCAPE = re.compile("[<>&\u2028\u2029]")
+
+
+@dataclass(frozen=True)
+class MetadataDevice:
+    """One device of a request, as its metadata file describes it."""
+
+    pool: str
+    name: str
+    attributes: Mapping[str, Any] = field(default_factory=dict)  # name -> API value
+    network_data: Mapping[str, Any] | None = None  # NetworkDeviceData, API shape
+    driver: str = DRIVER_NAME
+
+    @classmethod
+    def of(
+        cls, pool: str, device: Device, network: Mapping[str, Any] | None = None
+    ) -> MetadataDevice:
+        """A device with the attributes its ResourceSlice publishes (``type`` too)."""
+        attrs = dict(device.attributes)
+        attrs.setdefault(TYPE, device.kind)
+        return cls(pool, device.name, {k: attribute_json(v) for k, v in attrs.items()}, network)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"driver": self.driver, "pool": self.pool, "name": self.name}
+        if self.attributes:
+            out["attributes"] = {k: self.attributes[k] for k in sorted(self.attributes)}
+        if self.network_data is not None:
+            out["networkData"] = dict(self.network_data)
+        return out
+
+
+@dataclass(frozen=True)
+class ClaimIdentity:
+    """What a metadata file says of its claim."""
+
+    namespace: str
+    name: str
+    uid: str
+    pod_claim_name: str | None = None
+
+    @classmethod
+    def of(cls, claim: Mapping[str, Any], uid: str) -> ClaimIdentity:
+        """From the claim object read at prepare; ClaimError naming the field
+        when its pod-claim-name annotation cannot be a path component."""
+        meta = claim.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        pod_claim_name = annotations.get(POD_CLAIM_NAME_ANNOTATION)
+        if pod_claim_name is not None and not (
+            isinstance(pod_claim_name, str) and _DNS_LABEL.fullmatch(pod_claim_name)
+        ):
+            raise ClaimError(
+                f"claim {meta.get('namespace')}/{meta.get('name')}: metadata.annotations"
+                f"[{POD_CLAIM_NAME_ANNOTATION}] must be a DNS label, got {pod_claim_name!r}"
+            )
+        return cls(str(meta.get("namespace")), str(meta.get("name")), uid, pod_claim_name)
+
+
+def base_request(request: str) -> str:
+    """``gpu/large`` (a subrequest) -> ``gpu``: the file is named by the request."""
+    base = request.split("/", 1)[0]
+    if not _DNS_LABEL.fullmatch(base):
+        raise ClaimError(f"request name {request!r} is not a DNS label")
+    return base
+
+
+def container_path(claim: ClaimIdentity, request: str, driver: str = DRIVER_NAME) -> str:
+    """Where the container finds the file of ``request`` (a base request name)."""
+    if claim.pod_claim_name:
+        where = f"{TEMPLATES_SUBDIR}/{claim.pod_claim_name}"
+    else:
+        where = f"{CLAIMS_SUBDIR}/{claim.name}"
+    return f"{CONTAINER_DIR}/{where}/{request}/{driver}{FILE_SUFFIX}"
+
+
+def document(
+    claim: ClaimIdentity, request: str, devices: Sequence[MetadataDevice], version: str
+) -> dict[str, Any]:
+    """One ``DeviceMetadata`` object (``request`` as allocated: may name a subrequest)."""
+    out: dict[str, Any] = {
+        "kind": KIND,
+        "apiVersion": f"{GROUP}/{version}",
+        "metadata": {
+            "name": claim.name,
+            "namespace": claim.namespace,
+            "uid": claim.uid,
+            "generation": 1,
+        },
+    }
+    if claim.pod_claim_name is not None:
+        out["podClaimName"] = claim.pod_claim_name
+    entry: dict[str, Any] = {"name": request}
+    if devices:
+        entry["devices"] = [d.to_json() for d in devices]
+    out["requests"] = [entry]
+    return out
+
+
+def go_json(value: Any) -> str:
+    """``value`` as Go's ``json.MarshalIndent(v, "", "  ")`` writes it."""
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    return _GO_ESCAPE.sub(lambda m: _GO_ESCAPES[m.group()], text)
+
+
+def stream(claim: ClaimIdentity, request: str, devices: Sequence[MetadataDevice]) -> bytes:
+    """The file's content: one object per version, each ended by a newline."""
+    return "".join(go_json(document(claim, request, devices, v)) + "\n" for v in VERSIONS).encode()
