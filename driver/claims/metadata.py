@@ -154,3 +154,17 @@ def go_json(value: Any) -> str:
 def stream(claim: ClaimIdentity, request: str, devices: Sequence[MetadataDevice]) -> bytes:
     """The file's content: one object per version, each ended by a newline."""
     return "".join(go_json(document(claim, request, devices, v)) + "\n" for v in VERSIONS).encode()
+
+
+def read_stream(data: bytes) -> list[dict[str, Any]]:
+    """Every object of a metadata file, in order (what a consumer walks to
+    find the first version it understands)."""
+    text, out, at = data.decode(), [], 0
+    decoder = json.JSONDecoder()
+    while at < len(text):
+        if text[at].isspace():
+            at += 1
+            continue
+        obj, at = decoder.raw_decode(text, at)
+        out.append(obj)
+    return out

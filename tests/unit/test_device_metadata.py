@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,6 +16,7 @@ from driver.claims.metadata import (
     ClaimIdentity,
     MetadataDevice,
     go_json,
+    read_stream,
     stream,
 )
 from driver.claims.metadata_files import MetadataFiles
@@ -28,19 +28,6 @@ from tests.claims_doubles import NODE, FlakyHandler, Reader
 
 UID = "0b6e4c1e-3a8f-4d59-9a51-5c0f5b1d2e77"
 BDF = "0000:17:00.0"
-
-
-def decode_stream(data: bytes) -> list[dict[str, Any]]:
-    """Every object of a JSON stream, as the upstream devicemetadata reader walks it."""
-    text, out, at = data.decode(), [], 0
-    decoder = json.JSONDecoder()
-    while at < len(text):
-        if text[at].isspace():
-            at += 1
-            continue
-        obj, at = decoder.raw_decode(text, at)
-        out.append(obj)
-    return out
 
 
 def gpu(name: str = "gpu-0") -> Device:
@@ -57,7 +44,7 @@ def test_stream_has_upstream_fields_and_versions_newest_first() -> None:
     claim = ClaimIdentity("ns", "pod-gpu-abc12", UID, pod_claim_name="gpu")
     net = {"interfaceName": "eth1", "hardwareAddress": "02:00:00:00:00:01"}
     devices = [MetadataDevice.of(NODE, gpu()), MetadataDevice.of(NODE, gpu("gpu-1"), net)]
-    docs = decode_stream(stream(claim, "req/large", devices))
+    docs = read_stream(stream(claim, "req/large", devices))
     assert [d["apiVersion"] for d in docs] == [
         "metadata.resource.k8s.io/v1beta1",
         "metadata.resource.k8s.io/v1alpha1",
@@ -90,7 +77,7 @@ def test_stream_has_upstream_fields_and_versions_newest_first() -> None:
 
 def test_claim_without_template_has_no_pod_claim_name() -> None:
     claim = ClaimIdentity.of({"metadata": {"namespace": "ns", "name": "c"}}, UID)
-    (doc, _) = decode_stream(stream(claim, "req", []))
+    (doc, _) = read_stream(stream(claim, "req", []))
     assert "podClaimName" not in doc and doc["requests"] == [{"name": "req"}]
 
 
@@ -152,7 +139,7 @@ async def test_prepare_writes_files_mounted_by_the_first_device_of_each_request(
             "options": ["ro", "nosuid", "nodev", "bind"],
         }
     ]
-    (doc, _) = decode_stream(host.read_bytes())
+    (doc, _) = read_stream(host.read_bytes())
     assert [d["name"] for d in doc["requests"][0]["devices"]] == ["gpu-0", "gpu-1"]
     assert doc["podClaimName"] == "gpus" and doc["metadata"]["name"] == "c1"
     assert (await prep.unprepare([ref]))[ref.uid] == ""
