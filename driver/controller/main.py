@@ -59,8 +59,9 @@ async def _run(settings: ControllerSettings) -> None:
 
     try:
         fabric_client = FabricClient(
-            settings.fabric_url, settings.fabric_credentials(), tls=settings.client_ssl(),
-            server_name=settings.fabric_server_name, dialect=settings.fabric_dialect,
+            settings.fabric_url, settings.fabric_credentials(settings.client_ssl()),
+            tls=settings.client_ssl(), server_name=settings.fabric_server_name,
+            dialect=settings.dialect(),
             systems=settings.system_nodes(),
         )  # fmt: skip
         async with fabric_client as fabric:

@@ -16,7 +16,7 @@ from driver.controller.leader import LeaseTiming
 from driver.controller.webhook import WebhookSettings
 from driver.fabric_devices.settings import FabricPoolSettings
 from driver.fabricclient.auth import FabricAuthSettings
-from driver.fabricclient.dialect import FabricDialectSetting
+from driver.fabricclient.dialect_count import FabricCountSettings
 from driver.fabricclient.inventory import FabricSystemsSetting
 from driver.fabricclient.tls import FabricTlsClientSettings, check_url
 from driver.httpendpoint import MetricsPortSettings
@@ -26,7 +26,7 @@ from driver.process import ProcessSettings
 class ControllerSettings(
     ProcessSettings,
     FabricAuthSettings,
-    FabricDialectSetting,
+    FabricCountSettings,
     FabricSystemsSetting,
     FabricTlsClientSettings,
     FabricPoolSettings,

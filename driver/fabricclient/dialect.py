@@ -4,7 +4,8 @@ Why a module: fabric managers that serve the same standard inventory attach
 in different ways. DMTF's ``Fabric/Connections`` (POST a Connection,
 DELETE it) is one; a Zone per host port whose ``Links.Endpoints`` is
 PATCHed (H3 Platform's managers) is another. Each dialect is a small module
-behind :class:`Dialect` (``dialect_connections``, ``dialect_zones``); the
+behind :class:`Dialect` (``dialect_connections``, ``dialect_zones``,
+``dialect_count`` for managers that pick the device themselves); the
 setting ``fabric_dialect`` picks one for the fabric the controller talks to.
 A dialect also says where the current attachments are read from (the
 Connections, or the zones' members), since that is the same choice.
@@ -36,7 +37,7 @@ from driver.fabricclient.model import (
 )
 from driver.fabricclient.operations import Operations
 
-DialectName = Literal["connections", "zones"]
+DialectName = Literal["connections", "zones", "count"]
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
@@ -69,7 +70,8 @@ class FabricDialectSetting(BaseModel):
     fabric_dialect: DialectName = Field(
         default="connections",
         description="how the fabric manager attaches: connections (POST/DELETE "
-        "Fabric/Connections, DMTF) or zones (PATCH the host port's Zone Links.Endpoints)",
+        "Fabric/Connections, DMTF), zones (PATCH the host port's Zone Links.Endpoints) or "
+        "count (one device of a model to a machine, the manager picks it: dialect_count)",
     )
 
     def dialect(self) -> Dialect:
@@ -80,6 +82,8 @@ def make_dialect(name: DialectName) -> Dialect:
     from driver.fabricclient.dialect_connections import ConnectionsDialect
     from driver.fabricclient.dialect_zones import ZonesDialect
 
+    if name == "count":  # needs its settings: FabricCountSettings.dialect()
+        raise ValueError("fabric_dialect count: build it from FabricCountSettings.dialect()")
     return ConnectionsDialect() if name == "connections" else ZonesDialect()
 
 

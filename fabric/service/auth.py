@@ -5,7 +5,8 @@ object ``/redfish``, the service root, ``$metadata``, the OData service
 document), the login itself (``POST .../Sessions``) and ``/healthz``.
 Accepted, each compared in constant time with the current token (a token
 file is re-read when it changes: rotation without a restart):
-``Authorization: Bearer <token>``; HTTP Basic as :data:`sessions.USER` with
+``Authorization: Bearer <token>`` (or an OAuth2 access token the count face
+issued, ``count_auth.py``); HTTP Basic as :data:`sessions.USER` with
 the token as password; ``X-Auth-Token`` with a Redfish session's token
 (``sessions.py``; never the service token itself, which is a password, not a
 session). Any refused request - ours or
@@ -25,7 +26,7 @@ from aiohttp.typedefs import Middleware
 
 from driver.fabricclient.token import TokenSource
 from fabric.service import sessions, uris
-from fabric.service.count_wire import OWN_AUTH
+from fabric.service.count_wire import ISSUED, OWN_AUTH
 from fabric.service.errors import RedfishError
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,8 @@ def authenticate(request: web.Request, token: str, live: sessions.Sessions) -> N
     """Raise 401 unless the request carries a credential the service accepts."""
     header = request.headers.get("Authorization", "")
     if header[:7].lower() == "bearer ":
-        if not same_secret(header[7:].strip(), token):
+        got, issued = header[7:].strip(), request.app.get(ISSUED)
+        if not (same_secret(got, token) or (issued is not None and issued(got))):
             raise RedfishError(401, "InsufficientPrivilege", "bearer token not accepted")
         return
     basic = basic_password(header)

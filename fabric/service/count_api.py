@@ -24,6 +24,7 @@ from fabric.service.answers import FABRIC, ONCE
 from fabric.service.count_auth import TOKENS, Tokens, require_bearer, token
 from fabric.service.count_wire import (
     FAULTS,
+    ISSUED,
     MACHINES,
     TOKEN,
     CountFaults,
@@ -145,7 +146,8 @@ async def faults(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application, secret: TokenSource) -> None:
-    app[TOKENS] = Tokens(secret)
+    app[TOKENS] = tokens = Tokens(secret)
+    app[ISSUED] = tokens.valid
     app[PICK_LOCK] = asyncio.Lock()
     r = app.router
     r.add_post(TOKEN.format(realm="{realm}"), token)

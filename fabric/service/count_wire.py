@@ -18,8 +18,10 @@ field. The URIs of this face are spelled here once.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
+from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fabric.service.errors import RedfishError
@@ -30,6 +32,9 @@ TOKEN = "/id_manager/realms/{realm}/protocol/openid-connect/token"
 FAULTS = "/patchbay/v1/count-faults"  # test-only, under the Redfish face's auth
 # Paths that authenticate themselves (OAuth2 access tokens), not as the Redfish face does.
 OWN_AUTH = ("/fabric_manager/", "/id_manager/")
+# Whether a bearer token is an access token the count face issued (the Redfish face takes
+# them too: one manager, one identity). Set by count_api.add_routes.
+ISSUED: web.AppKey[Callable[[str], bool]] = web.AppKey("count_issued")
 M = TypeVar("M", bound=BaseModel)
 
 
