@@ -193,6 +193,17 @@ FABRIC_POOL_DEVICES = gauge(
     "Devices in the published fabric pool (one per free device and reachable node/adapter)",
     (), CONTROLLER,
 )  # fmt: skip
+FABRIC_SPARES = Sampled(
+    "patchbay_fabric_spares",
+    "Warm spares (fabric devices attached in advance that no claim holds) by state: attaching,"
+    " ready (published without binding conditions), attached (its node does not report it yet)",
+    ("state",), CONTROLLER,
+)  # fmt: skip
+FABRIC_SPARE_ALLOCATIONS = counter(
+    "patchbay_fabric_spare_allocations_total",
+    "Fabric allocations by result: hit (a warm spare, no attach to wait for) or miss (an attach"
+    " to wait for, counted while a spare policy is set)", ("result",), CONTROLLER,
+)  # fmt: skip
 CONTROLLER_LEADER = gauge(
     "patchbay_controller_leader", "1 while this controller replica holds the leader Lease",
     (), CONTROLLER,

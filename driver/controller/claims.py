@@ -35,6 +35,9 @@ class FabricAllocation:
     # The handle of an attach under way (a task monitor or Task URI) that an
     # earlier incarnation recorded in the entry's data: resumed, never re-asked.
     operation: str = ""
+    # Whether the scheduler copied binding conditions into the result: False
+    # for a warm spare's variant (published without them), taken at once.
+    waits: bool = True
 
 
 def _condition_true(entry: Mapping[str, Any], kind: str) -> bool:
@@ -73,6 +76,7 @@ def fabric_allocations(claim: Mapping[str, Any], pool: str) -> list[FabricAlloca
                 ready=_condition_true(entry, READY_CONDITION),
                 failed=_condition_true(entry, FAILED_CONDITION),
                 operation=_operation(entry),
+                waits=bool(r.get("bindingConditions")),
             )
         )
     return out

@@ -27,6 +27,10 @@ ATTACH_FAILED = "AttachFailed"
 DETACHED = "Detached"
 DETACH_FAILED = "DetachFailed"
 ADAPTER_GONE = "FabricAdapterGone"
+SPARE_ATTACHED = "SpareAttached"
+SPARE_ATTACH_FAILED = "SpareAttachFailed"
+SPARE_RELEASED = "SpareReleased"
+SPARE_TAKEN = "SpareTaken"
 
 
 def claim_ref(a: FabricAllocation) -> ObjectRef:
@@ -92,6 +96,26 @@ class ControllerEvents:
         if self.recorder is not None:
             note = f"detaching fabric device {device_id} failed (retried): {why}"
             self.recorder.warning(regarding, DETACH_FAILED, "Detach", note)
+
+    def spare_attached(self, node: ObjectRef, v: Variant) -> None:
+        if self.recorder is not None:
+            note = f"fabric device {v.device_id} attached via {v.adapter} as a warm spare"
+            self.recorder.normal(node, SPARE_ATTACHED, "Spare", note)
+
+    def spare_failed(self, node: ObjectRef, v: Variant, why: str) -> None:
+        if self.recorder is not None:
+            note = f"attaching {v.device_id} via {v.adapter} as a warm spare failed: {why}"
+            self.recorder.warning(node, SPARE_ATTACH_FAILED, "Spare", note)
+
+    def spare_released(self, node: ObjectRef, device_id: str, why: str) -> None:
+        if self.recorder is not None:
+            note = f"warm spare {device_id} released ({why}): detaching it"
+            self.recorder.normal(node, SPARE_RELEASED, "Spare", note)
+
+    def spare_taken(self, a: FabricAllocation, v: Variant) -> None:
+        if self.recorder is not None:
+            note = f"took warm spare {v.device_id} on node {v.node}: no attach to wait for"
+            self.recorder.normal(claim_ref(a), SPARE_TAKEN, "Allocate", note)
 
     def adapter_gone(self, node: ObjectRef, adapter: str, why: str) -> None:
         if self.recorder is not None:

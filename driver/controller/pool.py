@@ -48,6 +48,7 @@ from driver.fabric_devices.naming import (
     IDENTITY_ATTRIBUTE,
     PUBLISHED_TYPE,
     READY_CONDITION,
+    SPARE_ATTRIBUTE,
     NodeFabric,
     counter_name,
     variant_name,
@@ -58,6 +59,9 @@ from driver.slices import limits
 from driver.slices.build import PoolSpec, slice_name_prefix
 
 COUNTER = "1"
+# A warm spare's variant on its node (``driver.controller.spares``) carries
+# ``spare: true`` and no binding conditions; every other variant ``spare: false``,
+# so a selector or a prioritized list can test it without ``has()``.
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,7 @@ def variant_device(device: FabricDevice, v: Variant, counter_set: str) -> Device
         "fabricSwitch": device.switch,
         "fabricAdapter": v.adapter,
         PCIE_ROOT: v.root,
+        SPARE_ATTRIBUTE: False,
     }
     capacity: dict[str, str] = {}
     if device.kind == "gpu":
@@ -225,6 +230,27 @@ def build_pool(
         slice_of={d.name: node_index[variants[d.name].node] for d in devices},
     )
     return spec, variants
+
+
+def mark_spares(spec: PoolSpec, names: Collection[str]) -> PoolSpec:
+    """``spec`` with the variants ``names`` (ready warm spares) as spares:
+    ``spare: true``, no binding conditions (the device is there already);
+    the same counter, so the device's other variants stay exclusive of it."""
+    if not names:
+        return spec
+    devices = tuple(
+        dataclasses.replace(
+            d,
+            attributes={**d.attributes, SPARE_ATTRIBUTE: True},
+            binds_to_node=False,
+            binding_conditions=(),
+            binding_failure_conditions=(),
+        )
+        if d.name in names
+        else d
+        for d in spec.devices
+    )
+    return dataclasses.replace(spec, devices=devices)
 
 
 def device_states(

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -33,9 +34,10 @@ from driver.backoff import Backoff
 from driver.controller import claims as cl
 from driver.controller.events import CONTROLLER, ControllerEvents, gone_adapters, node_ref
 from driver.controller.holds import FailedHolds
-from driver.controller.pool import Variant, build_pool, device_states
+from driver.controller.pool import Variant, build_pool, device_states, mark_spares
 from driver.controller.reports import NodeReports
 from driver.controller.settings import ControllerSettings
+from driver.controller.spare_keeper import SpareKeeper
 from driver.controller.status import ClaimStatusWriter
 from driver.controller.workers import Workers
 from driver.devices.model import Device
@@ -78,6 +80,7 @@ class Reconciler:
         self.events = ControllerEvents(self.recorder)
         self._adapters: tuple[dict[str, NodeFabric], set[tuple[str, str]]] | None = None
         self._node_uuids: dict[str, str] = {}
+        self._background: set[asyncio.Task[None]] = set()
         self.workers = Workers(
             fabric,
             ClaimStatusWriter(api, self.pool),
@@ -90,6 +93,8 @@ class Reconciler:
             self._pool_published,
         )
         FABRIC_DEVICES.source = lambda: device_states(self.inventory, self.holds.held())
+        self.spares = SpareKeeper(settings.spare_rules(), self.workers, self.events, self.mark)
+        self.clock = time.monotonic  # the spare policy's clock (tests inject their own)
 
     def mark(self) -> None:
         self._dirty.set()
@@ -200,7 +205,13 @@ class Reconciler:
         spec, variants = build_pool(self.pool, inv, reports, self.holds.held(), pinned, carried)
         self.variants.update(variants)
         self.published.update({d.name: d for d in spec.devices})
-        self.publisher.set_pool(spec)
+        now, models = self.clock(), {d.id: d.model for d in inv.devices}
+        self.spares.note_allocations(allocs, self.variants, models, self.nodes.objects, now)
+        in_use = {self.variants[a.device].device_id for a in allocs if a.device in self.variants}
+        spares = self.spares.reconcile(
+            inv, reports, self.nodes.objects, in_use, self.holds.held(), now
+        )
+        self.publisher.set_pool(mark_spares(spec, spares.variants))
         FABRIC_POOL_DEVICES.set(len(spec.devices))
         # An attach that ended here is remembered until the cache shows its outcome.
         self.workers.forget({(a.claim_uid, a.device) for a in allocs if not (a.ready or a.failed)})
@@ -221,7 +232,10 @@ class Reconciler:
         self.workers.cancel_unneeded({(a.claim_uid, a.device) for a in allocs})
         for device in inv.devices:
             conn = device.connection
-            if conn is None or device.id in needed:
+            if conn is None or device.id in needed or device.id in spares.keep:
+                continue
+            if device.id in spares.withdrawing and not self.publisher.in_sync.is_set():
+                self._when_stored()  # published as a spare: detached once it is not
                 continue
             report = reports.get(conn.node)
             if report is not None and device.identity in report.busy:
@@ -230,6 +244,17 @@ class Reconciler:
                 log.debug("%s still prepared on %s: detach waits", device.id, conn.node)
                 continue
             self.workers.detach(device.id, node_ref(self.nodes.objects, conn.node))
+
+    def _when_stored(self) -> None:
+        """A pass once the pool as now declared is stored."""
+
+        async def wait() -> None:
+            await self.publisher.in_sync.wait()
+            self.mark()
+
+        task = asyncio.get_running_loop().create_task(wait(), name="spare-withdrawn")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _learn_node_uuids(self) -> None:
         """Tell the fabric client each Node's ``systemUUID`` (those only one Node

@@ -13,6 +13,7 @@ from typing import Self
 from pydantic import ConfigDict, Field, model_validator
 
 from driver.controller.leader import LeaseTiming
+from driver.controller.spare_settings import SpareSettings
 from driver.controller.webhook import WebhookSettings
 from driver.fabric_devices.settings import FabricPoolSettings
 from driver.fabricclient.auth import FabricAuthSettings
@@ -32,6 +33,7 @@ class ControllerSettings(
     FabricPoolSettings,
     MetricsPortSettings,
     WebhookSettings,
+    SpareSettings,
 ):
     """patchbay controller: publishes the fabric pool and attaches allocated fabric devices."""
 

@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -56,6 +57,10 @@ log = logging.getLogger(__name__)
 
 RETRY_S = 0.5
 RETRY_CAP_S = 5.0
+
+
+class SpareTaken(AttachFailed):
+    """A spare's device turned out attached elsewhere: not a failure of the device."""
 
 
 def observe(op: str, result: str, started: float) -> None:
@@ -98,6 +103,7 @@ class Workers:
         # was written to the claim. Until the claims cache shows that write, a
         # pass still sees the allocation waiting: it must not ask again.
         self._settled: set[tuple[str, str]] = set()
+        self._sparing: set[str] = set()  # devices whose spare attach runs
 
     async def stop(self) -> None:
         """Cancel every attach and detach under way and wait for them to end."""
@@ -146,6 +152,22 @@ class Workers:
         if not self.busy(device_id):
             self._start(device_id, self._detach(device_id, node), f"detach-{device_id}")
 
+    def attach_spare(self, v: Variant, node: ObjectRef, on_end: Callable[[bool], None]) -> bool:
+        """Attach ``v``'s device as a warm spare (``driver.controller.spares``):
+        the claim's attach path, with a key of its own; False if the device is busy.
+        ``on_end(attached)`` runs when it ends, cancelled included."""
+        if self.busy(v.device_id):
+            return False
+        self._sparing.add(v.device_id)
+        self._start(v.device_id, self._attach_spare(v, node, on_end), f"attach-{v.device_id}")
+        return True
+
+    def cancel_spare(self, device_id: str) -> None:
+        """Stop a spare's attach under way (a claim needs the device now)."""
+        if device_id in self._sparing and device_id in self._tasks:
+            log.info("%s is needed by a claim: cancelling its spare attach", device_id)
+            self._tasks[device_id].cancel()
+
     def cancel_unneeded(self, wanted: set[tuple[str, str]]) -> None:
         """Cancel attaches whose allocation disappeared (pod deleted in PreBind)."""
         for device_id, key in list(self._attaching.items()):
@@ -193,6 +215,37 @@ class Workers:
             with contextlib.suppress(ApiError):
                 if await self._status.write(a, cond, None):
                     self._settled.add((a.claim_uid, a.device))
+
+    async def _attach_spare(
+        self, v: Variant, node: ObjectRef, on_end: Callable[[bool], None]
+    ) -> None:
+        bind_log_context(node=v.node, device=v.device_id)
+        started, attached = time.monotonic(), False
+        # No claim: a key of its own per attach, and nothing recorded on a claim.
+        a = cl.FabricAllocation(f"spare-{uuid.uuid4().hex}", "", "", v.name, False, False)
+        try:
+            if v.device_id in self._holds:
+                raise AttachFailed(f"{v.device_id} is held after a failed attach")
+            deadline = await self._connect(a, v, started + self._timeout)
+            if not await self._reports.wait_until(
+                lambda: self._reports.sees(v.node, v.kind, v.identity, v.adapter), deadline
+            ):
+                raise AttachFailed(f"node {v.node} did not report {v.kind} {v.identity} in time")
+            observe("attach", "ok", started)
+            attached = True
+            self._holder[v.device_id] = node
+            self._events.spare_attached(node, v)
+            log.info("%s attached to %s via %s as a warm spare", v.device_id, v.node, v.adapter)
+        except SpareTaken as exc:  # someone else's now: no hold, nothing to fail
+            log.info("spare %s not attached: %s", v.device_id, exc)
+        except (AttachFailed, FabricApiError) as exc:
+            observe("attach", "failed", started)
+            log.warning("attaching %s as a spare failed: %s", v.name, exc)
+            self._holds.hold(v.device_id)
+            self._events.spare_failed(node, v, str(exc))
+        finally:
+            self._sparing.discard(v.device_id)
+            on_end(attached)
 
     async def _connect(self, a: cl.FabricAllocation, v: Variant, deadline: float) -> float:
         """Attach; returns the deadline, moved on by the time the fabric was unusable."""
@@ -254,6 +307,8 @@ class Workers:
             if not dev.available or (conn is None and exc.code.endswith("ResourceInUse")):
                 raise AttachFailed(str(exc)) from exc  # another tenant holds it
             elsewhere = conn is not None and (conn.node, conn.adapter) != (v.node, v.adapter)
+            if conn is not None and elsewhere and not a.name:  # a spare takes no one's device
+                raise SpareTaken(f"{v.device_id} is attached to {conn.node}") from exc
             if conn is not None and conn.state == "Attached" and elsewhere:
                 log.info("%s still attached to %s: detaching first", v.device_id, conn.node)
                 gone = await fabric.detach(v.device_id)
@@ -270,7 +325,10 @@ class Workers:
             raise AttachFailed("; ".join(task.messages) or "attach task failed")
 
     async def _record(self, a: cl.FabricAllocation, v: Variant, handle: str) -> None:
-        """Keep the operation handle on the claim, so a restart resumes it."""
+        """Keep the operation handle on the claim, so a restart resumes it (a
+        spare has no claim: a restart finds its connection instead)."""
+        if not a.name:
+            return
         what = f"{v.device_id} attaching to {v.node} via {v.adapter}"
         cond = cl.condition(READY_CONDITION, "Attaching", what, None, status="False")
         try:

@@ -31,6 +31,9 @@ FABRIC_POOL = "fabric"  # the default of the fabric_pool setting (driver.fabric_
 NODE_ANNOTATION = "patchbay.dev/fabric"
 READY_CONDITION = "FabricDeviceReady"
 FAILED_CONDITION = "FabricAttachFailed"
+# The attribute of a fabric variant that says it is a warm spare attached
+# there (true: published without binding conditions; docs/fabric.md).
+SPARE_ATTRIBUTE = "spare"
 
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 

@@ -10,7 +10,9 @@ pool with the binding conditions the controller writes, and error Events.
 
 Per physical device: where it could be attached (its variants), where it
 is attached (a node reports its UUID or MAC behind an adapter), whether a
-claim holds it (with the binding state) or it is free, or **withheld**:
+claim holds it (with the binding state), it is a **spare** (attached in
+advance, its variant there published with ``spare: true`` and no binding
+conditions: docs/fabric.md, "Warm spares") or free, or **withheld**:
 the pool still counts it but offers no variant, which the controller does
 while a device is held after a failed attach, while the fabric reports it
 critical or unavailable, or while no reported adapter reaches it; the
@@ -25,7 +27,13 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from driver.fabric_devices.naming import FABRIC_KIND, FABRIC_POOL, IDENTITY_ATTRIBUTE, NodeFabric
+from driver.fabric_devices.naming import (
+    FABRIC_KIND,
+    FABRIC_POOL,
+    IDENTITY_ATTRIBUTE,
+    SPARE_ATTRIBUTE,
+    NodeFabric,
+)
 from driver.inspect.claims import binding, binding_text
 from driver.inspect.events import EventIndex, newest
 from driver.inspect.inventory import PCIE_ROOT, JsonObj, build
@@ -80,6 +88,7 @@ def _blank(name: str, holder: dict[str, Any] | None = None) -> dict[str, Any]:
         "reachable": [],
         "attached": None,
         "holder": holder,
+        "spare": None,
     }
 
 
@@ -134,6 +143,8 @@ def fabric_view(
         d["reachable"].append(
             {"node": v.node, "adapter": adapter, "pcieRoot": v.attr(PCIE_ROOT), "variant": v.name}
         )
+        if v.attr(SPARE_ATTRIBUTE) is True:  # published as a warm spare there
+            d["spare"] = {"node": v.node, "adapter": adapter, "variant": v.name}
         if v.name in held:
             d["holder"] = {"variant": v.name, "node": v.node, "adapter": adapter} | held.pop(v.name)
         unoffered -= {counter for _, counter, _ in v.consumes()}
@@ -148,7 +159,15 @@ def fabric_view(
     by_id |= {name: _blank(name, {"variant": name} | h) for name, h in held.items()}
     index = EventIndex(events)
     for d in by_id.values():
-        d["state"] = "held" if d["holder"] else "free" if d["reachable"] else "withheld"
+        d["state"] = (
+            "held"
+            if d["holder"]
+            else "spare"
+            if d["spare"]
+            else "free"
+            if d["reachable"]
+            else "withheld"
+        )
         d["why"] = _why(d, index)
     adapters = [
         {"node": n, "adapter": a, "pcieRoot": root}
@@ -164,7 +183,10 @@ def fabric_view(
 
 def _state(d: Mapping[str, Any]) -> str:
     b = (d["holder"] or {}).get("binding")
-    return f"held, {binding_text(b).split(':')[0]}" if b else d["state"]
+    if b:
+        return f"held, {binding_text(b).split(':')[0]}"
+    spare = d.get("spare")
+    return f"spare on {spare['node']}" if spare and d["state"] == "spare" else d["state"]
 
 
 def _holder_text(h: Mapping[str, Any]) -> str:

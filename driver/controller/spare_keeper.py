@@ -1,0 +1,201 @@
+"""Carry out the warm-spare policy on each reconcile pass.
+
+Why: ``driver.controller.spares`` decides over plain values; this module
+gathers them from the fabric inventory, the node reports and the claims,
+keeps what the policy needs to remember (when each spare became one, when
+each node last saw an allocation of a model, which allocations were
+counted), starts spare attaches on the workers and says which variants
+the pool publishes as spares (no binding conditions) and which spares'
+devices must not be detached yet.
+
+Spare-ness is not recorded anywhere: a spare is a connection that no
+allocation needs and the policy keeps. A restarted controller finds its
+predecessor's spares attached, and keeps those the policy wants (their
+idle clocks start at the restart; allocations it finds re-open their
+nodes' demand windows) instead of detaching and attaching again.
+
+Concurrency: the reconciler's asyncio loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from driver.controller import claims as cl
+from driver.controller.events import ControllerEvents, node_ref
+from driver.controller.pool import Variant, offered, reachable
+from driver.controller.spares import Free, Key, Spare, SparePlan, SpareRules, plan
+from driver.controller.workers import Workers
+from driver.fabric_devices.naming import NodeFabric, variant_name
+from driver.fabricclient.model import FabricDevice, FabricInventory
+from driver.metrics import FABRIC_SPARE_ALLOCATIONS, FABRIC_SPARES
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SpareView:
+    """What a pass publishes and must leave attached."""
+
+    variants: frozenset[str] = frozenset()  # published as spares: no binding conditions
+    keep: frozenset[str] = frozenset()  # device ids: spares, not to be detached
+    withdrawing: frozenset[str] = frozenset()  # device ids: detach once the pool is stored
+
+
+class SpareKeeper:
+    def __init__(
+        self, rules: SpareRules, workers: Workers, events: ControllerEvents,
+        mark: Callable[[], None],
+    ) -> None:  # fmt: skip
+        self.rules = rules
+        self._workers = workers
+        self._events = events
+        self._mark = mark
+        self._since: dict[str, float] = {}  # device id -> when it became a spare
+        self._demand: dict[Key, float] = {}  # (node, kind, model) -> last allocation there
+        self._counted: set[tuple[str, str]] = set()  # allocations counted as hit or miss
+        self._attaching: dict[str, Spare] = {}  # spare attaches under way
+        self._published: frozenset[str] = frozenset()  # device ids shown as spares, last pass
+        self._wake: asyncio.TimerHandle | None = None
+        self._released: set[str] = set()  # devices of retired spares not detached yet
+        self.last = SparePlan()
+        FABRIC_SPARES.source = self.samples
+
+    def note_allocations(
+        self, allocs: Iterable[cl.FabricAllocation], variants: Mapping[str, Variant],
+        models: Mapping[str, str], nodes: Mapping[str, object], now: float,
+    ) -> None:  # fmt: skip
+        """Count each allocation once, as a hit (a spare: no binding
+        conditions) or a miss, and open its node's demand window."""
+        current = {(a.claim_uid, a.device) for a in allocs}
+        self._counted &= current
+        for a in allocs:
+            v = variants.get(a.device)
+            if (a.claim_uid, a.device) in self._counted or v is None:
+                continue
+            self._counted.add((a.claim_uid, a.device))
+            model = models.get(v.device_id, "")
+            if self.rules.on_demand(v.kind, model):
+                self._demand[(v.node, v.kind, model)] = now
+            if not a.waits:
+                FABRIC_SPARE_ALLOCATIONS.labels(result="hit").inc()
+                self._events.spare_taken(a, v)
+            elif self.rules.enabled:
+                FABRIC_SPARE_ALLOCATIONS.labels(result="miss").inc()
+
+    def spares(
+        self, inv: FabricInventory, reports: Mapping[str, NodeFabric], needed: set[str], now: float
+    ) -> list[Spare]:
+        """The devices attached or attaching that no allocation needs and no
+        prepared claim holds (a released one its node has not unprepared)."""
+        out = []
+        for d in inv.devices:
+            conn = d.connection
+            if d.id in needed or conn is None or conn.state == "Detaching":
+                continue
+            report = reports.get(conn.node)
+            if report is not None and d.identity in report.busy:
+                continue
+            ready = conn.state == "Attached" and report is not None
+            ready = ready and report is not None and report.sees(d.kind, d.identity, conn.adapter)
+            healthy = offered(d) and report is not None and conn.adapter in report.adapters
+            since = self._since.setdefault(d.id, now)
+            out.append(Spare(d.id, d.kind, d.model, conn.node, conn.adapter, ready, since, healthy))
+        listed = {s.device_id for s in out}
+        out += [s for dev, s in self._attaching.items() if dev not in listed and dev not in needed]
+        return out
+
+    def free(
+        self, inv: FabricInventory, reports: Mapping[str, NodeFabric], busy: set[str]
+    ) -> list[Free]:
+        out = []
+        for d in inv.devices:
+            if d.connection is not None or not offered(d) or d.id in busy:
+                continue
+            places = tuple((v.node, v.adapter) for v in reachable(d, reports))
+            if places and d.id not in self._attaching:
+                out.append(Free(d.id, d.kind, d.model, places))
+        return out
+
+    def reconcile(
+        self, inv: FabricInventory, reports: Mapping[str, NodeFabric],
+        nodes: Mapping[str, Mapping[str, object]], needed: set[str], held: set[str],
+        now: float,
+    ) -> SpareView:  # fmt: skip
+        """One pass: plan, start the attaches, and say what the pool shows."""
+        for dev in needed & set(self._attaching):
+            self._workers.cancel_spare(dev)  # a claim needs it now
+        if not self.rules.enabled and not self._since and not self._attaching:
+            return SpareView()
+        busy = needed | held | {d.id for d in inv.devices if self._workers.busy(d.id)}
+        spares = self.spares(inv, reports, needed, now)
+        free = self.free(inv, reports, busy)
+        size = sum(1 for d in inv.devices if d.identity)
+        adapters = [n for n, r in reports.items() if r.adapters]
+        p = plan(self.rules, spares, free, size, adapters, self._demand, now)
+        self.last = p
+        for key in p.closed:
+            self._demand.pop(key, None)
+        released = {r.spare.device_id for r in p.retire}
+        for r in p.retire:
+            if r.spare.device_id in self._released:
+                continue  # said so in an earlier pass: its detach is under way
+            if r.spare.device_id not in self._attaching:
+                log.info("spare %s on %s released: %s", r.spare.device_id, r.spare.node, r.why)
+                self._events.spare_released(node_ref(nodes, r.spare.node), r.spare.device_id, r.why)
+            else:
+                self._workers.cancel_spare(r.spare.device_id)
+        self._released = released
+        by_id = {d.id: d for d in inv.devices}
+        for dev, node, adapter in p.attach:
+            self._start(by_id[dev], node, adapter, reports, nodes, now)
+        self._since = {s.device_id: s.since for s in p.keep}
+        self._since |= {dev: s.since for dev, s in self._attaching.items()}
+        shown = {s.device_id: s for s in p.keep if s.ready and s.device_id in by_id}
+        variants = frozenset(
+            variant_name(by_id[i].identity, s.node, s.adapter, s.kind) for i, s in shown.items()
+        )
+        # A spare published without binding conditions is detached only once
+        # the pool without that is stored: no scheduler can take it meanwhile.
+        withdrawn = frozenset(r.spare.device_id for r in p.retire) & self._published
+        self._published = frozenset(shown)
+        self._schedule(p.wake_at, now)
+        return SpareView(variants, frozenset(s.device_id for s in p.keep), withdrawn)
+
+    def _start(
+        self, d: FabricDevice, node: str, adapter: str, reports: Mapping[str, NodeFabric],
+        nodes: Mapping[str, Mapping[str, object]], now: float,
+    ) -> None:  # fmt: skip
+        v = next(v for v in reachable(d, reports) if (v.node, v.adapter) == (node, adapter))
+        spare = Spare(d.id, d.kind, d.model, node, adapter, False, now)
+
+        def ended(attached: bool) -> None:
+            self._attaching.pop(d.id, None)
+            if not attached:
+                self._since.pop(d.id, None)
+            self._mark()
+
+        if self._workers.attach_spare(v, node_ref(nodes, node), ended):
+            log.info("attaching %s to %s via %s as a warm spare", d.id, node, adapter)
+            self._attaching[d.id] = spare
+            self._since[d.id] = now
+
+    def _schedule(self, at: float | None, now: float) -> None:
+        """A pass when the next idle timeout or demand window ends."""
+        if self._wake is not None:
+            self._wake.cancel()
+            self._wake = None
+        if at is not None:
+            self._wake = asyncio.get_running_loop().call_later(max(0.0, at - now) + 0.1, self._mark)
+
+    def samples(self) -> list[tuple[tuple[str, ...], float]]:
+        """``patchbay_fabric_spares`` by state: attaching, ready (a pod can take
+        it at once), attached (its node does not report it yet)."""
+        counts = {"attaching": 0, "ready": 0, "attached": 0}
+        for s in self.last.keep:
+            state = "attaching" if s.device_id in self._attaching else "ready"
+            counts[state if s.ready or state == "attaching" else "attached"] += 1
+        return [((state,), float(n)) for state, n in counts.items()]
