@@ -7,8 +7,8 @@ sides know (a GPU's NVML UUID or a NIC's permanent MAC address, which the
 fabric reports and the node sees once the device is attached, plus node and
 adapter) lets the plugin compute the same name without reading the fabric
 pool. The plugin tells the controller what it sees through one Node
-annotation (adapter roots, attached GPU UUIDs, NIC MACs, NVMe serials and
-CXL memory serials, and which of them a claim holds prepared, so the
+annotation (adapter roots, attached GPU UUIDs and their board serials, NIC
+MACs, NVMe serials and CXL memory serials, and which of them a claim holds prepared, so the
 controller detaches only what the node has unprepared). Identities are
 compared in one canonical form per kind (:func:`identity`), whatever form
 the fabric or sysfs wrote them in. Pure functions, no I/O.
@@ -99,6 +99,9 @@ class NodeFabric:
     busy: frozenset[str] = frozenset()
     nvme: Mapping[str, str] = field(default_factory=dict)  # attached NVMe serial -> adapter
     cxlmem: Mapping[str, str] = field(default_factory=dict)  # attached CXL serial -> adapter
+    # Attached GPUs' board serials (NVML's) -> their UUID: a count-based manager names
+    # what it attached by that serial only (docs/fabric.md, "Count-based managers").
+    serials: Mapping[str, str] = field(default_factory=dict)
 
     def sees(self, kind: str, identity: str, adapter: str) -> bool:
         """Whether the node has the ``kind`` device ``identity`` behind ``adapter``."""
@@ -109,10 +112,16 @@ class NodeFabric:
         seen = {"gpu": self.gpus, "nic": self.nics, NVME: self.nvme, CXL_MEMORY: self.cxlmem}
         return seen.get(kind, {})
 
+    def by_serial(self, serial: str) -> tuple[str, str] | None:
+        """(GPU UUID, adapter) of the attached GPU whose board serial is ``serial``."""
+        uuid = self.serials.get(serial.strip())
+        return (uuid, self.gpus[uuid]) if uuid is not None and uuid in self.gpus else None
+
     def to_annotation(self) -> str:
         data = {"adapters": self.adapters, "gpus": self.gpus}
         # Omitted when empty: older controllers read the same text.
-        for key, seen in (("nics", self.nics), (NVME, self.nvme), (CXL_MEMORY, self.cxlmem)):
+        more = (("nics", self.nics), (NVME, self.nvme), (CXL_MEMORY, self.cxlmem))
+        for key, seen in (*more, ("serials", self.serials)):
             if seen:
                 data[key] = seen
         body: dict[str, Any] = {k: dict(sorted(v.items())) for k, v in data.items()}
@@ -134,6 +143,7 @@ class NodeFabric:
             nvme = {str(k): str(v) for k, v in (data.get(NVME) or {}).items()}
             cxlmem = {str(k): str(v) for k, v in (data.get(CXL_MEMORY) or {}).items()}
             busy = frozenset(str(i) for i in data.get("busy") or ())
+            serials = {str(k): str(v) for k, v in (data.get("serials") or {}).items()}
         except (ValueError, AttributeError, TypeError):
             return None
-        return cls(adapters, gpus, nics, busy, nvme, cxlmem)
+        return cls(adapters, gpus, nics, busy, nvme, cxlmem, serials)

@@ -12,7 +12,8 @@ come from the ``--fabric-adapters`` setting (``name=portBDF``); their root
 complexes are read from sysfs and reported to the controller in the Node
 annotation, together with the UUIDs of the attached GPUs, the permanent
 MAC addresses of the attached NICs' PFs and the serials of the attached
-NVMe drives and CXL memory devices.
+NVMe drives and CXL memory devices, and each attached GPU's board serial
+(NVML's, the only name a count-based fabric manager gives what it attached).
 
 Concurrency: :meth:`FabricNodeView.split` reads sysfs (adapter roots
 included) and runs in the scan's worker thread; :meth:`FabricNodeView.report`
@@ -186,8 +187,12 @@ class FabricNodeView:
         """The node's report; ``held``: (kind, local id) of the devices claims hold."""
         seen: dict[str, dict[str, str]] = {k: {} for k in ("gpu", "nic", *BY_SERIAL)}
         busy: set[str] = set()
+        serials: dict[str, str] = {}
         for d in fabric:
             ident = str(d.attributes[IDENTITY])
+            serial = d.attributes.get("serial")
+            if d.kind == "gpu" and isinstance(serial, str) and serial.strip():
+                serials[serial.strip()] = ident  # what a count-based manager names it by
             seen["nic" if d.kind == "vf" else d.kind][ident] = str(
                 d.attributes.get("fabricAdapter", "")
             )
@@ -196,8 +201,9 @@ class FabricNodeView:
         # The roots of the last scan: a report after each prepare reads no sysfs.
         roots = self._roots if self._roots is not None else self.adapter_roots()
         return NodeFabric(
-            roots, seen["gpu"], seen["nic"], frozenset(busy), seen[NVME], seen[CXL_MEMORY]
-        )
+            roots, seen["gpu"], seen["nic"], frozenset(busy), seen[NVME], seen[CXL_MEMORY],
+            serials,
+        )  # fmt: skip
 
 
 class AnnotationPublisher:

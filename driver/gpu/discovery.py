@@ -44,6 +44,8 @@ class GpuFacts(Protocol):
     def memory_bytes(self) -> int: ...
     @property
     def pci_bus_id(self) -> str: ...
+    @property
+    def serial(self) -> str: ...
 
 
 class PciTopology(Protocol):
@@ -83,6 +85,8 @@ def gpu_device(gpu: GpuFacts, system: SystemFacts, topology: PciTopology) -> Dev
         ATTACHMENT: "local",
         PCI_BUS_ID: gpu.pci_bus_id,
     }
+    if gpu.serial.strip():  # the board serial: a count-based fabric manager's name for it
+        attrs["serial"] = gpu.serial.strip()
     root = topology.pcie_root(gpu.pci_bus_id)
     if root is not None:
         attrs[PCIE_ROOT] = root
