@@ -77,7 +77,7 @@ test: lint nvml-mock k8s-bins helm-bin promtool prometheus-crds kueue-bin node-b
 # BENCH=soak (not in the default set; SOAK_SECONDS, default 600; SOAK_HEAP=1
 # adds heap summaries, driver/heapsummary.py) or BENCH=burst.
 bench: venv nvml-mock k8s-bins ## benchmarks: print figures, assert nothing (REFERENCE_PLUGIN=<path>: side by side; BENCH=<name>: one)
-	REFERENCE_PLUGIN="$(REFERENCE_PLUGIN)" PYTHONPATH=.:hack $(PY) -m tests.bench $(BENCH)
+	REFERENCE_PLUGIN="$(REFERENCE_PLUGIN)" PYTHONPATH=. $(PY) -m tests.bench $(BENCH)
 
 clean: ## remove build outputs in the tree (not the binary cache)
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache hack/nvml-mock/build run

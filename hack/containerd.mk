@@ -1,4 +1,4 @@
-# containerd 2.x for the real-node tier (hack/realnode): the daemon, its runc
+# containerd 2.x for the real-node tier (tests/harness/realnode): the daemon, its runc
 # shim and ctr, built from the upstream Go module by the tool-only wrapper
 # module in hack/containerd (the pin is the containerd/v2 requirement in its
 # go.mod). Cached outside the work tree like the control plane, keyed by that

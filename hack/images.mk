@@ -1,5 +1,5 @@
-# Container images of the real-node tier (hack/realnode), built without a
-# registry or a daemon by hack/images.py: the pause (sandbox) image, the
+# Container images of the real-node tier (tests/harness/realnode), built without a
+# registry or a daemon by tests/harness/images.py: the pause (sandbox) image, the
 # busybox workload image and the patchbay image (hack/image/Dockerfile built by
 # buildah on a debootstrapped Debian base). Each is an OCI archive cached
 # outside the work tree, named by a hash of its inputs, that

@@ -18,7 +18,7 @@ K8S_SUM_HASH := $(shell { cat $(K8S_MOD_DIR)/go.sum; echo '$(K8S_LDFLAGS)'; } 2>
 K8S_CACHE_ROOT ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/patchbay
 K8S_BIN_DIR := $(K8S_CACHE_ROOT)/k8s-$(K8S_VERSION)-$(K8S_SUM_HASH)/bin
 K8S_CP_BINS := etcd kube-apiserver kube-scheduler kube-controller-manager
-# What a real node runs (hack/realnode): the kubelet, kube-proxy, and kubectl
+# What a real node runs (tests/harness/realnode): the kubelet, kube-proxy, and kubectl
 # for people and tests.
 K8S_NODE_BINS := kubelet kube-proxy kubectl
 K8S_GO_BUILD := go build -mod=readonly -p 2 -trimpath -ldflags "$(K8S_LDFLAGS)"

@@ -1,193 +1,20 @@
-"""Real nodes: kubelet + containerd + runc + kube-proxy, each node in its own namespaces.
+"""`python hack/realnode.py ...`: the CLI of tests/harness/realnode.py.
 
-Why this module exists: the node-agent tier (hack/cluster_agent.py) embeds
-only the kubelet's DRA manager; no container ever starts. Users install
-patchbay with Helm on clusters whose kubelet calls the plugin and whose
-runtime injects our CDI devices, so this launcher runs exactly that without
-Docker: each node is like a kind node in its container (network and mount
-namespaces of its own, hack/realnode_net.py), with its own containerd
-(config in hack/realnode_config.py), kubelet (own ``cgroupRoot``,
-hack/realnode_cgroup.py), kube-proxy, and a simulated host (sysfs tree,
-NVML mock, hot-plug feed) at ``/var/lib/patchbay-sim`` where the chart's
-hostPaths point. The control plane is hack/cluster.py's, listening on the
-bridge address the nodes reach.
+The control plane and two real nodes (kubelet, containerd in namespaces):
+up|down|status.
 
-Python API: ``RealCluster(run_dir, nodes).up()`` / ``.down()``, each
-``RealNode`` with ``.restart_kubelet()``, ``.ctr(...)``, ``.host``.
-CLI: ``python hack/realnode.py up|down|status [--dir DIR]``.
-Concurrency: plain blocking calls; the components are separate processes.
+A thin entry point: the code is tests/harness/realnode.py (typed, imported by the
+tests as ``tests.harness.realnode``); this puts the repository on the path and
+runs its main(). Equivalent: ``python -m tests.harness.realnode ...`` from the
+repository root.
 """
 
-from __future__ import annotations
-
-import argparse
-import json
-import logging
-import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-import realnode_net as net
-from cluster import LocalCluster, PrerequisiteError, bin_dir
-from cluster_proc import ComponentError, stop_group, tail
-from realnode_node import NodeSpec, RealNode, node_binaries, teardown
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-__all__ = [
-    "DEFAULT_NODES", "ComponentError", "NodeSpec", "PrerequisiteError", "RealCluster",
-    "RealNode", "net",
-]  # fmt: skip
-
-log = logging.getLogger(__name__)
-
-
-class RealCluster:
-    """The control plane on the node bridge plus real nodes."""
-
-    def __init__(
-        self, run_dir: Path | str, nodes: list[NodeSpec] | None = None, *, net_index: int = 0
-    ) -> None:
-        self.run_dir = Path(run_dir).resolve()
-        self.net = net.Network(net_index)
-        self.control = LocalCluster(self.run_dir / "k8s", address=self.net.host_ip)
-        self.sim_hosts = self.run_dir / "sim-hosts"
-        self.specs = list(nodes or [])
-        self.nodes: dict[str, RealNode] = {}
-        self.detach = False
-        self.k8s_bins = self.ctrd_bins = Path()
-        self.images: dict[str, str] = {}
-        self.image_archives: dict[str, Path] = {}
-        self._state = self.run_dir / "realnodes.json"
-        self.ready_seconds: dict[str, float] = {}  # node start (namespaces) to Ready
-        self.sysctls = net.SysctlGuard()
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.control.kubeconfig
-
-    def kubectl(
-        self, *args: str, check: bool = True, stdin: str | None = None
-    ) -> subprocess.CompletedProcess[str]:
-        argv = [str(self.k8s_bins / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args]
-        proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, check=False)
-        if check and proc.returncode != 0:
-            raise ComponentError(f"kubectl {' '.join(args)}: {proc.stderr.strip()}")
-        return proc
-
-    def node_ready(self, name: str) -> bool:
-        out = self.kubectl("get", "node", name, "-o", "json", check=False)
-        if out.returncode != 0:
-            return False
-        conds = json.loads(out.stdout).get("status", {}).get("conditions", [])
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
-
-    def up(self, *, detach: bool = False) -> RealCluster:
-        import images  # hack/images.py: the pause, busybox and patchbay archives
-
-        self.detach = detach
-        self.k8s_bins, self.ctrd_bins = node_binaries()
-        if self._state.exists():
-            self.down()
-        # A fresh start: a previous run's etcd data and simulated hosts would clash.
-        shutil.rmtree(self.run_dir, ignore_errors=True)
-        self.run_dir.mkdir(parents=True)
-        built = images.build_all()
-        self.image_archives = dict(built)
-        self.images = {
-            "pause": images.PAUSE_IMAGE,
-            "busybox": images.BUSYBOX_IMAGE,
-            "patchbay": images.PATCHBAY_IMAGE,
-        }
-        start = time.monotonic()
-        try:
-            net.create_bridge(self.net)
-            self.save()
-            self.control.up(detach=detach)
-            for i, spec in enumerate(self.specs):
-                node = RealNode(self, spec, i)
-                self.nodes[spec.name] = node
-                t0 = time.monotonic()
-                node.start()
-                self.ready_seconds[spec.name] = time.monotonic() - t0
-                log.info("node %s Ready in %.1fs", spec.name, self.ready_seconds[spec.name])
-            for node in self.nodes.values():  # pod-to-pod traffic across nodes
-                assert node.holder is not None
-                others = [n.index for n in self.nodes.values() if n is not node]
-                net.route_pods(self.net, node.holder, others)
-        except BaseException:
-            self.down()
-            raise
-        self.startup_seconds = time.monotonic() - start
-        return self
-
-    def save(self) -> None:
-        state = {
-            "net_index": self.net.index,
-            "sysctls": self.sysctls.saved,
-            "nodes": {
-                n.name: {
-                    "holder": n.holder,
-                    "cgroup_root": n.cgroup_root,
-                    "pids": {k: c.pid for k, c in n.components.items() if c.pid},
-                }
-                for n in self.nodes.values()
-            },
-        }
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self._state.write_text(json.dumps(state, indent=1) + "\n")
-
-    def down(self) -> None:
-        """Stop every node, the control plane and the bridge; restore sysctls."""
-        state = json.loads(self._state.read_text()) if self._state.exists() else {}
-        for node in list(self.nodes.values()):
-            node.stop()
-        for info in state.get("nodes", {}).values():
-            for name, pid in info.get("pids", {}).items():
-                stop_group(pid, name)
-            teardown(info.get("holder"), info["cgroup_root"])
-        self.nodes.clear()
-        self.control.down()
-        net.delete_bridge(net.Network(state.get("net_index", self.net.index)))
-        if state.get("sysctls"):
-            self.sysctls.saved = state["sysctls"]
-        self.sysctls.restore()
-        self._state.unlink(missing_ok=True)
-
-    def log_tails(self, lines: int = 25) -> str:
-        logs = sorted((self.run_dir / "logs").glob("*.log"))
-        return "\n".join(f"== {p.name}\n{tail(p, lines)}" for p in logs)
-
-
-DEFAULT_NODES = [
-    NodeSpec("node-a", "2x-h100-nic", {"patchbay.dev/simulated": "true"}),
-    NodeSpec("node-c", "fabric-adapters", {"patchbay.dev/simulated": "true"}),
-]
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=("up", "down", "status"))
-    parser.add_argument("--dir", default="/tmp/patchbay-nodes", help="run directory (short)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    cluster = RealCluster(args.dir, DEFAULT_NODES)
-    if args.command == "up":
-        try:
-            cluster.up(detach=True)
-        except (ComponentError, PrerequisiteError, net.NetError) as err:
-            print(f"real nodes up failed: {err}", file=sys.stderr)
-            return 1
-        print(f"ready in {cluster.startup_seconds:.1f}s: export KUBECONFIG={cluster.kubeconfig}")
-        print(f"kubectl: {cluster.k8s_bins / 'kubectl'}")
-    elif args.command == "down":
-        cluster.down()
-        print("stopped")
-    else:
-        cluster.k8s_bins = bin_dir()
-        print(cluster.kubectl("get", "nodes", "-o", "wide", check=False).stdout)
-    return 0
-
+from tests.harness.realnode import main
 
 if __name__ == "__main__":
     sys.exit(main())

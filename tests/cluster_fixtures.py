@@ -1,7 +1,7 @@
 """Fixtures for the cluster tiers: one real control plane per test run.
 
 Why this module exists: every e2e test needs the real etcd, kube-apiserver,
-kube-scheduler and kube-controller-manager (hack/cluster.py); starting them
+kube-scheduler and kube-controller-manager (tests/harness/cluster.py); starting them
 once per session keeps the tier fast. Tests share that cluster, so each test
 works in its own namespace and gives cluster-scoped objects unique names.
 
@@ -19,12 +19,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import cluster as localk8s
 import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from tests.e2e.helpers import unique, wait_for
+from tests.harness import cluster as localk8s
+from tests.harness.cluster_proc import pid_alive
 
 log = logging.getLogger(__name__)
 
@@ -78,11 +79,11 @@ def local_cluster() -> Iterator[localk8s.LocalCluster]:
 
 def _remove_stale() -> None:
     """Remove the run directories of test sessions that are gone (their
-    components died with them: hack/cluster.py starts them with a parent-death
+    components died with them: tests/harness/cluster.py starts them with a parent-death
     signal), keeping those of live sessions."""
     for path in Path(RUN_PREFIX).parent.glob(Path(RUN_PREFIX).name + "*"):
         pid = path.name.removeprefix(Path(RUN_PREFIX).name)
-        if pid.isdigit() and path.stat().st_uid == os.getuid() and not localk8s.pid_alive(int(pid)):
+        if pid.isdigit() and path.stat().st_uid == os.getuid() and not pid_alive(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
 
 

@@ -27,10 +27,7 @@ import urllib.request
 from datetime import datetime
 from pathlib import Path
 
-import cluster as localk8s
-from cluster_proc import free_port
 from kubernetes import client, config
-from simnode import SimNode, build_nvml_mock
 
 from tests.bench.contenders import percentile
 from tests.e2e.burst import (
@@ -43,6 +40,9 @@ from tests.e2e.burst import (
     settle_state,
 )
 from tests.e2e.helpers import wait_for
+from tests.harness import cluster as localk8s
+from tests.harness.cluster_proc import free_port
+from tests.harness.simnode import SimNode, build_nvml_mock
 
 NS = "burst"
 STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) "

@@ -24,10 +24,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import cluster as localk8s
-from fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService, switch
 from kubernetes import client, config
-from simnode import SimNode, apply_deviceclasses, apply_rbac, build_nvml_mock
+
+from tests.harness import cluster as localk8s
+from tests.harness.fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService, switch
+from tests.harness.simnode import SimNode, apply_deviceclasses, apply_rbac, build_nvml_mock
 
 ADAPTERS = "--fabric-adapters=adapter0=0000:15:02.0,adapter1=0000:85:01.0"
 

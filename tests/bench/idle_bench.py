@@ -23,14 +23,14 @@ import tempfile
 import time
 from pathlib import Path
 
-import cluster as localk8s
 from kubernetes import client, config
-from simnode import PluginProcess, build_nvml_mock
 
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
 from tests.bench import reference
 from tests.bench.contenders import cpu_seconds, rss_mb
+from tests.harness import cluster as localk8s
+from tests.harness.simnode import PluginProcess, build_nvml_mock
 
 
 def threads(pid: int) -> dict[int, tuple[str, int, int]]:

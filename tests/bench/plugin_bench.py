@@ -26,15 +26,15 @@ import time
 import urllib.request
 from pathlib import Path
 
-import cluster as localk8s
-from cluster_proc import free_port, stop_group
 from kubernetes import client, config
-from simnode import PluginProcess, build_nvml_mock
 
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
 from tests.bench import reference
 from tests.bench.contenders import Contender, alternate, registered_endpoint, rss_mb, table
+from tests.harness import cluster as localk8s
+from tests.harness.cluster_proc import free_port, stop_group
+from tests.harness.simnode import PluginProcess, build_nvml_mock
 
 NS = "bench"
 

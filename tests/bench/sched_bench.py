@@ -39,7 +39,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import cluster as localk8s
 import yaml
 from kubernetes import client, config
 from kubernetes.watch.watch import iter_resp_lines
@@ -53,6 +52,7 @@ from tests.bench.sched_world import (
     make_nodes,
     publish_fabric,
 )
+from tests.harness import cluster as localk8s
 
 REPO = Path(__file__).resolve().parents[2]
 NS = "bench"

@@ -25,12 +25,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import cluster as localk8s
 import yaml
 from kubernetes import client, config
-from simnode import SimNode, apply_rbac, build_nvml_mock
 
 from tests.bench.fabric_bench import write_counts
+from tests.harness import cluster as localk8s
+from tests.harness.simnode import SimNode, apply_rbac, build_nvml_mock
 
 REPO = Path(__file__).resolve().parents[2]
 NS = "bench"

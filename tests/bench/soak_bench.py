@@ -36,15 +36,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import cluster as localk8s
-from cluster_proc import free_port
-from fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService, switch
 from kubernetes import client, config
-from simnode import SimNode, apply_deviceclasses, apply_rbac, build_nvml_mock
 
 from tests.bench.contenders import rss_mb
 from tests.bench.fabric_bench import ADAPTERS, write_counts
 from tests.e2e.helpers import wait_for
+from tests.harness import cluster as localk8s
+from tests.harness.cluster_proc import free_port
+from tests.harness.fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService, switch
+from tests.harness.simnode import SimNode, apply_deviceclasses, apply_rbac, build_nvml_mock
 
 NS = "soak"
 BATCH = (("mig-1g", 4), ("mig-2g", 2), ("fabric", 2))

@@ -18,12 +18,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from cluster import LocalCluster
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from simnode import SimNode
 
 from tests.e2e.plugin_nodes import plugin_node
+from tests.harness.cluster import LocalCluster
+from tests.harness.simnode import SimNode
 
 VFS_PER_PF = 8
 VFIO = {"apiVersion": "patchbay.dev/v1alpha1", "kind": "VfConfig", "mode": "vfio-pci"}

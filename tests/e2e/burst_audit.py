@@ -16,10 +16,10 @@ from collections import Counter
 from typing import Any
 
 from kubernetes import client
-from simnode import SimNode
 
 from driver.cdi import FILE_PREFIX, VENDOR
 from tests.e2e.burst import BurstNodes
+from tests.harness.simnode import SimNode
 
 Key = tuple[str, str, str]  # (claim uid, pool, device)
 

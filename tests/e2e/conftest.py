@@ -24,11 +24,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cluster_proc import free_port
-from fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from simnode import SimNode, apply_rbac, build_nvml_mock
 
 from tests.e2e.chart import Applier, cached_tool
 from tests.e2e.fabric_helpers import (
@@ -42,6 +39,9 @@ from tests.e2e.fabric_helpers import (
     fabric_slices,
 )
 from tests.e2e.helpers import delete_quietly, unique, wait_for
+from tests.harness.cluster_proc import free_port
+from tests.harness.fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService
+from tests.harness.simnode import SimNode, apply_rbac, build_nvml_mock
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -78,9 +78,15 @@ def fabric_layout() -> FabricLayout:
 
 
 @pytest.fixture(scope="module")
+def controller_args() -> tuple[str, ...]:
+    """More flags for this module's controller (override in a module)."""
+    return ()
+
+
+@pytest.fixture(scope="module")
 def env(  # type: ignore[no-untyped-def]
     local_cluster, resource_api, core, tmp_path_factory, fabric_dialect: str,
-    fabric_layout: FabricLayout,
+    fabric_layout: FabricLayout, controller_args: tuple[str, ...],
 ) -> Iterator[Env]:  # fmt: skip
     build_nvml_mock()
     apply_rbac(local_cluster.kubeconfig, "plugin.yaml")
@@ -115,6 +121,7 @@ def env(  # type: ignore[no-untyped-def]
         f"--lease-duration={LEASE_S}",
         f"--metrics-port={free_port()}",
         f"--fabric-dialect={fabric_dialect}",
+        *controller_args,
     )
     e = Env(nodes, fabric, ctl, fabric_dialect, fabric_layout)
     try:

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fabricsim import ControllerProcess, FabricService, switch
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from simnode import SimNode
 
 from tests.e2e import pods
 from tests.e2e.helpers import wait_for
+from tests.harness.fabricsim import ControllerProcess, FabricService, switch
+from tests.harness.simnode import SimNode
 
 ROOT = "resource.kubernetes.io/pcieRoot"
 ADAPTERS = "--fabric-adapters=adapter0=0000:15:02.0,adapter1=0000:85:01.0"

@@ -35,12 +35,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from cluster_proc import Component, free_port, stop_group
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.cluster_fixtures import missing_prerequisite
 from tests.e2e.helpers import wait_for
+from tests.harness.cluster_proc import Component, free_port, stop_group
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "deviceclasses" / "examples" / "kueue" / "kueue-config.yaml"
@@ -277,7 +277,7 @@ class KueueManager:
             self.component.check_alive()
 
     def log_tail(self) -> str:
-        from cluster_proc import tail
+        from tests.harness.cluster_proc import tail
 
         return tail(self.run_dir / "kueue.log", 40)
 

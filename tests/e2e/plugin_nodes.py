@@ -12,11 +12,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 
-from cluster import LocalCluster
 from kubernetes import client
-from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
 from tests.e2e.helpers import delete_quietly, unique, wait_for
+from tests.harness.cluster import LocalCluster
+from tests.harness.simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
 
 def published_devices(resource_api: client.ResourceV1Api, node: str) -> int:

@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from cluster import LocalCluster
 from kubernetes import client
-from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
 from tests.e2e.helpers import delete_quietly, unique, wait_for
 from tests.e2e.test_plugin_e2e import node_devices
+from tests.harness.cluster import LocalCluster
+from tests.harness.simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
 GPU_CLASS = "gpu.patchbay.dev"
 

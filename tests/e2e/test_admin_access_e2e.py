@@ -15,9 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import LocalCluster
 from kubernetes import client
-from simnode import SimNode
 
 from tests.e2e.helpers import events_about, wait_for
 from tests.e2e.pods import gone, phase, pod, running
@@ -28,6 +26,8 @@ from tests.e2e.tenants import (
     visible,
 )
 from tests.e2e.test_plugin_e2e import node_devices
+from tests.harness.cluster import LocalCluster
+from tests.harness.simnode import SimNode
 
 pytestmark = pytest.mark.cluster
 

@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster import LocalCluster
 from kubernetes import client
 
 from tests.e2e.burst import (
@@ -35,6 +34,7 @@ from tests.e2e.burst import (
 from tests.e2e.burst_audit import allocations, audit, leftovers
 from tests.e2e.fabric_helpers import Env
 from tests.e2e.helpers import wait_for
+from tests.harness.cluster import LocalCluster
 
 pytestmark = pytest.mark.cluster
 

@@ -3,7 +3,7 @@
 Why this module exists: every cluster-level claim patchbay makes rests on the
 real apiserver validating what we publish, the real controller-manager
 creating claims from templates and the real scheduler allocating from our
-slices. These tests prove the local cluster (hack/cluster.py) provides all
+slices. These tests prove the local cluster (tests/harness/cluster.py) provides all
 of that, and that it starts and stops cleanly.
 """
 
@@ -13,12 +13,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-import cluster as localk8s
 import pytest
 from kubernetes import client
 
 from tests.cluster_fixtures import RUN_DIR, record_startup
 from tests.e2e.helpers import delete_quietly, make_node, unique, wait_for
+from tests.harness import cluster as localk8s
+from tests.harness.cluster_proc import pid_alive
 
 pytestmark = pytest.mark.cluster
 
@@ -203,10 +204,10 @@ def test_second_cluster_starts_and_tears_down_without_leftovers(
         record_startup("second cluster", second.startup_seconds)
         pids = second.pids()
         assert set(pids) == set(localk8s.BINARIES)
-        assert all(localk8s.pid_alive(pid) for pid in pids.values())
+        assert all(pid_alive(pid) for pid in pids.values())
         assert _processes_mentioning(str(run_dir)), "components should reference their run dir"
     finally:
         second.down()
-    assert not [pid for pid in pids.values() if localk8s.pid_alive(pid)]
+    assert not [pid for pid in pids.values() if pid_alive(pid)]
     assert _processes_mentioning(str(run_dir)) == []
     assert second.pids() == {}

@@ -21,8 +21,6 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster import LocalCluster
-from simnode import SimNode
 
 from driver.fabric_devices.naming import NodeFabric
 from tests.e2e.fabric_helpers import (
@@ -39,6 +37,8 @@ from tests.e2e.helpers import events_about, wait_for
 from tests.e2e.pods import claim_of, gone, pod
 from tests.e2e.tenants import container_record
 from tests.e2e.test_kubectl_patchbay_fabric_e2e import fabric
+from tests.harness.cluster import LocalCluster
+from tests.harness.simnode import SimNode
 
 pytestmark = pytest.mark.cluster
 FABRIC_DIALECTS = DIALECTS
@@ -49,7 +49,7 @@ LAYOUT = FabricLayout(
     ),
     type="CXL",
 )
-CXL_BYTES = 64 << 30  # hack/fabricsim.switch's CXL memory size
+CXL_BYTES = 64 << 30  # tests/harness/fabricsim.switch's CXL memory size
 EXAMPLES = Path(__file__).resolve().parents[2] / "deviceclasses" / "examples"
 
 

@@ -9,8 +9,6 @@ import time
 from typing import Any
 
 import pytest
-from cluster_proc import free_port
-from fabricsim import ControllerProcess
 from kubernetes import client, watch
 
 from tests.e2e.fabric_helpers import (
@@ -30,6 +28,8 @@ from tests.e2e.fabric_helpers import (
 )
 from tests.e2e.helpers import events_about, unique, wait_for
 from tests.e2e.pods import claim_of, gone, pod
+from tests.harness.cluster_proc import free_port
+from tests.harness.fabricsim import ControllerProcess
 
 pytestmark = pytest.mark.cluster
 

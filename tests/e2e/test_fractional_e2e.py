@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster import LocalCluster
 from kubernetes import client
-from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
 from tests.e2e.helpers import delete_quietly, unique, wait_for
 from tests.e2e.pods import claim_of, gone, never_bound, phase, pod, running
 from tests.e2e.test_mig_e2e import devices, gpu_state, instances
+from tests.harness.cluster import LocalCluster
+from tests.harness.simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
 pytestmark = pytest.mark.cluster
 

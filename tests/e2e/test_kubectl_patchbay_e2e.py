@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import LocalCluster
 from kubernetes import client
-from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
 from tests.e2e import test_pairing_e2e as pairing
 from tests.e2e.helpers import delete_quietly, unique, wait_for
 from tests.e2e.pods import claim_of, gone, pod, running
 from tests.e2e.test_mig_e2e import allocated, profile_template, sim
+from tests.harness.cluster import LocalCluster
+from tests.harness.simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
 pytestmark = pytest.mark.cluster
 __all__ = ["sim"]  # the module-scoped MIG node fixture

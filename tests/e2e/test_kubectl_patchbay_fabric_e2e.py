@@ -16,7 +16,6 @@ import json
 from typing import Any
 
 import pytest
-from cluster import LocalCluster
 
 from tests.e2e.fabric_helpers import (
     Env,
@@ -27,6 +26,7 @@ from tests.e2e.fabric_helpers import (
 from tests.e2e.helpers import wait_for
 from tests.e2e.pods import claim_of, gone, pod
 from tests.e2e.test_kubectl_patchbay_e2e import kubectl_patchbay
+from tests.harness.cluster import LocalCluster
 
 pytestmark = pytest.mark.cluster
 

@@ -23,13 +23,13 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster import LocalCluster
 from kubernetes import client
-from simnode import SimNode
 
 from tests.e2e.helpers import delete_quietly, unique, wait_for
 from tests.e2e.kueue_manager import USER, KueueManager
 from tests.e2e.plugin_nodes import plugin_node
+from tests.harness.cluster import LocalCluster
+from tests.harness.simnode import SimNode
 
 pytestmark = pytest.mark.cluster
 

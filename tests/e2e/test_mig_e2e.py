@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import LocalCluster
 from kubernetes import client
-from simnode import SimNode
 
 from driver.mig.handler import CRASH_AFTER_GI
 from tests.bench.mig_bench import FirstFit, profile_is
 from tests.e2e.plugin_nodes import plugin_node
 from tests.e2e.pods import gone, phase, pod, refused, running
+from tests.harness.cluster import LocalCluster
+from tests.harness.simnode import SimNode
 
 pytestmark = pytest.mark.cluster
 

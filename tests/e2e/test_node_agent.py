@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import cluster as localk8s
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.e2e.helpers import delete_quietly, unique, wait_for
+from tests.harness import cluster as localk8s
 
 pytestmark = pytest.mark.cluster
 

@@ -24,17 +24,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import cluster as localk8s
 import grpc
 import pytest
-from fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService, switch
 from kubernetes import client, config
-from simnode import PluginProcess, apply_plugin_rbac, apply_rbac, build_nvml_mock
 
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
 from tests.cluster_fixtures import RUN_DIR
 from tests.e2e.helpers import unchanged, wait_for
+from tests.harness import cluster as localk8s
+from tests.harness.fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService, switch
+from tests.harness.simnode import PluginProcess, apply_plugin_rbac, apply_rbac, build_nvml_mock
 from tests.integration.test_plugin_process import Kubelet, our_slices, wait_registered
 from tests.kube.claims import allocated_claim
 

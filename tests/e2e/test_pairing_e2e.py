@@ -17,13 +17,13 @@ from typing import Any
 import grpc
 import pytest
 import yaml
-from cluster import LocalCluster
 from kubernetes import client
-from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
 from plugin.proto import dra_v1_pb2, dra_v1_pb2_grpc
 from tests.e2e.helpers import delete_quietly, unique, wait_for
 from tests.e2e.pods import claim_of, gone, phase, pod, running
+from tests.harness.cluster import LocalCluster
+from tests.harness.simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 from tests.kube.claims import allocated_claim
 
 pytestmark = pytest.mark.cluster

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import LocalCluster
 from kubernetes import client, watch
-from simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
 from tests.e2e.helpers import delete_quietly, events_about, unique, wait_for
 from tests.e2e.pods import phase, refused
+from tests.harness.cluster import LocalCluster
+from tests.harness.simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
 pytestmark = pytest.mark.cluster
 

@@ -27,15 +27,15 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster import LocalCluster
 from kubernetes import client
-from simnode import SimNode
 
 from driver.gpu.sharing.mps import MpsDaemons, start_time
 from fabric.simhost.nvidia_smi import read_record
 from tests.e2e.helpers import delete_quietly, unique, wait_for
 from tests.e2e.plugin_nodes import plugin_node
 from tests.e2e.pods import gone, pod, running
+from tests.harness.cluster import LocalCluster
+from tests.harness.simnode import SimNode
 
 pytestmark = pytest.mark.cluster
 

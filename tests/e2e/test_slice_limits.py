@@ -5,7 +5,7 @@ that breaks one is left out, the rest of the pool is published), because
 one device over a limit makes the apiserver refuse its whole slice. These
 tests prove the numbers are the apiserver's: for each limit, a slice at the
 limit is accepted and one over it refused, both as dry runs against the
-local control plane (hack/cluster.py).
+local control plane (tests/harness/cluster.py).
 """
 
 from __future__ import annotations

@@ -19,10 +19,8 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster import LocalCluster
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from simnode import SimNode
 
 from tests.e2e.chart import Applier, by_kind, render
 from tests.e2e.helpers import delete_quietly, events_about, unique, wait_for
@@ -34,6 +32,8 @@ from tests.e2e.tenants import (
     limits_pod,
     start_node,
 )
+from tests.harness.cluster import LocalCluster
+from tests.harness.simnode import SimNode
 
 pytestmark = pytest.mark.cluster
 

@@ -1,7 +1,7 @@
 """The admission webhook for our opaque configs on the real control plane (docs/webhook.md).
 
 The real ``patchbay-controller`` serves the webhook on loopback over TLS
-with a certificate from a CA this module makes (hack/cluster_pki), as a
+with a certificate from a CA this module makes (tests/harness/cluster_pki), as a
 follower (the leader Lease it is given is not one its RBAC grants: every
 replica serves the webhook, not only the leader); the
 chart's own ValidatingWebhookConfiguration (``helm template``, rules,
@@ -28,18 +28,18 @@ from typing import Any
 
 import pytest
 import yaml
-from cluster import LocalCluster, bin_dir
-from cluster_pki import Pki
-from cluster_proc import free_port
-from fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from simnode import SimNode, apply_rbac
 
 from tests.e2e.chart import by_kind, render
 from tests.e2e.helpers import delete_quietly, unique, wait_for
 from tests.e2e.plugin_nodes import plugin_node
 from tests.e2e.pods import pod, running
+from tests.harness.cluster import LocalCluster, bin_dir
+from tests.harness.cluster_pki import Pki
+from tests.harness.cluster_proc import free_port
+from tests.harness.fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService
+from tests.harness.simnode import SimNode, apply_rbac
 
 pytestmark = pytest.mark.cluster
 DENIED = 'admission webhook "opaque-configs.patchbay.dev" denied the request'

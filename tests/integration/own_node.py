@@ -18,13 +18,13 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from cluster import LocalCluster
 from kubernetes import client
-from simnode import PLUGIN_GROUP, PluginProcess, apply_plugin_rbac, build_nvml_mock
 
 from fabric.simhost.host import SimHost
 from fabric.simhost.topology import Topology
 from tests.e2e.helpers import unique
+from tests.harness.cluster import LocalCluster
+from tests.harness.simnode import PLUGIN_GROUP, PluginProcess, apply_plugin_rbac, build_nvml_mock
 
 
 class OwnNode:

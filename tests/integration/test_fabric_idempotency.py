@@ -1,5 +1,5 @@
 """The fabric's test-only attach audit and its ``Idempotency-Key`` handling,
-against the real ``patchbay-fabric`` process (hack/fabricsim's launcher).
+against the real ``patchbay-fabric`` process (tests/harness/fabricsim's launcher).
 
 The audit (``GET /patchbay/v1/audit``) is how the e2e tests count the attach
 requests an allocation caused; a repeat of a request with the same
@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fabricsim import FabricService, switch
 
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
+from tests.harness.fabricsim import FabricService, switch
 
 pytestmark = pytest.mark.integration
 ROOT = "/redfish/v1/Fabrics/pcie0"

@@ -1,6 +1,6 @@
 """The fabric API over TLS, between the real ``patchbay-fabric`` process and
 the controller's client: the certificate is verified against the launcher's
-CA (hack/fabricsim, hack/cluster_pki), a wrong CA or host name is refused
+CA (tests/harness/fabricsim, tests/harness/cluster_pki), a wrong CA or host name is refused
 with an error that says so, a rotated token file is used by both ends
 without a restart. (Plain HTTP only with the explicit insecure setting:
 tests/unit/test_fabric_tls_settings.py.)"""
@@ -12,12 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster_pki import Pki
-from fabricsim import FabricService, switch
 
 from driver.errors import FabricApiError, FabricTlsError, FabricUnavailable
 from driver.fabricclient import FabricClient
 from driver.fabricclient.token import TokenSource
+from tests.harness.cluster_pki import Pki
+from tests.harness.fabricsim import FabricService, switch
 
 pytestmark = pytest.mark.integration
 SPEC = {"switches": [switch("sw0", [("node-a", "adapter0", Path("/nonexistent"))], ["gpu-0"])]}

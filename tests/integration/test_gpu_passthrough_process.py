@@ -10,13 +10,13 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from cluster import LocalCluster
 from kubernetes import client
-from simnode import PluginProcess
 
 from driver.config.opaque import API_VERSION
 from fabric.simhost.topologies import TOPOLOGIES
 from tests.e2e.helpers import unique, wait_for
+from tests.harness.cluster import LocalCluster
+from tests.harness.simnode import PluginProcess
 from tests.integration.own_node import own_node
 from tests.integration.test_plugin_process import our_slices, wait_registered
 from tests.kube.claims import allocated_claim

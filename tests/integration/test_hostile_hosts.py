@@ -26,14 +26,14 @@ from pathlib import Path
 
 import grpc
 import pytest
-from cluster import LocalCluster
-from cluster_proc import free_port
 from kubernetes import client
-from simnode import NVML_MOCK_LIB, PluginProcess
 
 from fabric.simhost.topologies import TOPOLOGIES
 from tests.cluster_fixtures import missing_prerequisite
 from tests.e2e.helpers import wait_for
+from tests.harness.cluster import LocalCluster
+from tests.harness.cluster_proc import free_port
+from tests.harness.simnode import NVML_MOCK_LIB, PluginProcess
 from tests.integration.own_node import OwnNode, own_node
 from tests.integration.test_plugin_process import Kubelet, our_slices, wait_registered
 from tests.kube.claims import allocated_claim

@@ -9,14 +9,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster import LocalCluster
 from kubernetes import client
-from simnode import PluginProcess
 
 from driver.errors import HotplugError
 from fabric.simhost.topologies import TOPOLOGIES
 from fabric.simhost.topology import Gpu
 from tests.e2e.helpers import unchanged, wait_for
+from tests.harness.cluster import LocalCluster
+from tests.harness.simnode import PluginProcess
 from tests.integration.own_node import own_node
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]

@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from cluster import LocalCluster
 from kubernetes import client
-from simnode import PluginProcess
 
 from fabric.simhost.topology import Gpu, RootComplex, RootPort, Topology
 from tests.e2e.helpers import unchanged, wait_for
+from tests.harness.cluster import LocalCluster
+from tests.harness.simnode import PluginProcess
 from tests.integration.own_node import own_node
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cluster import LocalCluster
 from kubernetes import client, watch
 
 from driver.controller.leader import LeaderLease, LeaseTiming
 from driver.kube.api import KubeApi
 from tests.e2e.helpers import wait_for
+from tests.harness.cluster import LocalCluster
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,15 +11,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cluster import LocalCluster
 from kubernetes import client
-from simnode import PluginProcess
 
 from driver.fabric_devices.naming import FABRIC_POOL, NodeFabric, variant_name
 from fabric.simhost.devnodes import NVME_BLOCK_MAJOR
 from fabric.simhost.topologies import TOPOLOGIES
 from fabric.simhost.topology import CxlMemory, Nvme
 from tests.e2e.helpers import wait_for
+from tests.harness.cluster import LocalCluster
+from tests.harness.simnode import PluginProcess
 from tests.integration.own_node import own_node
 from tests.integration.test_plugin_process import wait_registered
 from tests.kube.claims import allocated_claim

@@ -15,16 +15,16 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from cluster import LocalCluster
-from cluster_proc import free_port
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
-from simnode import PluginProcess
 
 from fabric.simhost.topologies import TOPOLOGIES
 from fabric.simhost.topology import Gpu
 from tests import monitoring
 from tests.e2e.helpers import wait_for
+from tests.harness.cluster import LocalCluster
+from tests.harness.cluster_proc import free_port
+from tests.harness.simnode import PluginProcess
 from tests.integration.own_node import own_node
 from tests.integration.test_plugin_process import our_slices, wait_registered
 from tests.kube.claims import allocated_claim

@@ -16,9 +16,7 @@ from typing import Any
 
 import grpc
 import pytest
-from cluster import LocalCluster
 from kubernetes import client
-from simnode import PluginProcess
 
 from driver.faults import PREPARE_POINTS, UNPREPARE_POINTS
 from fabric.simhost.topologies import TOPOLOGIES
@@ -31,6 +29,8 @@ from plugin.proto import (
     registration_pb2_grpc,
 )
 from tests.e2e.helpers import unchanged, unique, wait_for
+from tests.harness.cluster import LocalCluster
+from tests.harness.simnode import PluginProcess
 from tests.integration.own_node import own_node
 from tests.kube.claims import allocated_claim
 

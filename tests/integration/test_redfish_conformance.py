@@ -1,6 +1,6 @@
 """The simulated fabric is a conformant Redfish service (issue 22).
 
-One real ``patchbay-fabric`` (hack/fabricsim's launcher, HTTPS with its CA)
+One real ``patchbay-fabric`` (tests/harness/fabricsim's launcher, HTTPS with its CA)
 over a populated CXL fabric: a GPU, a NIC, an NVMe drive and a CXL Type 3
 memory expander attached to simulated hosts (two through POST Connections,
 two through the zone dialect), a spare GPU and an empty slot. Then:
@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fabricsim import REPO, FabricService
 
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
 from tests import figures
+from tests.harness.fabricsim import REPO, FabricService
 
 pytestmark = pytest.mark.integration
 CSDL = REPO.parent / "shared" / "redfish" / "csdl"

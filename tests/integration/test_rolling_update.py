@@ -11,13 +11,13 @@ from pathlib import Path
 
 import grpc
 import pytest
-from cluster import LocalCluster
 from kubernetes import client
-from simnode import PluginProcess
 
 from fabric.simhost.topologies import TOPOLOGIES
 from plugin.proto import dra_v1_pb2, dra_v1_pb2_grpc, registration_pb2, registration_pb2_grpc
 from tests.e2e.helpers import wait_for
+from tests.harness.cluster import LocalCluster
+from tests.harness.simnode import PluginProcess
 from tests.integration.own_node import own_node
 from tests.kube.claims import allocated_claim
 

@@ -30,12 +30,12 @@ from typing import Any
 import grpc
 import pytest
 from kubernetes import client
-from simnode import PluginProcess
 
 from driver.faults import MPS_POINTS, PREPARE_POINTS, SHARING_POINTS, UNPREPARE_POINTS
 from driver.gpu.sharing.mps import MpsDaemons
 from driver.gpu.sharing.supervisor import READY_FILE, WANT_FILE
 from tests.e2e.helpers import wait_for
+from tests.harness.simnode import PluginProcess
 from tests.integration.test_plugin_process import (
     Kubelet,
     node,

@@ -1,6 +1,6 @@
 """The controller's webhook endpoint over TLS (driver.controller.webhook):
 served on loopback with a certificate from a CA the test makes
-(hack/cluster_pki), answering an AdmissionReview; a rotated certificate
+(tests/harness/cluster_pki), answering an AdmissionReview; a rotated certificate
 (its files rewritten, as the kubelet swaps a Secret volume) is served from
 the next handshake on, without a restart; a half-written pair is not."""
 
@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster_pki import KeyPair, Pki
-from cluster_proc import free_port
 
 from driver.controller.webhook import PATH, WebhookSettings, serve_webhook
+from tests.harness.cluster_pki import KeyPair, Pki
+from tests.harness.cluster_proc import free_port
 
 pytestmark = pytest.mark.integration
 SANS = ("DNS:localhost", "IP:127.0.0.1")

@@ -2,7 +2,7 @@
 
 Why this module exists: every other cluster tier stops one step short of a
 node (no kubelet, no container). Here one session brings up the control
-plane on the node bridge and two real nodes (hack/realnode.py: node-a with
+plane on the node bridge and two real nodes (tests/harness/realnode.py: node-a with
 4 GPUs and VFs, node-c GPU-less with fabric adapters), installs
 ``helm/patchbay`` with ``hack/simulated-values.yaml`` plus the controller,
 the simulated fabric (a CXL fabric: GPUs, an NVMe drive, CXL memory behind
@@ -51,8 +51,7 @@ def _prerequisites() -> None:
 @pytest.fixture(scope="session")
 def tier() -> Iterator[Tier]:
     _prerequisites()
-    import realnode
-    import realnode_chart
+    from tests.harness import realnode, realnode_chart
 
     keep = os.environ.get("PATCHBAY_NODE_KEEP") == "1"  # leave it running to look around
     cluster = realnode.RealCluster(RUN_DIR, realnode.DEFAULT_NODES)

@@ -4,7 +4,7 @@ The examples ``gpu-nvme-gds.yaml`` (a GPU and an NVMe drive on one
 ``pcieRoot``) and ``gpu-cxl-memory.yaml`` (a GPU and CXL Type 3 memory behind
 one adapter) run unpinned: the scheduler can satisfy them only with the
 simulated CXL fabric's devices behind node-c's adapter0
-(``hack/realnode_chart.fabric_values``), so the controller attaches them, the
+(``tests.harness.realnode_chart.fabric_values``), so the controller attaches them, the
 fabric hot-adds them on node-c's simulated host, the plugin prepares them and
 containerd hands the container the nodes its CDI spec names. What each test
 reads is what a user sees: the container's own output, the claim, the

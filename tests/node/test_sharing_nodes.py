@@ -6,7 +6,7 @@ writes; here real containers (runc through containerd's CDI support) show
 what they got, through ``kubectl logs``. The session's values
 (tests/node/conftest.py) make node-a's GPU 3 a fractional GPU and turn on the
 MPS supervisor; the node's driver root holds the simulated host's stand-ins
-of ``nvidia-smi`` and ``nvidia-cuda-mps-control`` (hack/realnode_node.py).
+of ``nvidia-smi`` and ``nvidia-cuda-mps-control`` (tests/harness/realnode_node.py).
 The MPS daemon is found from the host, in its ``/proc``: a process of the
 supervisor pod's container whose pipe directory is the claim's.
 """

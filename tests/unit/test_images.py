@@ -1,4 +1,4 @@
-"""The OCI archives hack/images.py writes: what `ctr images import` needs to find in them.
+"""The OCI archives tests/harness/images.py writes: what `ctr images import` needs to find in them.
 
 An archive is a tar of an OCI layout: `oci-layout`, `index.json` naming each
 image (io.containerd.image.name, a full reference), and content-addressed
@@ -17,9 +17,8 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-import image_oci as oci
-import image_tools
-import images
+from tests.harness import image_oci as oci
+from tests.harness import image_tools, images
 
 
 def _build(tmp_path: Path, names: tuple[str, ...]) -> Path:

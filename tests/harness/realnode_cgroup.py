@@ -1,4 +1,4 @@
-"""The cgroup subtree of one real node (hack/realnode.py).
+"""The cgroup subtree of one real node (tests/harness/realnode.py).
 
 Why this module exists: each real node's kubelet runs with its own
 ``cgroupRoot`` (``/pb-<run>-<node>``) so that its pods' cgroups never mix

@@ -1,4 +1,4 @@
-"""Install helm/patchbay on real nodes, as a user would (hack/realnode.py).
+"""Install helm/patchbay on real nodes, as a user would (tests/harness/realnode.py).
 
 Why this module exists: the node test tier and ``make demo`` install the
 chart the same way: ``helm install`` with the values every simulated-host
@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from fabricsim import switch
-from realnode_node import make_path
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.harness.fabricsim import switch
+from tests.harness.realnode_node import make_path
+
+REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "patchbay"
 SIMULATED_VALUES = REPO / "hack" / "simulated-values.yaml"
 RELEASE = RELEASE_NS = "patchbay"

@@ -1,7 +1,7 @@
 """Namespaces and links of the real-node tier: a kind node without Docker.
 
 Why this module exists: a real node (kubelet + containerd + kube-proxy, see
-hack/realnode.py) must not share the machine's network or its standard
+tests/harness/realnode.py) must not share the machine's network or its standard
 paths with other nodes or with the machine itself. Like a kind node in its
 container, each node gets
 

@@ -18,7 +18,7 @@ why, in one place (facts in ../shared/ARCHITECTURE.md section 11):
   it writes no host-wide setting.
 
 All paths are the standard ones: the node's mount namespace makes them
-private (hack/realnode_net.py). Concurrency: pure functions.
+private (tests/harness/realnode_net.py). Concurrency: pure functions.
 """
 
 from __future__ import annotations

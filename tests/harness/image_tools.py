@@ -1,4 +1,4 @@
-"""The external tools hack/images.py drives: debootstrap and buildah.
+"""The external tools tests/harness/images.py drives: debootstrap and buildah.
 
 debootstrap makes the Debian root filesystem of the patchbay image's base,
 trimmed like Debian's slim images. buildah builds hack/image/Dockerfile on
@@ -39,7 +39,7 @@ SYSTEM_BLOB_CACHE = Path("/var/lib/containers/cache/blob-info-cache-v1.boltdb")
 def run(cmd: list[str], logfile: Path | None = None, env: dict[str, str] | None = None) -> str:
     """Run cmd; its output is appended to logfile (tail raised on failure) or returned.
 
-    Interrupted (Ctrl-C, or SIGTERM, which hack/images.py turns into SystemExit),
+    Interrupted (Ctrl-C, or SIGTERM, which tests/harness/images.py turns into SystemExit),
     it stops cmd with SIGTERM first so that buildah and debootstrap clean up.
     """
     log.debug("+ %s", " ".join(cmd))

@@ -1,8 +1,8 @@
 """One real node: namespace holder, containerd, kubelet, kube-proxy, simulated host.
 
-Why this module exists: hack/realnode.py's cluster starts several of these;
-each one is a kind node without Docker (see hack/realnode_net.py for the
-namespaces, hack/realnode_config.py for the settings and why). This module
+Why this module exists: tests/harness/realnode.py's cluster starts several of these;
+each one is a kind node without Docker (see tests/harness/realnode_net.py for the
+namespaces, tests/harness/realnode_config.py for the settings and why). This module
 starts, restarts and tears down one node's processes and knows which host
 path a path inside the node is. Concurrency: plain blocking calls.
 """
@@ -19,16 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import realnode_cgroup as cgroup
-import realnode_config as conf
-import realnode_net as net
-from cluster import FEATURE_GATES, PrerequisiteError, bin_dir
-from cluster_proc import Component, ComponentError, stop_group
+from tests.harness import realnode_cgroup as cgroup
+from tests.harness import realnode_config as conf
+from tests.harness import realnode_net as net
+from tests.harness.cluster import FEATURE_GATES, PrerequisiteError, bin_dir
+from tests.harness.cluster_proc import Component, ComponentError, stop_group
 
 if TYPE_CHECKING:
-    from realnode import RealCluster
+    from tests.harness.realnode import RealCluster
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SIM_DIR = "/var/lib/patchbay-sim"  # a node's own simulated host, inside the node
 SIM_HOSTS_DIR = "/var/lib/patchbay-sim-hosts"  # every node's, for the simulated fabric
 NVML_MOCK = REPO / "hack" / "nvml-mock" / "build" / "libnvidia-ml.so.1"

@@ -1,6 +1,6 @@
 """OCI image layouts and archives written with the standard library only.
 
-hack/images.py builds the pause and busybox images (and the Debian base of the
+tests/harness/images.py builds the pause and busybox images (and the Debian base of the
 patchbay image) without buildah: a layer is a tar we write, an image is that
 layer plus a config, a manifest and an index in an OCI layout, and the archive
 is the layout in one tar, which `ctr images import` reads. Everything is

@@ -3,7 +3,7 @@
 Why this module exists: the demo and the cluster e2e tests need "nodes"
 that behave like real ones end to end. A :class:`SimNode` combines a
 simulated host (``fabric.simhost``: sysfs tree, NVML mock state, hot-plug
-feed), a node agent (the kubelet's DRA manager, ``hack/cluster_agent.py``)
+feed), a node agent (the kubelet's DRA manager, ``tests/harness/cluster_agent.py``)
 and a real ``patchbay-plugin`` process that reads NVML through pynvml and
 our C mock. :class:`PluginProcess` is usable on its own (integration tests
 play the kubelet themselves).
@@ -20,14 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from cluster_agent import NodeAgent
-from cluster_proc import pid_alive, stop_group, tail
 
 from fabric.simhost.effects import EffectsWatcher
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
+from tests.harness.cluster_agent import NodeAgent
+from tests.harness.cluster_proc import pid_alive, stop_group, tail
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 NVML_MOCK_LIB = REPO / "hack" / "nvml-mock" / "build" / "libnvidia-ml.so.1"
 PLUGIN_GROUP = "patchbay:plugins"
 

@@ -5,7 +5,7 @@ Why this module exists: the fabric e2e tests and the benchmark need a real
 real ``patchbay-controller`` process running with its own identity (bound to
 hack/rbac/controller.yaml), both killable and restartable like in the field.
 The fabric serves HTTPS with a certificate from a CA this launcher makes
-(``hack/cluster_pki``; the controller verifies it with ``--fabric-ca-bundle``)
+(``tests.harness.cluster_pki``; the controller verifies it with ``--fabric-ca-bundle``)
 and both read the bearer token from one file, which :meth:`rotate_token`
 rewrites (rotation without a restart).
 """
@@ -25,10 +25,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from cluster_pki import Pki
-from cluster_proc import stop_group, tail
+from tests.harness.cluster_pki import Pki
+from tests.harness.cluster_proc import stop_group, tail
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CONTROLLER_GROUP = "patchbay:controllers"
 
 

@@ -20,7 +20,7 @@ import logging
 from pathlib import Path
 from typing import Protocol
 
-from cluster_proc import Component, ComponentError, stop_group
+from tests.harness.cluster_proc import Component, ComponentError, stop_group
 
 log = logging.getLogger(__name__)
 
