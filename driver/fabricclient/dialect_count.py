@@ -17,7 +17,12 @@ the node's machine; the answer (:class:`CountAttachResult`) carries what
 arrived, which may be another device of that model: the caller maps its
 serial to what the node reports. What arrived of another type or model, or
 Critical, is scaled down again and the attach fails naming it
-(:class:`CountAttachFailed`); nothing arriving fails it too. The inventory
+(:class:`CountAttachFailed`); nothing arriving fails it too. ``exact`` (the
+default, until the controller maps an allocation to the device that served
+it: docs/fabric.md) fails the same way when the manager chose another
+device of the model than the one allocated, so the node never holds a
+device that no allocation names; the allocated one is then held out and
+the scheduler's next pick is likely the one the manager prefers. The inventory
 (what exists, its model and serial) is read from the manager's Redfish
 service as for the other dialects, and so are the attachments
 (``Connections``); a manager with no Redfish inventory is not served yet.
@@ -198,8 +203,8 @@ class Machines:
 class CountDialect:
     name = "count"
 
-    def __init__(self, machines: Machines, tenant: str) -> None:
-        self.machines, self.tenant = machines, tenant
+    def __init__(self, machines: Machines, tenant: str, exact: bool = True) -> None:
+        self.machines, self.tenant, self.exact = machines, tenant, exact
         self._redfish = ConnectionsDialect()
 
     def _uri(self, machine: str, tail: str = "") -> str:
@@ -235,6 +240,11 @@ class CountDialect:
             wrong = f"{got.describe()} arrived instead"
         elif got.health == "Critical":
             wrong = f"{got.describe()} arrived Critical"
+        elif self.exact and got.serial != dev.serial:
+            wrong = (
+                f"the manager chose {got.describe()}, not {dev.id} (serial {dev.serial}), "
+                "and this controller serves only the allocated device"
+            )
         if wrong:
             returned = await self._give_back(t, machine, got)
             raise CountAttachFailed(502, "WrongDevice", f"asked {asked}: {wrong}; {returned}")

@@ -59,7 +59,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     machines = Machines({"node-a": system_uuid("node-a")}, key="example.com/machine")
     machines.set_nodes({"node-b": {"example.com/machine": system_uuid("node-b")}})
     url = str(server.make_url(""))
-    dialect = CountDialect(machines, TENANT)
+    dialect = CountDialect(machines, TENANT, exact=False)
     oauth = OAuth2Auth(str(server.make_url(TOKEN_PATH)), "patchbay", TokenSource(SECRET))
     client = FabricClient(url, oauth, dialect=dialect)
     yield Env(server, client)
@@ -111,6 +111,19 @@ async def test_oauth2_refused_credentials_name_the_client(env: Env) -> None:
             await client.inventory()
     finally:
         await client.close()
+
+
+async def test_exact_gives_back_another_device_of_the_model(env: Env) -> None:
+    assert isinstance(env.client.dialect, CountDialect)
+    env.client.dialect.exact = True
+    inv = await env.client.inventory()
+    gpu2 = inv.device("gpu-2")
+    with pytest.raises(CountAttachFailed, match=f"chose gpu .* serial {gpu2.serial} .*, not gpu-3"):
+        await env.client.attach("gpu-3", "node-a", "adapter1", key="claim-1")
+    assert (await env.client.device("gpu-2")).connection is None
+    result = await env.client.attach("gpu-2", "node-a", "adapter1", key="claim-2")
+    assert isinstance(result, CountAttachResult) and result.arrived is not None
+    assert result.arrived.serial == gpu2.serial
 
 
 def test_count_settings_name_what_is_missing() -> None:
