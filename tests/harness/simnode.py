@@ -17,15 +17,18 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import yaml
 
 from fabric.simhost.effects import EffectsWatcher
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
-from tests.harness.cluster_agent import NodeAgent
+from tests.harness.cluster_agent import ClusterLike, NodeAgent
 from tests.harness.cluster_proc import pid_alive, stop_group, tail
+
+if TYPE_CHECKING:
+    from kubernetes import client
 
 REPO = Path(__file__).resolve().parents[2]
 NVML_MOCK_LIB = REPO / "hack" / "nvml-mock" / "build" / "libnvidia-ml.so.1"
@@ -60,7 +63,7 @@ def apply_rbac(kubeconfig: Path, manifest: str) -> None:
     api.close()
 
 
-def apply_deviceclasses(resource_api: Any) -> None:
+def apply_deviceclasses(resource_api: client.ResourceV1Api) -> None:
     """Create every DeviceClass of ``deviceclasses/`` (the single source; idempotent)."""
     from kubernetes.client.rest import ApiException
 
@@ -194,7 +197,7 @@ class SimNode:
 
     def __init__(
         self,
-        cluster: Any,
+        cluster: ClusterLike,
         name: str,
         topology: str,
         plugin_kubeconfig: Path,

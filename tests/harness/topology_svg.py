@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ EXAMPLES = REPO / "deviceclasses" / "examples"
 WORKLOADS = ("gpu-vf-pair.yaml", "single-gpu.yaml", "mig-1g.yaml", "mig-3g.yaml")
 
 
-def wait(what: str, probe: Any, timeout: float = 120) -> None:
+def wait(what: str, probe: Callable[[], object], timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while not probe():
         if time.monotonic() > deadline:
@@ -77,7 +78,7 @@ def run_workloads(api: client.ApiClient) -> list[str]:
         pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": NODE}
         core.create_namespaced_pod(NS, pod)
         pods.append(pod["metadata"]["name"])
-        wait(f"{pods[-1]} Running", lambda p=pods[-1]: _phase(core, p) == "Running")
+        wait(f"{pods[-1]} Running", lambda: _phase(core, pods[-1]) == "Running")
     return pods
 
 
