@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from tests.harness.cluster_agent import NodeAgent
@@ -111,11 +111,19 @@ class LocalCluster:
         *,
         address: str = "127.0.0.1",
         audit: bool = False,
+        gates: Mapping[str, bool] | None = None,
+        runtime_config: Sequence[str] = (),
     ) -> None:
         """``address``: where the apiserver listens and what it advertises; real
         nodes (tests/harness/realnode.py) need one their network namespaces reach.
         ``audit``: the apiserver logs every request's metadata to
-        :attr:`audit_log` (JSON lines; tests count requests per client)."""
+        :attr:`audit_log` (JSON lines; tests count requests per client).
+        ``gates``, ``runtime_config``: set on top of :data:`FEATURE_GATES` and
+        :data:`RUNTIME_CONFIG` (apiserver, scheduler, controller-manager; real
+        nodes' kubelets take :attr:`gates` too), for a tier of its own only
+        (tests/gated): every other tier keeps 1.37's default gates."""
+        self.gates = dict.fromkeys(FEATURE_GATES, True) | dict(gates or {})
+        self.runtime_config = ",".join((RUNTIME_CONFIG, *runtime_config))
         self.run_dir = Path(run_dir).resolve()
         self.audit_log = self.run_dir / "audit.log" if audit else None
         self.binaries = binaries
@@ -188,7 +196,7 @@ class LocalCluster:
         self.server = f"https://{self.address}:{api_port}"
         state = {"server": self.server, "binaries": str(bins), "address": self.address}
         self._state.write_text(json.dumps(state) + "\n")
-        gates = ",".join(f"{g}=true" for g in FEATURE_GATES)
+        gates = ",".join(f"{g}={str(on).lower()}" for g, on in self.gates.items())
         etcd = self._spawn("etcd", self._etcd_argv(bins, etcd_port, peer_port), detach=detach)
         self._ready["etcd"] = lambda: _http_ok(f"http://127.0.0.1:{etcd_port}/health")
         etcd.wait_ready(self._ready["etcd"], timeout)
@@ -254,7 +262,8 @@ class LocalCluster:
             f"--service-account-key-file={sa.cert}", f"--service-account-signing-key-file={sa.key}",
             "--service-account-issuer=https://kubernetes.default.svc",
             f"--service-cluster-ip-range={SERVICE_CIDR}", f"--feature-gates={gates}",
-            f"--runtime-config={RUNTIME_CONFIG}", f"--cert-dir={self.run_dir / 'apiserver-certs'}",
+            f"--runtime-config={self.runtime_config}",
+            f"--cert-dir={self.run_dir / 'apiserver-certs'}",
             # The aggregation-layer CA: without it every client logs a missing CA bundle.
             f"--requestheader-client-ca-file={self.pki.ca.cert}",
             "--requestheader-allowed-names=front-proxy-client",

@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tests.harness import realnode_net as net
@@ -46,11 +47,22 @@ class RealCluster:
     """The control plane on the node bridge plus real nodes."""
 
     def __init__(
-        self, run_dir: Path | str, nodes: list[NodeSpec] | None = None, *, net_index: int = 0
+        self,
+        run_dir: Path | str,
+        nodes: list[NodeSpec] | None = None,
+        *,
+        net_index: int = 0,
+        gates: Mapping[str, bool] | None = None,
+        runtime_config: Sequence[str] = (),
     ) -> None:
+        """``gates``, ``runtime_config``: :class:`LocalCluster`'s, on the
+        kubelets too (tests/gated); other tiers leave them out."""
         self.run_dir = Path(run_dir).resolve()
         self.net = net.Network(net_index)
-        self.control = LocalCluster(self.run_dir / "k8s", address=self.net.host_ip)
+        self.control = LocalCluster(
+            self.run_dir / "k8s", address=self.net.host_ip, gates=gates,
+            runtime_config=runtime_config,
+        )  # fmt: skip
         self.sim_hosts = self.run_dir / "sim-hosts"
         self.specs = list(nodes or [])
         self.nodes: dict[str, RealNode] = {}

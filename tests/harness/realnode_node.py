@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from tests.harness import realnode_cgroup as cgroup
 from tests.harness import realnode_config as conf
 from tests.harness import realnode_net as net
-from tests.harness.cluster import FEATURE_GATES, PrerequisiteError, bin_dir
+from tests.harness.cluster import PrerequisiteError, bin_dir
 from tests.harness.cluster_proc import Component, ComponentError, stop_group
 
 if TYPE_CHECKING:
@@ -172,7 +172,7 @@ class RealNode:
         (cni / "10-patchbay-node.conflist").write_text(
             conf.cni_conflist(c.net.pod_cidr(self.index))
         )
-        gates = dict.fromkeys(FEATURE_GATES, True)
+        gates = dict(c.control.gates)  # the control plane's, tier gates included
         (self.files / "kubelet.json").write_text(
             conf.kubelet_config(
                 node_ip=self.ip,
