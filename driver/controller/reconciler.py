@@ -32,6 +32,7 @@ from typing import Any
 
 from driver.backoff import Backoff
 from driver.controller import claims as cl
+from driver.controller.count_nodes import learn_machines
 from driver.controller.events import CONTROLLER, ControllerEvents, gone_adapters, node_ref
 from driver.controller.holds import FailedHolds
 from driver.controller.pool import Variant, build_pool, device_states, mark_spares
@@ -192,6 +193,7 @@ class Reconciler:
             log.debug("reconcile waits for: %s", ", ".join(waiting))
             return
         self._learn_node_uuids()
+        learn_machines(self.fabric, self.nodes.objects.values())  # count fabrics (count_nodes)
         inv = self.inventory
         assert inv is not None
         reports = self.reports.refresh(self.nodes.objects)  # wakes attaches waiting on a node
