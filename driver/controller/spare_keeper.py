@@ -11,8 +11,8 @@ devices must not be detached yet.
 Spare-ness is not recorded anywhere: a spare is a connection that no
 allocation needs and the policy keeps. A restarted controller finds its
 predecessor's spares attached, and keeps those the policy wants (their
-idle clocks start at the restart; allocations it finds re-open their
-nodes' demand windows) instead of detaching and attaching again.
+idle clocks start at the restart; what it finds, spares and allocations,
+re-opens its node's demand window) instead of detaching and attaching again.
 
 Concurrency: the reconciler's asyncio loop only.
 """
@@ -60,6 +60,7 @@ class SpareKeeper:
         self._attaching: dict[str, Spare] = {}  # spare attaches under way
         self._published: frozenset[str] = frozenset()  # device ids shown as spares, last pass
         self._wake: asyncio.TimerHandle | None = None
+        self._first = True  # the first pass adopts a predecessor's spares
         self._released: set[str] = set()  # devices of retired spares not detached yet
         self.last = SparePlan()
         FABRIC_SPARES.source = self.samples
@@ -132,6 +133,11 @@ class SpareKeeper:
             return SpareView()
         busy = needed | held | {d.id for d in inv.devices if self._workers.busy(d.id)}
         spares = self.spares(inv, reports, needed, now)
+        if self._first:  # a restart: what it finds attached re-opens its demand window
+            self._first = False
+            for sp in spares:
+                if self.rules.on_demand(sp.kind, sp.model):
+                    self._demand.setdefault(sp.key, now)
         free = self.free(inv, reports, busy)
         size = sum(1 for d in inv.devices if d.identity)
         adapters = [n for n, r in reports.items() if r.adapters]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from pydantic import ValidationError
 
@@ -10,6 +12,8 @@ from driver.controller.spare_settings import SpareSettings
 from driver.controller.spares import Free, Spare, SpareRules, parse_counts, plan
 from driver.fabric_devices.naming import NodeFabric
 from driver.fabricclient.model import FabricInventory
+from driver.inspect.fabric import fabric_view, render_fabric
+from tests.unit.inspect_objects import DEVICES, fabric_slices, node, variant_name
 from tests.unit.test_controller_pool import gpu
 
 H100 = "H100"
@@ -135,3 +139,18 @@ def test_a_spare_variant_has_no_binding_conditions_and_the_same_counter() -> Non
         assert d.attributes["spare"] is is_spare
         assert bool(d.binding_conditions) is not is_spare
         assert d.consumes_counters == spec.devices[0].consumes_counters
+
+
+def test_kubectl_patchbay_fabric_shows_a_spare() -> None:
+    slices = fabric_slices(offered=("gpu-0", "gpu-1"))
+    for s in slices:  # gpu-0's variant on node-a is published as a spare
+        for d in s["spec"].get("devices") or ():
+            if d["name"] == variant_name("gpu-0", "node-a", DEVICES["gpu-0"][2]):
+                d["attributes"]["spare"] = {"bool": True}
+                d.pop("bindingConditions", None)
+    nodes = [node("node-a", {"GPU-f0": "adapter0"}), node("node-b")]
+    view = fabric_view(slices, [], nodes, [], datetime(2026, 12, 1, tzinfo=UTC))
+    devs = {d["device"]: d for d in view["devices"]}
+    assert devs["gpu-0"]["state"] == "spare" and devs["gpu-0"]["spare"]["node"] == "node-a"
+    assert devs["gpu-1"]["state"] == "free" and devs["gpu-1"]["spare"] is None
+    assert "spare on node-a" in render_fabric(view)
