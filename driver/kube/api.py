@@ -65,7 +65,10 @@ def _client_modules() -> tuple[ModuleType, ModuleType, ModuleType]:
     the whole synchronous client, its watch, stream (websocket), dynamic and
     informer packages, about 8 MB resident that the aio part never uses.
     Bare package modules stand in for ``kubernetes`` and ``kubernetes.aio``
-    unless a process imported the package already (the tests' clients)."""
+    unless a process imported the package already (the tests' clients); a
+    later ``from kubernetes import x`` still imports the submodule x. This
+    relies on the package's layout, hence the upper bound on ``kubernetes``
+    in pyproject.toml (tests/unit/test_kube_imports.py checks it)."""
     for name in ("kubernetes", "kubernetes.aio"):
         if name in sys.modules:
             continue
