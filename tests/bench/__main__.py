@@ -4,7 +4,9 @@
 <name> [options]`` runs one (``make bench BENCH=<name>``), e.g.
 ``python -m tests.bench soak --soak-seconds 120``. Each also runs alone as
 its module, e.g. ``python -m tests.bench.plugin_bench --iterations 500``.
-The soak (10 minutes by default) is not in the default set.
+The soak (10 minutes by default) and the scale bench (a control plane per
+size, 100 and 500 nodes by default: ``make bench BENCH=scale``) are not in
+the default set.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from tests.bench import (
     idle_bench,
     mig_bench,
     plugin_bench,
+    scale_bench,
     sched_bench,
     share_bench,
     soak_bench,
@@ -35,7 +38,7 @@ DEFAULT = (
 )
 BY_NAME: dict[str, ModuleType] = {
     m.__name__.rsplit(".", 1)[-1].removesuffix("_bench"): m
-    for m in (*DEFAULT, idle_bench, soak_bench)
+    for m in (*DEFAULT, idle_bench, soak_bench, scale_bench)
 }
 
 
