@@ -181,10 +181,12 @@ class Machines:
 
     def set_nodes(self, nodes: Mapping[str, Mapping[str, str]]) -> None:
         """Each Node's labels and annotations (merged): the key's value is its machine."""
-        if self.key:
-            self._from_nodes = {
-                n: meta[self.key] for n, meta in nodes.items() if meta.get(self.key)
-            }
+        if not self.key:
+            return
+        found = {n: meta[self.key] for n, meta in nodes.items() if meta.get(self.key)}
+        for node in sorted(n for n in found if found[n] != self._from_nodes.get(n)):
+            log.info("count fabric: node %s is machine %s (%s)", node, found[node], self.key)
+        self._from_nodes = found
 
     def of(self, node: str) -> str:
         found = self.static.get(node) or self._from_nodes.get(node)
