@@ -24,6 +24,7 @@ from driver import DRIVER_NAME
 from driver.cdi import CdiRegistry
 from driver.checkpoint import CheckpointStore, read_boot_id
 from driver.claims.lock import ClaimLock
+from driver.claims.metadata_files import MetadataFiles
 from driver.claims.preparer import ClaimPreparer
 from driver.devices.inventory import NodeInventory
 from driver.devices.kind import DeviceType, all_handlers, scan_all
@@ -185,6 +186,7 @@ class NodePlugin:
             CdiRegistry(s.cdi_root),
             lock=ClaimLock(paths.lock_file if rolling else None),
             sharing=gpu_sharing(s, self.device_types),
+            metadata=MetadataFiles.in_plugin_dir(s.plugin_dir),  # KEP-5304
         )
         return paths, preparer
 

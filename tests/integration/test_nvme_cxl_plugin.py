@@ -94,7 +94,8 @@ def test_drives_and_cxl_memory_end_to_end_on_the_node(
     result = kubelet.prepare(endpoint, claim)[uid]
     assert result.error == "", result.error
     spec = json.loads((plugin.cdi_root / f"k8s.patchbay.dev-claim_{uid}.json").read_text())
-    nodes = {n["path"]: n for d in spec["devices"] for n in d["containerEdits"]["deviceNodes"]}
+    edits = [d["containerEdits"] for d in spec["devices"]]  # the metadata mounts have no nodes
+    nodes = {n["path"]: n for e in edits for n in e.get("deviceNodes", [])}
     assert sorted(nodes) == ["/dev/dax0.0", "/dev/ng2n1", "/dev/nvme2n1"]
     assert (nodes["/dev/nvme2n1"]["type"], nodes["/dev/nvme2n1"]["major"]) == (
         "b",

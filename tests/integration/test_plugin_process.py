@@ -150,7 +150,8 @@ def test_batch_idempotency_and_isolation(
     assert "gpu-7" in first[bad].error
     (dev,) = first[good].devices
     assert dev.device_name == "gpu-0" and list(dev.request_names) == ["req-0"]
-    assert list(dev.cdi_device_ids) == [f"k8s.patchbay.dev/claim={good}-gpu-0"]
+    claim_id = f"k8s.patchbay.dev/claim={good}"  # the device, its request's metadata file
+    assert list(dev.cdi_device_ids) == [f"{claim_id}-gpu-0", f"{claim_id}-metadata_req-0"]
     again = kubelet.prepare(endpoint, claims[:1])
     assert again[good].devices == first[good].devices
     spec = json.loads((plugin.cdi_root / f"k8s.patchbay.dev-claim_{good}.json").read_text())
@@ -196,6 +197,7 @@ def test_crash_at_each_prepare_step_converges(
     assert list(plugin.cdi_root.glob("*.json")) == []
     checkpoint = json.loads((plugin.plugin_dir / "checkpoint.json").read_text())
     assert checkpoint["claims"] == {}
+    assert list((plugin.plugin_dir / "dra-device-metadata").glob("*")) == []
     # No temp debris: only the running plugin's spare of the checkpoint.
     assert plugin.proc is not None
     spare = f".checkpoint.json.tmp-{plugin.proc.pid}"
@@ -227,6 +229,7 @@ def test_crash_at_each_unprepare_step_converges(
     assert list(plugin.cdi_root.glob("*.json")) == []
     checkpoint = json.loads((plugin.plugin_dir / "checkpoint.json").read_text())
     assert checkpoint["claims"] == {}
+    assert list((plugin.plugin_dir / "dra-device-metadata").glob("*")) == []
 
 
 def assert_specs_match_checkpoint(plugin: PluginProcess) -> None:
@@ -239,6 +242,9 @@ def assert_specs_match_checkpoint(plugin: PluginProcess) -> None:
     specs = {p.name[len(prefix) : -len(".json")] for p in plugin.cdi_root.glob(f"{prefix}*.json")}
     assert prepared <= specs, "a prepared claim lost its CDI spec"
     assert specs <= set(claims), "a CDI spec outlived its claim"
+    metadata = plugin.plugin_dir / "dra-device-metadata"
+    files = {p.name for p in metadata.iterdir()} if metadata.exists() else set()
+    assert files <= set(claims), "device metadata outlived its claim"
 
 
 def test_health_stream_reports_a_critical_xid(
