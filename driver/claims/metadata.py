@@ -152,8 +152,16 @@ def go_json(value: Any) -> str:
 
 
 def stream(claim: ClaimIdentity, request: str, devices: Sequence[MetadataDevice]) -> bytes:
-    """The file's content: one object per version, each ended by a newline."""
-    return "".join(go_json(document(claim, request, devices, v)) + "\n" for v in VERSIONS).encode()
+    """The file's content: one object per version, each ended by a newline.
+
+    The versions differ only in ``apiVersion``, the object's second line:
+    encoded once (Python's indenting encoder is its slow one), the other
+    versions are that text with the line swapped (no value can hold the
+    line: its quotes would be escaped)."""
+    newest = go_json(document(claim, request, devices, VERSIONS[0]))
+    line = f'"apiVersion": "{GROUP}/{VERSIONS[0]}"'
+    others = [newest.replace(line, f'"apiVersion": "{GROUP}/{v}"', 1) for v in VERSIONS[1:]]
+    return "".join(t + "\n" for t in (newest, *others)).encode()
 
 
 def read_stream(data: bytes) -> list[dict[str, Any]]:

@@ -4,12 +4,16 @@ Why this module exists: the preparer (``driver.claims.preparer``) writes one
 metadata file (:mod:`driver.claims.metadata`) per request of a claim before
 the claim's CDI spec, and removes them after it; this is where they live and
 how they get into a container. Files are under the plugin directory, next to
-the checkpoint (the same lifetime: a reboot drops both),
-``<plugin dir>/dra-device-metadata/<claim UID>/<request>/metadata.json``,
-each written atomically (``driver.atomicfile``). Named by claim UID, not by
-namespace and name as the Go library's are: a deleted and re-created claim of
-the same name never shares a directory with its predecessor, and start-up
-finds the directories no checkpointed claim owns by their name alone.
+the checkpoint (the same lifetime: a reboot drops both), one flat directory
+``<plugin dir>/dra-device-metadata/<claim UID>_<request>.json``, each written
+atomically (``driver.atomicfile``, recycling one spare inode as the CDI
+registry does). Named by claim UID, not by namespace and name as the Go
+library's are: a deleted and re-created claim of the same name never shares
+a file with its predecessor, and start-up finds the files no checkpointed
+claim owns by their name alone. Flat, not a directory per claim and request
+as the Go library has them: a directory costs a mkdir and an rmdir each
+(0.1 ms apiece on a busy node's disk), a prepare+unprepare pair already
+costs 0.4 ms without metadata.
 
 The Go library mounts each file with a CDI spec of its own per request
 (kind ``<driver>/metadata``). Here each request's mount is a device of the
@@ -25,13 +29,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from driver.atomicfile import write_atomic
+from driver.atomicfile import create_from_spare, remove_stale_temps, retire
 from driver.cdi import CdiDevice, CdiRegistry, ContainerEdits, canonical_claim_uid
 from driver.checkpoint import DeviceRecord
 from driver.claims.metadata import (
@@ -46,7 +50,7 @@ from driver.errors import CdiError
 log = logging.getLogger(__name__)
 
 SUBDIR = "dra-device-metadata"  # under the plugin directory (the Go library's name)
-FILE_NAME = "metadata.json"
+SPARE = ".metadata.spare.tmp"  # + "-<pid>": a debris name of driver.atomicfile
 CDI_DEVICE_PREFIX = "metadata_"
 
 
@@ -73,11 +77,11 @@ class MetadataFiles:
     def in_plugin_dir(cls, plugin_dir: Path) -> MetadataFiles:
         return cls(plugin_dir / SUBDIR)
 
-    def claim_dir(self, claim_uid: str) -> Path:
-        return self.root / canonical_claim_uid(claim_uid)
+    def _spare(self) -> Path:
+        return self.root / f"{SPARE}-{os.getpid()}"
 
     def path(self, claim_uid: str, request: str) -> Path:
-        return self.claim_dir(claim_uid) / base_request(request) / FILE_NAME
+        return self.root / f"{canonical_claim_uid(claim_uid)}_{base_request(request)}.json"
 
     def write_claim(
         self, claim: ClaimIdentity, devices: Sequence[tuple[Sequence[str], MetadataDevice]]
@@ -93,7 +97,7 @@ class MetadataFiles:
             base = base_request(request)
             path = self.path(claim.uid, base)
             try:
-                write_atomic(path, stream(claim, request, devs))
+                create_from_spare(path, stream(claim, request, devs), self._spare())
             except OSError as exc:
                 raise CdiError(
                     f"cannot write the device metadata of claim {claim.uid}, request "
@@ -105,30 +109,35 @@ class MetadataFiles:
             )
         return list(out.values())
 
-    def remove_claim(self, claim_uid: str) -> bool:
-        """Remove the claim's files (True if there were any)."""
-        directory = self.claim_dir(claim_uid)
-        if not directory.exists():
-            return False
+    def remove_claim(self, claim_uid: str, requests: Iterable[str] | None = None) -> int:
+        """Remove the claim's files: those of ``requests`` (its records say
+        which), or all there are; how many there were."""
+        uid = canonical_claim_uid(claim_uid)
+        if requests is None:
+            paths = list(self.root.glob(f"{uid}_*.json")) if self.root.is_dir() else []
+        else:
+            paths = [self.path(uid, r) for r in dict.fromkeys(base_request(r) for r in requests)]
         try:
-            shutil.rmtree(directory)
-        except FileNotFoundError:
-            return False
+            return sum(retire(p, self._spare()) for p in paths)
         except OSError as exc:
             raise CdiError(
-                f"cannot remove the device metadata of claim {claim_uid} in {self.root}: {exc}"
+                f"cannot remove the device metadata of claim {uid} in {self.root}: {exc}"
             ) from exc
-        return True
 
     def claim_uids(self) -> set[str]:
-        """UIDs of every claim with a directory here."""
+        """UIDs of every claim with a file here."""
         if not self.root.is_dir():
             return set()
         out = set()
-        for p in self.root.iterdir():
+        for p in self.root.glob("*_*.json"):
             with contextlib.suppress(CdiError):
-                out.add(canonical_claim_uid(p.name))
+                out.add(canonical_claim_uid(p.name.split("_", 1)[0]))
         return out
+
+    def remove_debris(self) -> int:
+        """Temp files and spares a crash or another process left (start-up,
+        under the claim lock)."""
+        return remove_stale_temps(self.root)
 
     def missing(self, spec: Mapping[str, Any]) -> list[str]:
         """Files a claim's spec mounts from here that are not there (removed by

@@ -213,6 +213,7 @@ class ClaimPreparer:
             log.info("removing orphaned CDI spec of claim %s", uid)
             self._cdi.remove_claim_spec(uid)
         if self._metadata is not None:
+            self._metadata.remove_debris()
             for uid in self._metadata.claim_uids() - set(self.checkpoint.claims):
                 log.info("removing orphaned device metadata of claim %s", uid)
                 self._metadata.remove_claim(uid)
@@ -394,7 +395,9 @@ class ClaimPreparer:
         crash_point("unprepare-recorded")
         self._cdi.remove_claim_spec(record.uid)
         if self._metadata is not None:  # after the spec: none mounts a missing file
-            self._metadata.remove_claim(record.uid)
+            self._metadata.remove_claim(
+                record.uid, [r for d in record.devices for r in d.request_names]
+            )
         PREPARED_CLAIMS.set(len(self.checkpoint.claims))
 
 

@@ -52,7 +52,7 @@ def mounted(cdi: Path, uid: str, request: str) -> tuple[dict[str, Any], list[dic
 
 
 def leftovers(plugin_dir: Path) -> list[Path]:
-    return list((plugin_dir / "dra-device-metadata").rglob("*"))
+    return list((plugin_dir / "dra-device-metadata").glob("*.json"))
 
 
 @pytest.mark.parametrize(

@@ -197,7 +197,7 @@ def test_crash_at_each_prepare_step_converges(
     assert list(plugin.cdi_root.glob("*.json")) == []
     checkpoint = json.loads((plugin.plugin_dir / "checkpoint.json").read_text())
     assert checkpoint["claims"] == {}
-    assert list((plugin.plugin_dir / "dra-device-metadata").glob("*")) == []
+    assert list((plugin.plugin_dir / "dra-device-metadata").glob("*.json")) == []
     # No temp debris: only the running plugin's spare of the checkpoint.
     assert plugin.proc is not None
     spare = f".checkpoint.json.tmp-{plugin.proc.pid}"
@@ -229,7 +229,7 @@ def test_crash_at_each_unprepare_step_converges(
     assert list(plugin.cdi_root.glob("*.json")) == []
     checkpoint = json.loads((plugin.plugin_dir / "checkpoint.json").read_text())
     assert checkpoint["claims"] == {}
-    assert list((plugin.plugin_dir / "dra-device-metadata").glob("*")) == []
+    assert list((plugin.plugin_dir / "dra-device-metadata").glob("*.json")) == []
 
 
 def assert_specs_match_checkpoint(plugin: PluginProcess) -> None:
@@ -243,7 +243,7 @@ def assert_specs_match_checkpoint(plugin: PluginProcess) -> None:
     assert prepared <= specs, "a prepared claim lost its CDI spec"
     assert specs <= set(claims), "a CDI spec outlived its claim"
     metadata = plugin.plugin_dir / "dra-device-metadata"
-    files = {p.name for p in metadata.iterdir()} if metadata.exists() else set()
+    files = {p.name.split("_")[0] for p in metadata.glob("*.json")}  # <uid>_<request>.json
     assert files <= set(claims), "device metadata outlived its claim"
 
 

@@ -130,7 +130,7 @@ async def test_prepare_writes_files_mounted_by_the_first_device_of_each_request(
         for d in spec["devices"]
         if "metadata_" in d["name"]
     }
-    host = tmp / "plugin" / "dra-device-metadata" / ref.uid / "req-0" / "metadata.json"
+    host = tmp / "plugin" / "dra-device-metadata" / f"{ref.uid}_req-0.json"
     assert mounts[f"{ref.uid}-metadata_req-0"] == [
         {
             "hostPath": str(host),
@@ -143,7 +143,7 @@ async def test_prepare_writes_files_mounted_by_the_first_device_of_each_request(
     assert [d["name"] for d in doc["requests"][0]["devices"]] == ["gpu-0", "gpu-1"]
     assert doc["podClaimName"] == "gpus" and doc["metadata"]["name"] == "c1"
     assert (await prep.unprepare([ref]))[ref.uid] == ""
-    assert not (tmp / "plugin" / "dra-device-metadata" / ref.uid).exists()
+    assert list((tmp / "plugin" / "dra-device-metadata").glob("*.json")) == []
 
 
 async def test_recover_removes_files_of_claims_without_a_record(
@@ -153,7 +153,8 @@ async def test_recover_removes_files_of_claims_without_a_record(
     kept = reader.add("kept", ["gpu-0"])
     assert (await prep.prepare([kept]))[kept.uid].error == ""
     root = tmp / "plugin" / "dra-device-metadata"
-    (root / UID / "req-0").mkdir(parents=True)  # a crash after the files, before the record
-    (root / UID / "req-0" / ".metadata.json.tmp-1").write_text("{")
+    (root / f"{UID}_req-0.json").write_text("{}")  # a crash after the files, before the record
+    (root / f".{UID}_req-1.json.tmp-1").write_text("{")  # a crash in the middle of one
     await prep.recover()
-    assert sorted(p.name for p in root.iterdir()) == [kept.uid]
+    assert sorted(p.name for p in root.glob("*.json")) == [f"{kept.uid}_req-0.json"]
+    assert not (root / f".{UID}_req-1.json.tmp-1").exists()

@@ -124,7 +124,7 @@ def test_same_bytes_as_the_go_library(
     go_dir = out / "plugin" / "dra-device-metadata" / "ns_pod-1-gpus-x7k2p"
     assert sorted(p.name for p in go_dir.iterdir()) == sorted(f.request for f in files)
     for f in files:
-        theirs = (go_dir / f.request / "metadata.json").read_bytes()
+        theirs = (go_dir / f.request / "metadata.json").read_bytes()  # the library's layout
         assert ours.path(UID, f.request).read_bytes() == theirs, f.request
         (spec_path,) = (out / "cdi").glob(f"patchbay.dev_metadata_{UID}_{f.request}.json")
         (go_mount,) = json.loads(spec_path.read_text())["devices"][0]["containerEdits"]["mounts"]
