@@ -28,7 +28,6 @@ the request, which bind-mounts the file read-only at the upstream path.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,8 +45,6 @@ from driver.claims.metadata import (
     stream,
 )
 from driver.errors import CdiError
-
-log = logging.getLogger(__name__)
 
 SUBDIR = "dra-device-metadata"  # under the plugin directory (the Go library's name)
 SPARE = ".metadata.spare.tmp"  # + "-<pid>": a debris name of driver.atomicfile

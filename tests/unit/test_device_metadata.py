@@ -24,6 +24,11 @@ from driver.claims.preparer import ClaimPreparer
 from driver.devices.inventory import NodeInventory
 from driver.devices.model import PCI_BUS_ID, AttributeValue, Device, Version
 from driver.errors import ClaimError
+from driver.vf.config import PfPoolConfig
+from driver.vf.discovery import scan_vfs
+from driver.vf.prepare import VfHandler
+from fabric.simhost.host import SimHost
+from fabric.simhost.topologies import TOPOLOGIES
 from tests.claims_doubles import NODE, FlakyHandler, Reader
 
 UID = "0b6e4c1e-3a8f-4d59-9a51-5c0f5b1d2e77"
@@ -158,3 +163,19 @@ async def test_recover_removes_files_of_claims_without_a_record(
     await prep.recover()
     assert sorted(p.name for p in root.glob("*.json")) == [f"{kept.uid}_req-0.json"]
     assert not (root / f".{UID}_req-1.json.tmp-1").exists()
+
+
+def test_a_netdev_vf_carries_its_network_data(tmp_path: Path) -> None:
+    host = SimHost.build(TOPOLOGIES["2x-h100-nic"](), tmp_path / "node")
+    config = PfPoolConfig.model_validate({"pfs": [{"vendorID": "15b3"}]})
+    vf = next(d for d in scan_vfs(host.sysfs_root, config) if d.name == "vf-0000-1a-00-2")
+    prep = VfHandler(host.sysfs_root, host.dir / "dev").prepare(vf, UID, None)
+    assert prep.network is not None
+    netdev = prep.network["interfaceName"]
+    assert f"_NETDEV={netdev}" in " ".join(prep.edits.env)
+    (doc, _) = read_stream(stream(ClaimIdentity("ns", "c", UID), "nic", [
+        MetadataDevice.of("node", vf, prep.network)
+    ]))  # fmt: skip
+    (device,) = doc["requests"][0]["devices"]
+    assert device["networkData"]["interfaceName"] == netdev
+    assert device["attributes"][PCI_BUS_ID] == {"string": "0000:1a:00.2"}
