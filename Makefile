@@ -28,6 +28,8 @@ include hack/containerd.mk
 include hack/images.mk
 include hack/monitoring.mk
 include hack/kueue.mk
+include hack/docker.mk
+include hack/kind.mk
 
 lint: venv proto-check ## ruff, format check, mypy strict, import-linter, module size
 	$(VENV)/bin/ruff check .
