@@ -1,0 +1,89 @@
+"""The gated tier: real nodes with Kubernetes 1.37 feature gates that are off by default.
+
+Why this tier exists: PodGroup claims (KEP-5729) need ``GenericWorkload``
+and ``DRAWorkloadResourceClaims`` (beta in 1.37.2, off by default) on the
+apiserver, scheduler, controller-manager and kubelet, and the
+``scheduling.k8s.io/v1beta1`` API group that the apiserver serves only when
+asked (``--runtime-config``). Every other tier keeps 1.37's default gates
+(issue 25), so this one has its own control plane and node: the real-node
+launcher (tests/harness/realnode.py) with its ``gates`` and
+``runtime_config`` parameters, one node (node-a: GPUs, a NIC), the chart
+installed with helm without the controller or the fabric. Beta gates only:
+an alpha gate would switch the scheduler to its experimental allocator, and
+belongs in a tier of its own.
+
+Run with ``make test-gated`` (``make test`` runs it after the node tier).
+Needs root and the node binaries and images, like the node tier: missing,
+the run FAILS under ``CI=true``, else the tier is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cluster_fixtures import missing_prerequisite, record_startup
+from tests.node.helpers import Node, Tier
+
+REPO = Path(__file__).resolve().parents[2]
+RUN_DIR = Path(os.environ.get("PATCHBAY_GATED_RUN_DIR", f"/tmp/pb-gated-{os.getuid()}"))
+# The gates a PodGroup's claims need in 1.37.2 (pkg/features/kube_features.go:
+# DRAWorkloadResourceClaims depends on DynamicResourceAllocation, on by
+# default, and GenericWorkload), on every component, the kubelet included
+# (pkg/kubelet/cm/dra/manager.go refuses a claim reserved for a PodGroup
+# without DRAWorkloadResourceClaims).
+GATES = {"GenericWorkload": True, "DRAWorkloadResourceClaims": True}
+# PodGroup lives in scheduling.k8s.io/v1beta1, off unless the apiserver is told.
+RUNTIME_CONFIG = ("scheduling.k8s.io/v1beta1=true",)
+# Its own bridge, so that a kept node tier (PATCHBAY_NODE_KEEP=1) does not clash.
+NET_INDEX = 1
+
+
+def _prerequisites() -> None:
+    if os.geteuid() != 0:
+        missing_prerequisite("the gated tier runs real nodes: it needs root")
+    proc = subprocess.run(
+        ["make", "-s", "-C", str(REPO), "node-bins", "images"], check=False, text=True
+    )
+    if proc.returncode != 0:
+        missing_prerequisite("`make node-bins images` failed (see its output above)")
+
+
+@pytest.fixture(scope="session")
+def tier() -> Iterator[Tier]:
+    _prerequisites()
+    from tests.harness import realnode, realnode_chart
+
+    keep = os.environ.get("PATCHBAY_GATED_KEEP") == "1"  # leave it running to look around
+    node = realnode.NodeSpec("node-a", "2x-h100-nic", {"patchbay.dev/simulated": "true"})
+    cluster = realnode.RealCluster(
+        RUN_DIR, [node], net_index=NET_INDEX, gates=GATES, runtime_config=RUNTIME_CONFIG
+    )
+    try:
+        cluster.up(detach=keep)
+    except (realnode.ComponentError, realnode.PrerequisiteError, realnode.net.NetError) as err:
+        cluster.down()
+        pytest.fail(f"gated nodes did not start: {err}", pytrace=False)
+    record_startup("gated real node (control plane + 1 node Ready)", cluster.startup_seconds)
+    release = realnode_chart.Release(cluster.kubeconfig, RUN_DIR / "chart", None)
+    t = Tier(cluster, {n: Node(cluster.nodes[n]) for n in cluster.nodes}, release)
+    try:
+        try:
+            release.install()
+        except realnode_chart.HelmError as err:
+            pytest.fail(f"{err}\n{cluster.log_tails()}", pytrace=False)
+        yield t
+    finally:
+        if not keep:
+            cluster.down()
+
+
+@pytest.fixture
+def namespace(tier: Tier) -> Iterator[str]:
+    name = tier.new_namespace()
+    yield name
+    tier.kubectl("delete", "namespace", name, "--wait=false", check=False)
