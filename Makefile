@@ -66,12 +66,17 @@ node-bins: k8s-bins k8s-node-bins containerd-bins node-prereqs nvml-mock helm-bi
 test-node: venv node-bins images ## real nodes (kubelet + containerd in namespaces), the chart installed with helm (root)
 	$(PYTEST) -q -p no:cacheprovider -m node tests/node
 
+test-gated: venv node-bins images ## a real node on a control plane of its own with 1.37's off-by-default beta gates (PodGroup claims) on (root)
+	$(PYTEST) -q -p no:cacheprovider -m node tests/gated
+
 # One pytest session for the cluster tiers so they share one control plane;
-# the real-node tier runs its own (on the node bridge) in a session of its own.
+# the real-node tier runs its own (on the node bridge) in a session of its own,
+# and the gated tier (tests/gated: off-by-default gates) another of its own.
 test: lint nvml-mock k8s-bins helm-bin promtool prometheus-crds kueue-bin node-bins images ## every tier (what CI runs)
 	$(PYTEST) -q tests/unit
 	$(PYTEST) -q -p no:cacheprovider tests/contract tests/integration tests/e2e
 	$(PYTEST) -q -p no:cacheprovider -m node tests/node
+	$(PYTEST) -q -p no:cacheprovider -m node tests/gated
 
 # REFERENCE_PLUGIN=<dra-example-kubeletplugin binary> adds the reference
 # driver's columns to the plugin figures (tests/bench/reference.py).
@@ -84,7 +89,7 @@ bench: venv nvml-mock k8s-bins ## benchmarks: print figures, assert nothing (REF
 clean: ## remove build outputs in the tree (not the binary cache)
 	rm -rf build .pytest_cache .mypy_cache .ruff_cache hack/nvml-mock/build run
 
-.PHONY: help venv lint fmt proto proto-check test-unit test-contract test-integration test-e2e test-node node-bins test bench clean
+.PHONY: help venv lint fmt proto proto-check test-unit test-contract test-integration test-e2e test-node test-gated node-bins test bench clean
 
 demo: venv node-bins images ## real nodes (kubelet + containerd), the chart installed with helm, example pods; shows what each container saw (root)
 	$(PY) hack/demo.py up
