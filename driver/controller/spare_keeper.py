@@ -11,8 +11,9 @@ devices must not be detached yet.
 Spare-ness is not recorded anywhere: a spare is a connection that no
 allocation needs and the policy keeps. A restarted controller finds its
 predecessor's spares attached, and keeps those the policy wants (their
-idle clocks start at the restart; what it finds, spares and allocations,
-re-opens its node's demand window) instead of detaching and attaching again.
+idle clocks start at the restart; the count it finds per node and model
+stays wanted, not more, for a demand window; allocations it finds re-open
+their nodes' windows) instead of detaching and attaching again.
 
 Concurrency: the reconciler's asyncio loop only.
 """
@@ -61,6 +62,8 @@ class SpareKeeper:
         self._published: frozenset[str] = frozenset()  # device ids shown as spares, last pass
         self._wake: asyncio.TimerHandle | None = None
         self._first = True  # the first pass adopts a predecessor's spares
+        self._carried: dict[Key, int] = {}  # what the first pass found, per key
+        self._carried_until = 0.0
         self._released: set[str] = set()  # devices of retired spares not detached yet
         self.last = SparePlan()
         FABRIC_SPARES.source = self.samples
@@ -133,18 +136,21 @@ class SpareKeeper:
             return SpareView()
         busy = needed | held | {d.id for d in inv.devices if self._workers.busy(d.id)}
         spares = self.spares(inv, reports, needed, now)
-        if self._first:  # a restart: what it finds attached re-opens its demand window
+        if self._first:  # a restart: what it finds stays wanted (not more) for a window
             self._first = False
             for sp in spares:
-                if self.rules.on_demand(sp.kind, sp.model):
-                    self._demand.setdefault(sp.key, now)
+                self._carried[sp.key] = self._carried.get(sp.key, 0) + 1
+            self._carried_until = now + self.rules.window
+        if now >= self._carried_until:
+            self._carried.clear()
         free = self.free(inv, reports, busy)
         size = sum(1 for d in inv.devices if d.identity)
         adapters = [n for n, r in reports.items() if r.adapters]
-        p = plan(self.rules, spares, free, size, adapters, self._demand, now)
+        p = plan(self.rules, spares, free, size, adapters, self._demand, now, self._carried)
         self.last = p
         for key in p.closed:
             self._demand.pop(key, None)
+            self._carried.pop(key, None)
         released = {r.spare.device_id for r in p.retire}
         for r in p.retire:
             if r.spare.device_id in self._released:
@@ -168,7 +174,8 @@ class SpareKeeper:
         # the pool without that is stored: no scheduler can take it meanwhile.
         withdrawn = frozenset(r.spare.device_id for r in p.retire) & self._published
         self._published = frozenset(shown)
-        self._schedule(p.wake_at, now)
+        ends = [t for t in (p.wake_at, self._carried_until if self._carried else None) if t]
+        self._schedule(min(ends, default=None), now)
         return SpareView(variants, frozenset(s.device_id for s in p.keep), withdrawn)
 
     def _start(

@@ -133,12 +133,15 @@ class SparePlan:
 
 def wants(
     rules: SpareRules, nodes: Iterable[str], models: Iterable[KindModel],
-    demand: Mapping[Key, float], now: float,
+    demand: Mapping[Key, float], now: float, carried: Mapping[Key, int] | None = None,
 ) -> dict[Key, int]:  # fmt: skip
-    """Key -> spares wanted, for every key the policy wants any of."""
+    """Key -> spares wanted, for every key the policy wants any of;
+    ``carried``: what a restart found there (kept, never added to)."""
+    carried = carried or {}
     keys = {(n, k, m) for n in nodes for (k, m), c in rules.fixed.items() if c > 0}
     keys |= {key for key in demand if key[0] in set(nodes) and (key[1], key[2]) in set(models)}
-    out = {key: rules.wanted(key, demand.get(key), now) for key in keys}
+    keys |= {key for key in carried if key[0] in set(nodes)}
+    out = {key: max(rules.wanted(key, demand.get(key), now), carried.get(key, 0)) for key in keys}
     return {key: n for key, n in out.items() if n > 0}
 
 
@@ -173,17 +176,20 @@ def plan(
     nodes: Iterable[str],
     demand: Mapping[Key, float],
     now: float,
+    carried: Mapping[Key, int] | None = None,
 ) -> SparePlan:
     """What to keep, attach and detach so the spares meet the policy under the cap.
 
     ``spares``: the devices attached or attaching that no allocation needs;
     ``free``: those that could become spares; ``nodes``: the nodes whose
     plugin reports its adapters; ``demand``: when each (node, kind, model)
-    last saw an allocation; ``pool_size``: the pool's physical devices.
+    last saw an allocation; ``pool_size``: the pool's physical devices;
+    ``carried``: the spares a restarted controller found per key, wanted
+    as they are (their idle timeout still applies) and never added to.
     """
     spares, free, nodes = list(spares), list(free), sorted(set(nodes))
     models = {(s.kind, s.model) for s in spares} | {(f.kind, f.model) for f in free}
-    want = wants(rules, nodes, models, demand, now)
+    want = wants(rules, nodes, models, demand, now, carried)
     by_key: dict[Key, list[Spare]] = {}
     for s in spares:
         by_key.setdefault(s.key, []).append(s)

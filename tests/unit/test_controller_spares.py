@@ -154,3 +154,15 @@ def test_kubectl_patchbay_fabric_shows_a_spare() -> None:
     assert devs["gpu-0"]["state"] == "spare" and devs["gpu-0"]["spare"]["node"] == "node-a"
     assert devs["gpu-1"]["state"] == "free" and devs["gpu-1"]["spare"] is None
     assert "spare on node-a" in render_fabric(view)
+
+
+def test_a_restart_keeps_what_it_found_and_adds_nothing() -> None:
+    """Demand 2 per node, no allocation seen since the restart: the one spare
+    found stays (carried), no second one comes; idle, it still goes."""
+    found = {("node-a", "gpu", H100): 1}
+    spares = [spare("gpu-0", "node-a", 0.0)]
+    p = plan(DEMAND, spares, [free("gpu-1")], 8, NODES, {}, 10.0, found)
+    assert [s.device_id for s in p.keep] == ["gpu-0"] and p.attach == ()
+    later = plan(DEMAND, spares, [free("gpu-1")], 8, NODES, {}, 61.0, found)
+    assert [(r.spare.device_id, r.why) for r in later.retire] == [("gpu-0", "idle")]
+    assert plan(DEMAND, spares, [], 8, NODES, {}, 10.0).keep == ()  # not carried: not wanted
