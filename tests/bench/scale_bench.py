@@ -31,7 +31,10 @@ import calendar
 import functools
 import json
 import os
+import re
+import signal
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -147,6 +150,15 @@ def kind_row(what: str, pods: int, lat: list[float], span: float, cpu_s: float) 
     )
 
 
+def kind_round(
+    core: client.CoreV1Api, res: client.ResourceV1Api, what: str, devices: Obj, pods: int,
+    until: str, cpu: Callable[[], float],
+) -> None:  # fmt: skip
+    tag = re.sub(r"[^a-z0-9]+", "-", what.lower()).strip("-")
+    lat, span, used = burst(core, res, tag, devices, pods, until, cpu)
+    print(kind_row(what, pods, lat, span, used), flush=True)
+
+
 def publish_pools(
     res: client.ResourceV1Api, pools: HostPools, nodes: list[Obj], flavor: NodeFlavor,
     previous: list[str],
@@ -256,6 +268,14 @@ def real_plugin(cluster: localk8s.LocalCluster, api: client.ApiClient, run: Path
         plugin.stop()
 
 
+def guarded(reading: Callable[..., None], *args: Any) -> None:
+    """Run one reading; a failed one is printed, and the size's other figures still come."""
+    try:
+        reading(*args)
+    except Exception as err:  # a figure missing must not lose the run's others
+        print(f"  {reading.__name__} failed: {err!r}", flush=True)
+
+
 def one_size(args: argparse.Namespace, size: int, pools: HostPools) -> None:
     run = Path(tempfile.mkdtemp(prefix=f"scale-{size}-", dir="/tmp"))
     cluster = localk8s.LocalCluster(run / "k8s", localk8s.bin_dir(build=True), audit=True).up()
@@ -280,23 +300,20 @@ def one_size(args: argparse.Namespace, size: int, pools: HostPools) -> None:
         while not core.list_namespaced_service_account(NS).items:
             time.sleep(0.2)  # pods need the namespace's default ServiceAccount
         plain, _ = kinds()["whole GPU"]
-        lat, span, used = burst(core, res, "plain", plain, args.pods, "bound", cpu)
-        print(kind_row("plain GPU (base)", args.pods, lat, span, used), flush=True)
+        guarded(kind_round, core, res, "plain GPU (base)", plain, args.pods, "bound", cpu)
         names, took = publish_pools(res, pools, nodes, MIG_NODE, names)
         spec = fabric_spec(args.fabric_gpus, [n["metadata"]["name"] for n in nodes], "node-major")
         fab, fab_s = publish_fabric(res, spec, 1, [])
         print(f"  MIG pools: {len(names)} slices in {took:.0f}s; fabric pool: {len(spec.devices)}"
               f" variants in {len(fab)} slices in {fab_s:.0f}s", flush=True)  # fmt: skip
         time.sleep(2)  # the scheduler's informer takes the new slices in
-        storage_report(api, res, pids, nodes)
+        guarded(storage_report, api, res, pids, nodes)
         for what, (devices, until) in kinds().items():
             pods = min(args.pods, args.fabric_gpus) if what == "fabric GPU" else args.pods
-            tag = what.lower().replace(" ", "-").replace("+", "-")
-            lat, span, used = burst(core, res, tag, devices, pods, until, cpu)
-            print(kind_row(what, pods, lat, span, used), flush=True)
+            guarded(kind_round, core, res, what, devices, pods, until, cpu)
         expected = len(pools.spec({"metadata": {"name": "x", "uid": "x"}}, MIG_NODE).devices)
-        real_plugin(cluster, api, run, expected, args.rest_seconds)
-        storage_report(api, res, pids, nodes)
+        guarded(real_plugin, cluster, api, run, expected, args.rest_seconds)
+        guarded(storage_report, api, res, pids, nodes)
         periods = beat.periods[1:] or beat.periods
         print(f"  heartbeat: Lease pass every {max(periods, default=float('nan')):.1f}s at most "
               f"(target {10:.0f}s), {beat.errors} failed renewals, "
@@ -320,6 +337,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--bytes-only", action="store_true",
                         help="only the slice byte analysis (no cluster)")  # fmt: skip
     args = parser.parse_args(argv)
+    # `timeout` (the flock'd runs) sends SIGTERM: stop the control plane on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     pools = HostPools()
     print(byte_report(pools), flush=True)
     if args.bytes_only:
@@ -330,6 +349,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    import sys
-
     main(sys.argv[1:])

@@ -112,11 +112,11 @@ def rss_mb(pid: int) -> float:
 
 
 def metrics_text(api: client.ApiClient, path: str = "/metrics") -> str:
-    resp = api.call_api(
-        path, "GET", auth_settings=["BearerToken"], _preload_content=False,
-        _return_http_data_only=True,
-    )  # fmt: skip
-    return str(resp.data.decode())
+    resp = api.call_api(*api.param_serialize("GET", path, auth_settings=["BearerToken"]))
+    body = resp.read()
+    if not 200 <= resp.status <= 299:
+        raise RuntimeError(f"GET {path}: {resp.status} {body[:200]!r}")
+    return bytes(body).decode()
 
 
 def samples(text: str, metric: str) -> list[tuple[str, float]]:
