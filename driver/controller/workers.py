@@ -33,6 +33,7 @@ from typing import Any
 
 from driver.backoff import Backoff
 from driver.controller import claims as cl
+from driver.controller.count_identity import serial_data
 from driver.controller.events import ControllerEvents, claim_ref
 from driver.controller.holds import FailedHolds
 from driver.controller.pool import Variant
@@ -195,6 +196,7 @@ class Workers:
             message = f"{v.device_id} attached to {v.node} via {v.adapter}"
             key = IDENTITY_ATTRIBUTE[v.kind]
             data = {"fabricDevice": v.device_id, key: v.identity, "adapter": v.adapter}
+            data |= serial_data(self._reports.get(v.node), v.kind, v.identity)  # count_identity
             cond = cl.condition(READY_CONDITION, "Attached", message, None)
             if await self._status.write(a, cond, data):
                 self._settled.add((a.claim_uid, a.device))
