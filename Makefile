@@ -82,7 +82,8 @@ test: lint nvml-mock k8s-bins helm-bin promtool prometheus-crds kueue-bin node-b
 # driver's columns to the plugin figures (tests/bench/reference.py).
 # BENCH=<name> runs one benchmark (tests/bench/__main__.py lists them), e.g.
 # BENCH=soak (not in the default set; SOAK_SECONDS, default 600; SOAK_HEAP=1
-# adds heap summaries, driver/heapsummary.py) or BENCH=burst.
+# adds heap summaries, driver/heapsummary.py), BENCH=burst, or BENCH=scale (not
+# in the default set; SCALE_SIZES, default 100,500 nodes; docs/scale.md).
 bench: venv nvml-mock k8s-bins ## benchmarks: print figures, assert nothing (REFERENCE_PLUGIN=<path>: side by side; BENCH=<name>: one)
 	REFERENCE_PLUGIN="$(REFERENCE_PLUGIN)" PYTHONPATH=. $(PY) -m tests.bench $(BENCH)
 
