@@ -19,6 +19,8 @@
 # `start` and `stop` then do nothing.
 set -euo pipefail
 
+HERE=$(cd "$(dirname "$0")" && pwd)
+KIND_GATEWAY=$(cd "$HERE/../.." && source hack/kind/common.sh && echo "$KIND_GATEWAY")
 CACHE=${K8S_CACHE_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/patchbay}
 DATA_ROOT=${PATCHBAY_DOCKER_DATA:-$CACHE/docker-data}   # images survive a stop
 RUN_DIR=${PATCHBAY_DOCKER_RUN:-/run/patchbay-docker}     # exec root, socket, pid
@@ -107,7 +109,8 @@ start() {
   if [ -z "${PATCHBAY_CLUSTER_LOCK_HELD:-}" ]; then
     # the holder lives as long as the daemon; `stop` ends it by its pid
     rm -f "$RUN_DIR/locked"
-    setsid flock "$LOCK" sh -c 'touch "$1"; exec tail -f /dev/null' sh "$RUN_DIR/locked" \
+    # (-o: only flock itself holds the lock; setsid: `stop` ends its whole group)
+    setsid flock -o "$LOCK" sh -c 'touch "$1"; exec tail -f /dev/null' sh "$RUN_DIR/locked" \
       </dev/null >/dev/null 2>&1 &
     echo $! >"$RUN_DIR/lock.pid"
     [ -e "$RUN_DIR/locked" ] || log "waiting for $LOCK (another cluster run holds it)"
@@ -121,6 +124,8 @@ start() {
   setsid dockerd --data-root "$DATA_ROOT" --exec-root "$RUN_DIR/exec" --pidfile "$RUN_DIR/dockerd.pid" \
     -H "unix://$SOCK" --bridge=none --iptables=false --ip-masq=false --ip-forward=false \
     --oom-score-adjust=0 --storage-driver=overlay2 --log-level=warn \
+    --add-runtime "bounded=$HERE/runc-bounded" --default-runtime=bounded \
+    --dns "$KIND_GATEWAY" \
     </dev/null >"$RUN_DIR/dockerd.log" 2>&1 &
   until DOCKER_HOST=unix://$SOCK docker version >/dev/null 2>&1; do
     if ! kill -0 $! 2>/dev/null; then log "dockerd exited:"; tail -20 "$RUN_DIR/dockerd.log" >&2; stop; exit 1; fi
@@ -141,7 +146,7 @@ stop() {
   unmount_under
   restore_settings
   if [ -f "$RUN_DIR/lock.pid" ]; then
-    kill "$(cat "$RUN_DIR/lock.pid")" 2>/dev/null || true
+    kill -- "-$(cat "$RUN_DIR/lock.pid")" 2>/dev/null || true
     rm -f "$RUN_DIR/lock.pid"
   fi
   rm -rf "$RUN_DIR/exec" "$SOCK" "$RUN_DIR/dockerd.pid" "$RUN_DIR/locked"

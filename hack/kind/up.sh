@@ -13,8 +13,9 @@
 #
 # Docker: one answering on DOCKER_HOST (or its default socket) is used as it
 # is; otherwise hack/kind/dockerd.sh starts a private daemon, which down.sh
-# stops. The kind network is made here, `--internal`, with a bridge of a fixed
-# name (KIND_BRIDGE), and handed to kind by KIND_EXPERIMENTAL_DOCKER_NETWORK.
+# stops. The kind network is made here (hack/kind/common.sh says why it is not
+# --internal), with a bridge of a fixed name (KIND_BRIDGE), and handed to kind
+# by KIND_EXPERIMENTAL_DOCKER_NETWORK.
 #
 # Needs: root, Go, make, a C compiler (everything else `make` builds or
 # installs: Debian's docker.io, kind, kubeadm, helm, the images).
@@ -33,10 +34,14 @@ echo "up: prerequisites ready in $((SECONDS - t0))s" >&2
 docker_up
 docker image inspect "$NODE_IMAGE" >/dev/null 2>&1 || docker load -q -i "$NODE_ARCHIVE" >&2
 
+exists=
+"$KIND" get clusters 2>/dev/null | grep -qx "$CLUSTER" && exists=1
+
 # One simulated host per worker, laid out here and mounted into the node.
-rm -rf "$SIM"
+[ -n "$exists" ] || rm -rf "$SIM"
 mkdir -p "$RUN"
 for w in "${WORKERS[@]}"; do
+  [ -z "$exists" ] || continue
   dir=$SIM/$CLUSTER-$w
   PYTHONPATH=. .venv/bin/python -m fabric.simhost build --topology "$TOPOLOGY" --dir "$dir" --name "$CLUSTER-$w"
   # the driver root as the real-node tier lays it out (tests/harness/realnode_node.py):
@@ -55,19 +60,24 @@ for w in "${WORKERS[@]}"; do
 done
 
 docker network inspect "$KIND_NET" >/dev/null 2>&1 \
-  || docker network create --internal --subnet "$KIND_SUBNET" \
+  || docker network create --subnet "$KIND_SUBNET" --gateway "$KIND_GATEWAY" \
     -o com.docker.network.bridge.name="$KIND_BRIDGE" "$KIND_NET" >/dev/null
 export KIND_EXPERIMENTAL_DOCKER_NETWORK=$KIND_NET
 
 SIM="$SIM" CLUSTER="$CLUSTER" envsubst <hack/kind/cluster.yaml.in >"$RUN/cluster.yaml"
 t=$SECONDS
-"$KIND" create cluster --name "$CLUSTER" --config "$RUN/cluster.yaml" --kubeconfig "$KUBECONFIG" >&2
-echo "up: kind create cluster in $((SECONDS - t))s" >&2
+if [ -n "$exists" ]; then
+  echo "up: cluster $CLUSTER exists; updating it" >&2
+else
+  "$KIND" create cluster --name "$CLUSTER" --config "$RUN/cluster.yaml" --kubeconfig "$KUBECONFIG" >&2
+  echo "up: kind create cluster in $((SECONDS - t))s" >&2
+fi
 # The kubelets wrote vm.overcommit_memory and kernel.panic* at start (global,
 # not namespaced): put the host's values back now.
 hack/kind/dockerd.sh restore-sysctls
 
 # CNI: the bridge plugin on each node with its pod CIDR, routes to the others.
+kc wait --for=jsonpath='{.spec.podCIDR}' nodes --all --timeout=120s >/dev/null
 nodes=$(kc get nodes -o jsonpath='{range .items[*]}{.metadata.name}={.spec.podCIDR}={.status.addresses[?(@.type=="InternalIP")].address}{"\n"}{end}')
 for n in $nodes; do
   IFS== read -r name cidr _ <<<"$n"
