@@ -71,12 +71,14 @@ test-gated: venv node-bins images ## a real node on a control plane of its own w
 
 # One pytest session for the cluster tiers so they share one control plane;
 # the real-node tier runs its own (on the node bridge) in a session of its own,
-# and the gated tier (tests/gated: off-by-default gates) another of its own.
-test: lint nvml-mock k8s-bins helm-bin promtool prometheus-crds kueue-bin node-bins images ## every tier (what CI runs)
+# and the gated tier (tests/gated: off-by-default gates) another of its own;
+# the kind tier (tests/kind, hack/kind.mk) runs last, on a private dockerd.
+test: lint nvml-mock k8s-bins helm-bin promtool prometheus-crds kueue-bin node-bins images kind-prereqs ## every tier (what CI runs)
 	$(PYTEST) -q tests/unit
 	$(PYTEST) -q -p no:cacheprovider tests/contract tests/integration tests/e2e
 	$(PYTEST) -q -p no:cacheprovider -m node tests/node
 	$(PYTEST) -q -p no:cacheprovider -m node tests/gated
+	$(KIND_TIER)
 
 # REFERENCE_PLUGIN=<dra-example-kubeletplugin binary> adds the reference
 # driver's columns to the plugin figures (tests/bench/reference.py).

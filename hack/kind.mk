@@ -49,9 +49,13 @@ kind-down: ## delete the kind cluster and stop the private dockerd (hack/kind/do
 
 # The kind tier (tests/kind): up.sh, the checks, down.sh, under the cluster
 # lock that every cluster-starting test takes (dockerd.sh then does not take it
-# again). Not in `make test` until it has passed end to end here.
-test-kind: venv nvml-mock helm-bin kind-bin docker-bin kind-node-image ## the kind tier: the examples in kind nodes, nothing left afterwards (root)
-	flock /tmp/patchbay-cluster.lock env PATCHBAY_CLUSTER_LOCK_HELD=1 \
-	  $(PYTEST) -q -p no:cacheprovider -m kind tests/kind
+# again). `make test` runs it last.
+KIND_TIER = flock /tmp/patchbay-cluster.lock env PATCHBAY_CLUSTER_LOCK_HELD=1 \
+	$(PYTEST) -q -p no:cacheprovider -m kind tests/kind
 
-.PHONY: kind-bin kubeadm-bin kind-node-image kind-env kind-up kind-down test-kind
+kind-prereqs: venv nvml-mock helm-bin kind-bin docker-bin kind-node-image
+
+test-kind: kind-prereqs ## the kind tier: the examples in kind nodes, nothing left afterwards (root)
+	$(KIND_TIER)
+
+.PHONY: kind-bin kubeadm-bin kind-node-image kind-env kind-up kind-down kind-prereqs test-kind

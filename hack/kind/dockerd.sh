@@ -20,7 +20,7 @@
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
-KIND_GATEWAY=$(cd "$HERE/../.." && source hack/kind/common.sh && echo "$KIND_GATEWAY")
+read -r KIND_GATEWAY KIND_BRIDGE < <(cd "$HERE/../.." && source hack/kind/common.sh && echo "$KIND_GATEWAY $KIND_BRIDGE")
 CACHE=${K8S_CACHE_ROOT:-${XDG_CACHE_HOME:-$HOME/.cache}/patchbay}
 DATA_ROOT=${PATCHBAY_DOCKER_DATA:-$CACHE/docker-data}   # images survive a stop
 RUN_DIR=${PATCHBAY_DOCKER_RUN:-/run/patchbay-docker}     # exec root, socket, pid
@@ -75,9 +75,9 @@ restore_settings() {
       made) [ -d "$key" ] && rmdir "$key" 2>/dev/null && log "removed $key (made by docker for kind)" ;;
     esac
   done <"$f"
-  # Links that appeared while the daemon ran (bridges, veths) go.
+  # Links of Docker's kinds (bridges, veths) that appeared while it ran go.
   local now
-  now=$(ip -o link show | awk -F': ' '{sub(/@.*/, "", $2); print $2}')
+  now=$(ip -o link show | awk -F': ' '{sub(/@.*/, "", $2); print $2}' | grep -E "^(veth|br-|docker0$|$KIND_BRIDGE$)" || true)
   for l in $now; do
     grep -qx "link $l" "$f" || { ip link delete "$l" 2>/dev/null && log "removed link $l"; } || true
   done

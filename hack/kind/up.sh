@@ -54,9 +54,9 @@ for w in "${WORKERS[@]}"; do
   printf '#!/bin/sh\nexec /opt/patchbay/bin/python3 -m fabric.simhost.mps_control "$@"\n' \
     >"$dir/driver/usr/bin/nvidia-cuda-mps-control"
   chmod 0755 "$dir"/driver/usr/bin/*
-  PYTHONPATH=. setsid .venv/bin/python -m fabric.simhost effects --dir="$dir" \
-    </dev/null >"$RUN/effects-$w.log" 2>&1 &
-  echo $! >"$RUN/effects-$w.pid"
+  # (the process writes its own pid: down.sh ends exactly it)
+  PYTHONPATH=. setsid sh -c 'echo $$ >"$1"; shift; exec "$@"' sh "$RUN/effects-$w.pid" \
+    .venv/bin/python -m fabric.simhost effects --dir="$dir" </dev/null >"$RUN/effects-$w.log" 2>&1 &
 done
 
 docker network inspect "$KIND_NET" >/dev/null 2>&1 \

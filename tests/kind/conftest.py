@@ -104,6 +104,9 @@ def kind_tier() -> Iterator[KindTier]:
         if up.returncode != 0:
             pytest.fail(f"hack/kind/up.sh failed:\n{up.stdout[-6000:]}")
         tier.figures["up"] = "\n".join(ln for ln in up.stdout.splitlines() if ln.startswith("up: "))
+        if (RUN / "private-dockerd").exists():  # up.sh started the private dockerd
+            line = tier.run(str(REPO / "hack/kind/dockerd.sh"), "env")
+            env["DOCKER_HOST"] = line.strip().removeprefix("export DOCKER_HOST=")
         yield tier
     finally:
         try:

@@ -17,7 +17,7 @@ import pytest
 
 from tests.e2e.helpers import wait_for
 from tests.kind.conftest import RUN, KindTier
-from tests.kind.hoststate import HostState, guard_count
+from tests.kind.hoststate import GUARD, HostState, guard_count
 from tests.node.helpers import attr, seen
 
 pytestmark = [pytest.mark.kind, pytest.mark.timeout(2400)]
@@ -27,6 +27,13 @@ ROOT = "resource.kubernetes.io/pcieRoot"
 BUS = "resource.kubernetes.io/pciBusID"
 CDI_DIR = "/var/run/cdi"  # the chart's kubeletPlugin.cdiRoot, inside each node
 PODS = ("gpu-job", "mig-1g-job", "rdma-job")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:  # the process ended meanwhile
+        return ""
 
 
 def _get(tier: KindTier, *args: str) -> Any:
@@ -116,10 +123,16 @@ def test_down_leaves_nothing_and_nothing_left_the_network(kind_tier: KindTier) -
     before = kind_tier.before
     assert dict(after.sysctls) == dict(before.sysctls)
     assert after.forward_policy == before.forward_policy
-    assert after.chains - before.chains == set(), "iptables chains left"
+    assert after.chains - before.chains - {f"mangle/{GUARD}"} == set(), "iptables chains left"
     assert after.links - before.links == set(), "network links left"
     assert after.mounts - before.mounts == set(), "mounts left"
     assert after.lib_modules == before.lib_modules
+    # The simulated hosts' effect processes that up.sh started are gone.
+    effects = [
+        p for p in Path("/proc").glob("[0-9]*/cmdline")
+        if str(RUN / "sim") in _read(p) and "effects" in _read(p)
+    ]  # fmt: skip
+    assert effects == [], effects
     run_dir = Path("/run/patchbay-docker")
     assert not (run_dir / "docker.sock").exists(), "the private dockerd still runs"
     assert not (run_dir / "dockerd.pid").exists()
