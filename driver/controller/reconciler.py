@@ -226,7 +226,7 @@ class Reconciler:
             if a.failed:
                 continue
             needed.add(v.device_id)
-            if not a.ready:
+            if not a.ready and not self._hand_over(inv, reports, a, v):
                 self.workers.attach(a, v)
         # Only an allocation that is gone cancels its attach: one that just
         # turned ready is the attach's own status write, and cancelling then
@@ -246,6 +246,26 @@ class Reconciler:
                 log.debug("%s still prepared on %s: detach waits", device.id, conn.node)
                 continue
             self.workers.detach(device.id, node_ref(self.nodes.objects, conn.node))
+
+    def _hand_over(
+        self, inv: FabricInventory, reports: Mapping[str, NodeFabric], a: cl.FabricAllocation,
+        v: Variant,
+    ) -> bool:  # fmt: skip
+        """True while ``v``'s device is detached first: attached elsewhere (a
+        warm spare there, or a claim's device its node no longer holds
+        prepared), it leaves that node before the attach for ``a`` starts."""
+        device = next((d for d in inv.devices if d.id == v.device_id), None)
+        conn = device.connection if device is not None else None
+        if conn is None or (conn.node, conn.adapter) == (v.node, v.adapter):
+            return False
+        report = reports.get(conn.node)
+        if conn.state != "Attached" or (report is not None and v.identity in report.busy):
+            return False  # the attach waits for it as before
+        if not self.workers.busy(v.device_id):
+            log.info("%s is attached to %s: detaching it for claim %s/%s on %s",
+                     v.device_id, conn.node, a.namespace, a.name, v.node)  # fmt: skip
+            self.workers.detach(v.device_id, node_ref(self.nodes.objects, conn.node))
+        return True
 
     def _when_stored(self) -> None:
         """A pass once the pool as now declared is stored."""
