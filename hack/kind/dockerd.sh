@@ -157,11 +157,12 @@ case ${1:-} in
   stop) stop ;;
   env) env_line ;;
   restore-sysctls) restore_sysctls ;;
+  data-root) echo "$DATA_ROOT" ;;
   run)
     shift
     start >/dev/null
     trap stop EXIT
     DOCKER_HOST=unix://$SOCK "$@"
     ;;
-  *) echo "usage: $0 start|stop|env|restore-sysctls|run CMD..." >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|env|restore-sysctls|data-root|run CMD..." >&2; exit 2 ;;
 esac

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.helpers import wait_for
-from tests.kind.conftest import RUN, KindTier
+from tests.kind.conftest import REPO, RUN, KindTier
 from tests.kind.hoststate import GUARD, HostState, guard_count
 from tests.node.helpers import attr, seen
 
@@ -133,6 +133,10 @@ def test_down_leaves_nothing_and_nothing_left_the_network(kind_tier: KindTier) -
         if str(RUN / "sim") in _read(p) and "effects" in _read(p)
     ]  # fmt: skip
     assert effects == [], effects
+    # No container left in the private daemon's data root (kind deleted its nodes).
+    data_root = kind_tier.run(str(REPO / "hack/kind/dockerd.sh"), "data-root").strip()
+    containers = Path(data_root, "containers")
+    assert not containers.exists() or list(containers.iterdir()) == []
     run_dir = Path("/run/patchbay-docker")
     assert not (run_dir / "docker.sock").exists(), "the private dockerd still runs"
     assert not (run_dir / "dockerd.pid").exists()
