@@ -4,9 +4,9 @@
 <name> [options]`` runs one (``make bench BENCH=<name>``), e.g.
 ``python -m tests.bench soak --soak-seconds 120``. Each also runs alone as
 its module, e.g. ``python -m tests.bench.plugin_bench --iterations 500``.
-The soak (10 minutes by default) and the scale bench (a control plane per
-size, 100 and 500 nodes by default: ``make bench BENCH=scale``) are not in
-the default set.
+The soak (10 minutes by default), the scale bench (a control plane per
+size, 100 and 500 nodes by default: ``make bench BENCH=scale``) and the
+warm-spares bench (``make bench BENCH=spares``) are not in the default set.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from tests.bench import (
     sched_bench,
     share_bench,
     soak_bench,
+    spares_bench,
 )
 
 DEFAULT = (
@@ -38,7 +39,7 @@ DEFAULT = (
 )
 BY_NAME: dict[str, ModuleType] = {
     m.__name__.rsplit(".", 1)[-1].removesuffix("_bench"): m
-    for m in (*DEFAULT, idle_bench, soak_bench, scale_bench)
+    for m in (*DEFAULT, idle_bench, soak_bench, scale_bench, spares_bench)
 }
 
 
