@@ -268,6 +268,11 @@ def real_plugin(cluster: localk8s.LocalCluster, api: client.ApiClient, run: Path
         plugin.stop()
 
 
+def chosen(args: argparse.Namespace, what: str) -> bool:
+    """Whether ``--kinds`` (words of the kinds' names, or ``all``) takes this kind."""
+    return args.kinds == "all" or any(k in what.lower() for k in args.kinds.lower().split(","))
+
+
 def guarded(reading: Callable[..., None], *args: Any) -> None:
     """Run one reading; a failed one is printed, and the size's other figures still come."""
     try:
@@ -300,7 +305,8 @@ def one_size(args: argparse.Namespace, size: int, pools: HostPools) -> None:
         while not core.list_namespaced_service_account(NS).items:
             time.sleep(0.2)  # pods need the namespace's default ServiceAccount
         plain, _ = kinds()["whole GPU"]
-        guarded(kind_round, core, res, "plain GPU (base)", plain, args.pods, "bound", cpu)
+        if chosen(args, "plain GPU (base)"):
+            guarded(kind_round, core, res, "plain GPU (base)", plain, args.pods, "bound", cpu)
         names, took = publish_pools(res, pools, nodes, MIG_NODE, names)
         spec = fabric_spec(args.fabric_gpus, [n["metadata"]["name"] for n in nodes], "node-major")
         fab, fab_s = publish_fabric(res, spec, 1, [])
@@ -309,6 +315,8 @@ def one_size(args: argparse.Namespace, size: int, pools: HostPools) -> None:
         time.sleep(2)  # the scheduler's informer takes the new slices in
         guarded(storage_report, api, res, pids, nodes)
         for what, (devices, until) in kinds().items():
+            if not chosen(args, what):
+                continue
             pods = min(args.pods, args.fabric_gpus) if what == "fabric GPU" else args.pods
             guarded(kind_round, core, res, what, devices, pods, until, cpu)
         expected = len(pools.spec({"metadata": {"name": "x", "uid": "x"}}, MIG_NODE).devices)
@@ -333,6 +341,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--fabric-gpus", type=int, default=16)
     parser.add_argument("--max-beat-writes", type=float, default=50.0,
                         help="Lease renewals per second at most (all hollow nodes)")  # fmt: skip
+    parser.add_argument("--kinds", default="all",
+                        help="e.g. 'plain,mig 1g,fabric': kinds whose names hold one")  # fmt: skip
     parser.add_argument("--rest-seconds", type=float, default=30.0)
     parser.add_argument("--bytes-only", action="store_true",
                         help="only the slice byte analysis (no cluster)")  # fmt: skip
