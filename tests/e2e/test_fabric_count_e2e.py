@@ -115,6 +115,7 @@ def test_a_claim_runs_on_the_device_the_manager_chose(
     uuid, serial = attr(variant, "uuid"), attr(variant, "serial")
     (status,) = [d for d in claim.status.devices if d.device == result.device]
     assert status.data["uuid"] == uuid and status.data["fabricDevice"] == "gpu-0"
+    assert status.data["serial"] == serial  # the manager's name for it (res_serial_num)
     # The node saw the board serial the manager answered, and holds that GPU prepared.
     seen = wait_for(
         f"{node}'s report: {uuid} held prepared",
