@@ -22,7 +22,8 @@ never lost. The tree (exit code where an error ends a process)::
     │   └── ApiStatusError         4  ... with a non-success HTTP status
     ├── FabricApiError                the fabric service refused a request
     │   ├── FabricConflict            ... 409
-    │   └── FabricNotFound            ... 404
+    │   ├── FabricNotFound            ... 404
+    │   └── CountAttachFailed         ... a count-based manager sent the wrong device or none
     ├── FabricUnavailable             the fabric service is unreachable
     │   ├── FabricTlsError            ... its TLS certificate was refused
     │   └── FabricMalformed           ... it answered a body of the wrong shape
@@ -30,8 +31,10 @@ never lost. The tree (exit code where an error ends a process)::
     ├── LeaseLost                  5  the controller is no longer the leader
     ├── Stopped                    0  not a failure: SIGTERM ends a task group
     └── fabric.service.errors.RedfishError
-                                      a request the simulated fabric refuses
-                                      (kept beside its Redfish renderer)
+        │                             a request the simulated fabric refuses
+        │                             (kept beside its Redfish renderer)
+        └── fabric.service.count_wire.FmError
+                                      ... on its count face (its own error body)
 
 An error without its own code ends a process with its nearest ancestor's.
 A task group that fails raises an ``ExceptionGroup`` of the errors of its
@@ -144,6 +147,10 @@ class FabricApiError(PatchbayError):
 
 class FabricConflict(FabricApiError):
     """409: the device is attached elsewhere, held by another tenant, busy or in use."""
+
+
+class CountAttachFailed(FabricApiError):
+    """A count-based manager attached nothing, or something other than what was asked."""
 
 
 class FabricNotFound(FabricApiError):

@@ -42,7 +42,7 @@ from urllib.parse import quote
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from driver.errors import FabricApiError, FabricMalformed, FabricNotFound
+from driver.errors import CountAttachFailed, FabricApiError, FabricMalformed, FabricNotFound
 from driver.fabricclient import wire
 from driver.fabricclient.dialect import IDEMPOTENCY_HEADER, Dialect, FabricDialectSetting
 from driver.fabricclient.dialect_connections import ConnectionsDialect
@@ -65,10 +65,6 @@ HEALTH: dict[str, Health] = {
     "1": "Warning",
     "2": "Critical",
 }
-
-
-class CountAttachFailed(FabricApiError):
-    """The manager attached nothing, or something other than what was asked."""
 
 
 @dataclass(frozen=True)

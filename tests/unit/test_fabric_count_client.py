@@ -13,11 +13,10 @@ import pytest
 from aiohttp.test_utils import TestServer
 from pydantic import ValidationError
 
-from driver.errors import FabricApiError, FabricNotFound
+from driver.errors import CountAttachFailed, FabricApiError, FabricNotFound
 from driver.fabricclient import FabricClient
 from driver.fabricclient.auth import FabricAuthSettings, OAuth2Auth
 from driver.fabricclient.dialect_count import (
-    CountAttachFailed,
     CountAttachResult,
     CountDialect,
     FabricCountSettings,
