@@ -28,6 +28,7 @@ never lost. The tree (exit code where an error ends a process)::
     │   ├── FabricTlsError            ... its TLS certificate was refused
     │   └── FabricMalformed           ... it answered a body of the wrong shape
     ├── AttachFailed                  the fabric could not attach a device
+    │   └── SpareTaken                ... a warm spare's device is attached elsewhere
     ├── LeaseLost                  5  the controller is no longer the leader
     ├── Stopped                    0  not a failure: SIGTERM ends a task group
     └── fabric.service.errors.RedfishError
@@ -171,6 +172,10 @@ class FabricMalformed(FabricUnavailable):
 
 class AttachFailed(PatchbayError):
     """The fabric could not attach the device (task failed, foreign owner, timeout)."""
+
+
+class SpareTaken(AttachFailed):
+    """A warm spare's device turned out attached elsewhere: not a failure of the device."""
 
 
 class LeaseLost(PatchbayError):

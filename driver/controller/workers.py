@@ -46,6 +46,7 @@ from driver.errors import (
     FabricConflict,
     FabricNotFound,
     FabricUnavailable,
+    SpareTaken,
 )
 from driver.fabric_devices.naming import FAILED_CONDITION, IDENTITY_ATTRIBUTE, READY_CONDITION
 from driver.fabricclient.protocol import FabricApi
@@ -58,10 +59,6 @@ log = logging.getLogger(__name__)
 
 RETRY_S = 0.5
 RETRY_CAP_S = 5.0
-
-
-class SpareTaken(AttachFailed):
-    """A spare's device turned out attached elsewhere: not a failure of the device."""
 
 
 def observe(op: str, result: str, started: float) -> None:
