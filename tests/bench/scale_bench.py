@@ -47,6 +47,7 @@ from kubernetes import client, config
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
 from tests.bench import reference
+from tests.bench.pod_bursts import NS, clean, timed_pods
 from tests.bench.scale_bytes import byte_report
 from tests.bench.scale_cluster import (
     LeaseBeat,
@@ -60,7 +61,7 @@ from tests.bench.scale_cluster import (
     watches,
 )
 from tests.bench.scale_pool import MIG_NODE, PLAIN_NODE, HostPools, NodeFlavor, plugin_args
-from tests.bench.sched_bench import NS, Stamps, clean, cpu_seconds, percentile
+from tests.bench.sched_bench import cpu_seconds, percentile
 from tests.bench.sched_world import fabric_spec, publish_fabric
 from tests.e2e.helpers import make_node
 from tests.harness import cluster as localk8s
@@ -102,38 +103,7 @@ def burst(
 ) -> tuple[list[float], float, float]:  # fmt: skip
     """``pods`` pods at once, each with a claim from one template: latencies,
     span (first creation to last done), scheduler CPU seconds."""
-    before = cpu()
-    res.create_namespaced_resource_claim_template(
-        NS, {"metadata": {"name": tag}, "spec": {"spec": {"devices": devices}}}
-    )
-    if until == "bound":
-        stamps = Stamps(core.list_namespaced_pod, lambda p: str(p["metadata"]["name"]),
-                        lambda p: bool(p["spec"].get("nodeName")))  # fmt: skip
-    else:
-        owner = lambda c: next(  # noqa: E731
-            (o["name"] for o in c["metadata"].get("ownerReferences") or []), None
-        )
-        stamps = Stamps(res.list_namespaced_resource_claim, owner,
-                        lambda c: bool((c.get("status") or {}).get("allocation")))  # fmt: skip
-    stamps.start()
-    time.sleep(0.5)  # let the watch connect before the first pod
-    created: dict[str, float] = {}
-    for i in range(pods):
-        name = f"{tag}-{i}"
-        created[name] = time.monotonic()
-        core.create_namespaced_pod(NS, {
-            "metadata": {"name": name},
-            "spec": {"containers": [{"name": "m", "image": "pause",
-                                      "resources": {"claims": [{"name": "c"}]}}],
-                     "resourceClaims": [{"name": "c", "resourceClaimTemplateName": tag}],
-                     "terminationGracePeriodSeconds": 0},
-        }, _preload_content=False)  # fmt: skip
-    deadline = time.monotonic() + ROUND_TIMEOUT
-    while len(stamps.seen) < pods and time.monotonic() < deadline:
-        time.sleep(0.1)
-    used = cpu() - before
-    stamps.stop()
-    done = {n: stamps.seen[n] for n in created if n in stamps.seen}
+    created, done, used = timed_pods(core, res, tag, devices, pods, until, cpu, ROUND_TIMEOUT)
     clean(core, res, tag)
     span = max(done.values()) - min(created.values()) if done else float("nan")
     return [done[n] - created[n] for n in done], span, used

@@ -28,12 +28,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import json
 import os
 import re
 import statistics
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,12 +39,11 @@ from typing import Any
 
 import yaml
 from kubernetes import client, config
-from kubernetes.watch.watch import iter_resp_lines
 
+from tests.bench.pod_bursts import NS, clean, timed_pods
 from tests.bench.sched_world import (
     FABRIC_POOL,
     Heartbeat,
-    Obj,
     fabric_spec,
     local_slices,
     make_nodes,
@@ -55,7 +52,6 @@ from tests.bench.sched_world import (
 from tests.harness import cluster as localk8s
 
 REPO = Path(__file__).resolve().parents[2]
-NS = "bench"
 ROUND_TIMEOUT = 180.0
 
 
@@ -71,57 +67,6 @@ def cpu_seconds(pid: int) -> float:
 
 
 # -- bursts of pods ------------------------------------------------------------
-
-
-class Stamps(threading.Thread):
-    """When each object (by key) first met `ready`, from a watch on the namespace."""
-
-    def __init__(
-        self, list_fn: Callable[..., Any], key: Callable[[Obj], str | None],
-        ready: Callable[[Obj], bool],
-    ) -> None:  # fmt: skip
-        super().__init__(name="stamps", daemon=True)
-        self.list_fn, self.key, self.ready = list_fn, key, ready
-        self.seen: dict[str, float] = {}
-        self.error: str | None = None
-        self.rv = list_fn(NS).metadata.resource_version
-        self._halt = threading.Event()
-
-    def run(self) -> None:
-        # A raw watch: the client's Watch cannot name resource.k8s.io/v1 models.
-        while not self._halt.is_set():
-            try:
-                resp = self.list_fn(
-                    NS, watch=True, resource_version=self.rv, timeout_seconds=2,
-                    _preload_content=False,
-                )  # fmt: skip
-                try:
-                    for line in iter_resp_lines(resp):
-                        self.take(json.loads(line))
-                finally:
-                    resp.release_conn()
-            except Exception as err:  # expired resource version, dropped stream: from now
-                self.error = repr(err)
-                time.sleep(0.2)
-                self.rv = self.list_fn(NS).metadata.resource_version
-
-    def take(self, event: Obj) -> None:
-        obj = event["object"]
-        if event["type"] == "ERROR":
-            raise RuntimeError(f"watch: {obj.get('message')}")
-        self.rv = obj["metadata"]["resourceVersion"]
-        k = self.key(obj)
-        if k and k not in self.seen and self.ready(obj):
-            self.seen[k] = time.monotonic()
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.join(timeout=10)
-
-
-def owner_pod(claim: Obj) -> str | None:
-    owners = claim["metadata"].get("ownerReferences") or []
-    return next((o["name"] for o in owners if o.get("kind") == "Pod"), None)
 
 
 @dataclasses.dataclass
@@ -145,43 +90,8 @@ def burst(
     pods: int, until: str, cpu: Callable[[], float],
 ) -> Burst:  # fmt: skip
     """Create `pods` pods at once; time each one to bound or to claim allocated."""
-    cpu_before = cpu()
-    res.create_namespaced_resource_claim_template(NS, {
-        "metadata": {"name": tag}, "spec": {"spec": {"devices": {"requests": [request]}}},
-    })  # fmt: skip
-    if until == "bound":
-        stamps = Stamps(
-            core.list_namespaced_pod,
-            lambda p: str(p["metadata"]["name"]),
-            lambda p: bool(p["spec"].get("nodeName")),
-        )
-    else:
-        stamps = Stamps(
-            res.list_namespaced_resource_claim,
-            owner_pod,
-            lambda c: bool((c.get("status") or {}).get("allocation")),
-        )
-    stamps.start()
-    time.sleep(0.5)  # let the watch connect before the first pod
-    created: dict[str, float] = {}
-    for i in range(pods):
-        name = f"{tag}-{i}"
-        created[name] = time.monotonic()
-        core.create_namespaced_pod(NS, {
-            "metadata": {"name": name},
-            "spec": {"containers": [{"name": "m", "image": "pause",
-                                      "resources": {"claims": [{"name": "c"}]}}],
-                     "resourceClaims": [{"name": "c", "resourceClaimTemplateName": tag}],
-                     "terminationGracePeriodSeconds": 0},
-        }, _preload_content=False)  # fmt: skip
-    deadline = time.monotonic() + ROUND_TIMEOUT
-    while len(stamps.seen) < pods and time.monotonic() < deadline:
-        time.sleep(0.1)
-    cpu_used = cpu() - cpu_before
-    stamps.stop()
-    if len(stamps.seen) < pods and stamps.error:
-        print(f"warning: watch failed: {stamps.error}", flush=True)
-    done = {n: stamps.seen[n] for n in created if n in stamps.seen}
+    devices = {"requests": [request]}
+    created, done, cpu_used = timed_pods(core, res, tag, devices, pods, until, cpu, ROUND_TIMEOUT)
     fabric = sum(
         1
         for c in res.list_namespaced_resource_claim(NS).items
@@ -193,26 +103,6 @@ def burst(
     latencies = [done[n] - created[n] for n in done]
     span = max(done.values()) - min(created.values()) if done else float("nan")
     return Burst(latencies, span, fabric, cpu_used)
-
-
-def clean(core: client.CoreV1Api, res: client.ResourceV1Api, template: str) -> None:
-    """Delete the round's pods, claims and template and wait until they are gone."""
-    core.delete_collection_namespaced_pod(NS, grace_period_seconds=0)
-    res.delete_collection_namespaced_resource_claim(NS)
-    res.delete_namespaced_resource_claim_template(template, NS)
-    start = time.monotonic()
-    while time.monotonic() - start < 90:
-        claims = res.list_namespaced_resource_claim(NS).items
-        if not claims and not core.list_namespaced_pod(NS).items:
-            return
-        if time.monotonic() - start > 30:  # a finalizer nobody lifts: drop it
-            for c in claims:
-                if c.metadata.finalizers:
-                    res.patch_namespaced_resource_claim(
-                        c.metadata.name, NS, {"metadata": {"finalizers": None}}
-                    )
-        time.sleep(0.5)
-    print(f"warning: round {template} left objects behind after 90 s", flush=True)
 
 
 def figures(b: Burst, pods: int, what: str, done: str) -> str:
