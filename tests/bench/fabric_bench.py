@@ -121,6 +121,26 @@ def measure(core: Any, res: Any, kind: str, latency: float, pods: int) -> None:
     )
 
 
+def bench_clients(
+    cluster: localk8s.LocalCluster, ns: str
+) -> tuple[client.CoreV1Api, client.ResourceV1Api]:
+    """API clients on `cluster` readied as the fabric benches need it: our
+    plugin's and controller's RBAC, our DeviceClasses, and namespace `ns` with
+    its default ServiceAccount (pods need it)."""
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    core, res = client.CoreV1Api(api), client.ResourceV1Api(api)
+    apply_rbac(cluster.kubeconfig, "plugin.yaml")
+    apply_rbac(cluster.kubeconfig, "controller.yaml")
+    apply_deviceclasses(res)
+    core.create_namespace({"metadata": {"name": ns}})
+    deadline = time.monotonic() + 120
+    while not core.list_namespaced_service_account(ns).items:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {ns}'s default ServiceAccount")
+        time.sleep(0.2)
+    return core, res
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="fabric_bench")
     parser.add_argument("--pods", type=int, default=5)
@@ -136,14 +156,7 @@ def main(argv: list[str]) -> None:
     cluster = localk8s.LocalCluster(run / "k8s", localk8s.bin_dir(build=True)).up()
     node = fabric = ctl = None
     try:
-        api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
-        core, res = client.CoreV1Api(api), client.ResourceV1Api(api)
-        apply_rbac(cluster.kubeconfig, "plugin.yaml")
-        apply_rbac(cluster.kubeconfig, "controller.yaml")
-        apply_deviceclasses(res)
-        core.create_namespace({"metadata": {"name": "bench"}})
-        while not core.list_namespaced_service_account("bench").items:
-            time.sleep(0.2)  # pods need the namespace's default ServiceAccount
+        core, res = bench_clients(cluster, "bench")
         plugin_kc = cluster.kubeconfig_for(
             "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
         )

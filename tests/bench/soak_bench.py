@@ -36,15 +36,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client
 
 from tests.bench.contenders import rss_mb
-from tests.bench.fabric_bench import ADAPTERS, write_counts
+from tests.bench.fabric_bench import ADAPTERS, bench_clients, write_counts
 from tests.e2e.helpers import wait_for
 from tests.harness import cluster as localk8s
 from tests.harness.cluster_proc import free_port
 from tests.harness.fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService, switch
-from tests.harness.simnode import SimNode, apply_deviceclasses, apply_rbac, build_nvml_mock
+from tests.harness.simnode import SimNode, build_nvml_mock
 
 NS = "soak"
 BATCH = (("mig-1g", 4), ("mig-2g", 2), ("fabric", 2))
@@ -162,13 +162,7 @@ def main(argv: list[str]) -> None:
     cluster = localk8s.LocalCluster(run / "k8s", localk8s.bin_dir(build=True)).up()
     started: list[Any] = []
     try:
-        api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
-        core, res = client.CoreV1Api(api), client.ResourceV1Api(api)
-        apply_rbac(cluster.kubeconfig, "plugin.yaml")
-        apply_rbac(cluster.kubeconfig, "controller.yaml")
-        apply_deviceclasses(res)
-        core.create_namespace({"metadata": {"name": NS}})
-        wait_for("ServiceAccount default", lambda: core.list_namespaced_service_account(NS).items)
+        core, res = bench_clients(cluster, NS)
         plugin_kc = cluster.kubeconfig_for(
             "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
         )

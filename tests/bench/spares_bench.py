@@ -33,14 +33,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.bench.fabric_bench import ADAPTERS, allocated, p99
+from tests.bench.fabric_bench import ADAPTERS, allocated, bench_clients, p99
 from tests.harness import cluster as localk8s
 from tests.harness.cluster_proc import free_port
 from tests.harness.fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService, switch
-from tests.harness.simnode import SimNode, apply_deviceclasses, apply_rbac, build_nvml_mock
+from tests.harness.simnode import SimNode, build_nvml_mock
 
 MODEL = "H100-SXM5-80GB"  # the simulator's GPUs
 SPARE_CEL = (
@@ -162,14 +161,7 @@ def main(argv: list[str]) -> None:
     cluster = localk8s.LocalCluster(run / "k8s", localk8s.bin_dir(build=True)).up()
     node = fabric = ctl = None
     try:
-        api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
-        core, res = client.CoreV1Api(api), client.ResourceV1Api(api)
-        apply_rbac(cluster.kubeconfig, "plugin.yaml")
-        apply_rbac(cluster.kubeconfig, "controller.yaml")
-        apply_deviceclasses(res)
-        core.create_namespace({"metadata": {"name": "bench"}})
-        until("the default ServiceAccount", lambda: bool(core.list_namespaced_service_account(
-            "bench").items))  # fmt: skip
+        core, res = bench_clients(cluster, "bench")
         # A spare first (a prioritized list: docs/fabric.md), else any fabric GPU.
         res.create_namespaced_resource_claim_template("bench", {
             "metadata": {"name": "gpu"},
