@@ -31,8 +31,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.bench.sched_world import LEASE_NS, stamp
-from tests.e2e.helpers import make_node
+from tests.bench.sched_world import make_leased_node, renew
 
 Obj = dict[str, Any]
 LEASE_EVERY = 10.0  # kubelet: nodeLeaseDurationSeconds 40 / 4
@@ -67,14 +66,7 @@ class LeaseBeat(threading.Thread):
 
     def _renew(self, node: str, status: bool) -> None:
         try:
-            self.coord.patch_namespaced_lease(
-                node, LEASE_NS, {"spec": {"renewTime": stamp(micro=True)}}
-            )
-            if status:
-                ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
-                self.core.patch_node_status(
-                    node, {"status": {"conditions": [{**ready, "lastHeartbeatTime": stamp()}]}}
-                )
+            renew(self.core, self.coord, node, status)
         except ApiException:
             self.errors += 1
 
@@ -88,12 +80,7 @@ def make_hollow_nodes(api: client.ApiClient, names: list[str]) -> list[Obj]:
     core, coord = client.CoreV1Api(api), client.CoordinationV1Api(api)
     nodes = []
     for name in names:
-        make_node(core, name, {"kubernetes.io/hostname": name})
-        coord.create_namespaced_lease(LEASE_NS, {
-            "metadata": {"name": name},
-            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40,
-                     "renewTime": stamp(micro=True)},
-        })  # fmt: skip
+        make_leased_node(core, coord, name)
         node = core.read_node(name)
         nodes.append({"metadata": {"name": name, "uid": node.metadata.uid}})
     return nodes

@@ -41,6 +41,27 @@ def stamp(micro: bool = False) -> str:
 # -- nodes -------------------------------------------------------------------
 
 
+def make_leased_node(core: client.CoreV1Api, coord: client.CoordinationV1Api, name: str) -> None:
+    """A Ready node without a kubelet, and its Lease, as its kubelet would make them."""
+    make_node(core, name, {"kubernetes.io/hostname": name})
+    coord.create_namespaced_lease(LEASE_NS, {
+        "metadata": {"name": name},
+        "spec": {"holderIdentity": name, "leaseDurationSeconds": 40,
+                 "renewTime": stamp(micro=True)},
+    })  # fmt: skip
+
+
+def renew(core: client.CoreV1Api, coord: client.CoordinationV1Api, node: str, status: bool) -> None:
+    """Renew a node's Lease and, with `status`, its Ready heartbeat, as its kubelet
+    would; an ApiException is the caller's to count."""
+    coord.patch_namespaced_lease(node, LEASE_NS, {"spec": {"renewTime": stamp(micro=True)}})
+    if status:
+        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
+        core.patch_node_status(
+            node, {"status": {"conditions": [{**ready, "lastHeartbeatTime": stamp()}]}}
+        )
+
+
 class Heartbeat(threading.Thread):
     """Renews each node's Lease and Ready heartbeat, as kubelets would."""
 
@@ -56,15 +77,9 @@ class Heartbeat(threading.Thread):
             self.beat()
 
     def beat(self) -> None:
-        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
         for node in self.nodes:
             try:
-                self.coord.patch_namespaced_lease(
-                    node, LEASE_NS, {"spec": {"renewTime": stamp(micro=True)}}
-                )
-                self.core.patch_node_status(
-                    node, {"status": {"conditions": [{**ready, "lastHeartbeatTime": stamp()}]}}
-                )
+                renew(self.core, self.coord, node, status=True)
             except ApiException:
                 self.errors += 1
 
@@ -76,12 +91,7 @@ class Heartbeat(threading.Thread):
 def make_nodes(api: client.ApiClient, names: list[str]) -> None:
     core, coord = client.CoreV1Api(api), client.CoordinationV1Api(api)
     for name in names:
-        make_node(core, name, {"kubernetes.io/hostname": name})
-        coord.create_namespaced_lease(LEASE_NS, {
-            "metadata": {"name": name},
-            "spec": {"holderIdentity": name, "leaseDurationSeconds": 40,
-                     "renewTime": stamp(micro=True)},
-        })  # fmt: skip
+        make_leased_node(core, coord, name)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:  # the node lifecycle controller lifts not-ready
         if not any(n.spec.taints for n in core.list_node().items):
