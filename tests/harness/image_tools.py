@@ -116,9 +116,35 @@ def buildah_build(
     need("buildah", root=True)
     # work is <images dir>/tmp/<build>: the note outlives the work dir.
     with _no_system_leftovers(work.parent.parent / ".system-paths"):
-        return _buildah_build(
-            work, base_archive, base_name, dockerfile, context, tag, checks, host_ca, logfile
-        )
+        (work / "tmp").mkdir()
+        policy = work / "policy.json"
+        policy.write_text(json.dumps({"default": [{"type": "insecureAcceptAnything"}]}))
+        store = ["--root", f"{work}/root", "--runroot", f"{work}/run", "--storage-driver", "vfs"]
+        env = {**os.environ, "TMPDIR": str(work / "tmp"), "BUILDAH_ISOLATION": "chroot"}
+        sig = f"--signature-policy={policy}"
+
+        def buildah(*args: str, logged: bool = True) -> str:
+            return run(["buildah", *store, *args], logfile if logged else None, env)
+
+        pulled = buildah("pull", "-q", sig, f"oci-archive:{base_archive}", logged=False)
+        image_id = pulled.split()[-1]
+        buildah("tag", image_id, base_name)
+        # pip in the RUN steps trusts what the host trusts (say a TLS proxy's CA);
+        # a bind mount, so nothing of the host is committed.
+        ca = ["--volume", f"{host_ca}:{CONTAINER_CA}:ro"] if host_ca.is_file() else []
+        log.info("images: buildah bud %s FROM %s (log: %s)", dockerfile.name, base_name, logfile)
+        bud = ["bud", sig, "--isolation=chroot", "--network=host", "--pull=never", *ca]
+        build_arg = f"--build-arg=BASE={base_name}"
+        buildah(*bud, build_arg, "-f", str(dockerfile), "-t", tag, str(context))
+        name = buildah("from", "--pull=never", "--name", f"smoke-{os.getpid()}", tag, logged=False)
+        try:
+            for check in checks:
+                buildah("run", "--isolation=chroot", name.strip(), "--", *check)
+        finally:
+            buildah("rm", name.strip(), logged=False)
+        layout = work / "layout"
+        buildah("push", sig, tag, f"oci:{layout}:{tag.rsplit(':', 1)[-1]}")
+        return layout
 
 
 @contextmanager
@@ -153,43 +179,3 @@ def _remove_listed(marker: Path) -> None:
             path = Path(line)
             path.unlink() if path.is_file() else path.rmdir()
     marker.unlink()
-
-
-def _buildah_build(
-    work: Path,
-    base_archive: Path,
-    base_name: str,
-    dockerfile: Path,
-    context: Path,
-    tag: str,
-    checks: tuple[tuple[str, ...], ...],
-    host_ca: Path,
-    logfile: Path,
-) -> Path:
-    (work / "tmp").mkdir()
-    policy = work / "policy.json"
-    policy.write_text(json.dumps({"default": [{"type": "insecureAcceptAnything"}]}))
-    store = ["--root", f"{work}/root", "--runroot", f"{work}/run", "--storage-driver", "vfs"]
-    env = {**os.environ, "TMPDIR": str(work / "tmp"), "BUILDAH_ISOLATION": "chroot"}
-    sig = f"--signature-policy={policy}"
-
-    def buildah(*args: str, logged: bool = True) -> str:
-        return run(["buildah", *store, *args], logfile if logged else None, env)
-
-    image_id = buildah("pull", "-q", sig, f"oci-archive:{base_archive}", logged=False).split()[-1]
-    buildah("tag", image_id, base_name)
-    # pip in the RUN steps trusts what the host trusts (say a TLS proxy's CA);
-    # a bind mount, so nothing of the host is committed.
-    ca = ["--volume", f"{host_ca}:{CONTAINER_CA}:ro"] if host_ca.is_file() else []
-    log.info("images: buildah bud %s FROM %s (log: %s)", dockerfile.name, base_name, logfile)
-    bud = ["bud", sig, "--isolation=chroot", "--network=host", "--pull=never", *ca]
-    buildah(*bud, f"--build-arg=BASE={base_name}", "-f", str(dockerfile), "-t", tag, str(context))
-    name = buildah("from", "--pull=never", "--name", f"smoke-{os.getpid()}", tag, logged=False)
-    try:
-        for check in checks:
-            buildah("run", "--isolation=chroot", name.strip(), "--", *check)
-    finally:
-        buildah("rm", name.strip(), logged=False)
-    layout = work / "layout"
-    buildah("push", sig, tag, f"oci:{layout}:{tag.rsplit(':', 1)[-1]}")
-    return layout
