@@ -18,6 +18,7 @@ from typing import Any
 from kubernetes import client
 
 from driver.cdi import FILE_PREFIX, VENDOR
+from driver.claims.metadata_files import CDI_DEVICE_PREFIX as METADATA_DEVICE_PREFIX
 from tests.e2e.burst import BurstNodes
 from tests.harness.simnode import SimNode
 
@@ -54,6 +55,8 @@ def cdi_devices(node: SimNode) -> list[tuple[str, str]]:
         for dev in spec.get("devices") or []:
             name = str(dev["name"])
             assert name.startswith(uid + "-"), f"{path}: device {name} of another claim"
+            if name[len(uid) + 1 :].startswith(METADATA_DEVICE_PREFIX):
+                continue  # a request's metadata mount (KEP-5304), not an allocated device
             out.append((uid, name[len(uid) + 1 :]))
     return out
 

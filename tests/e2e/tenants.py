@@ -14,6 +14,8 @@ from typing import Any
 
 from kubernetes import client
 
+from driver.claims.metadata import base_request
+from driver.claims.metadata_files import cdi_device_name
 from tests.e2e.helpers import delete_quietly, unique, wait_for
 from tests.e2e.test_plugin_e2e import node_devices
 from tests.harness.cluster import LocalCluster
@@ -97,7 +99,10 @@ def assert_one_gpu_through_the_extended_claim(
     assert mapping.container_name == "main" and mapping.request_name == result.request
     container = container_record(sim, ns, pod)
     uid = claim.metadata.uid
-    assert container["cdiDevices"] == [f"k8s.patchbay.dev/claim={uid}-{result.device}"]
+    metadata = cdi_device_name(base_request(result.request))  # the request's file (KEP-5304)
+    assert sorted(container["cdiDevices"]) == sorted(
+        f"k8s.patchbay.dev/claim={uid}-{d}" for d in (result.device, metadata)
+    )
     uuid_of = {d.name: d.attributes["uuid"].string for d in node_devices(resource_api, sim.name)}
     assert visible(container) == [uuid_of[result.device]]
     assert (sim.agent.cdi_root / f"k8s.patchbay.dev-claim_{uid}.json").exists()

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
+from driver.claims.metadata import base_request
+from driver.claims.metadata_files import cdi_device_name
 from tests.e2e.helpers import delete_quietly, events_about, unique, wait_for
 from tests.e2e.pods import phase, refused
 from tests.harness.cluster import LocalCluster
@@ -144,7 +146,12 @@ def test_pod_gets_gpus_and_frees_them(
     uid = claim.metadata.uid
     devices = sorted(r.device for r in claim.status.allocation.devices.results)
     assert devices == ["gpu-0", "gpu-1"]
-    assert sorted(container["cdiDevices"]) == [f"k8s.patchbay.dev/claim={uid}-{d}" for d in devices]
+    # Each GPU's own spec device, and the request's metadata mount (KEP-5304).
+    requests = {base_request(r.request) for r in claim.status.allocation.devices.results}
+    named = devices + [cdi_device_name(r) for r in requests]
+    assert sorted(container["cdiDevices"]) == sorted(
+        f"k8s.patchbay.dev/claim={uid}-{d}" for d in named
+    )
     # Every GPU of the claim, in the claim's order, as the upstream CDI library
     # resolved the container's devices (one device's edit must not hide another's).
     uuid_of = {d.name: d.attributes["uuid"].string for d in node_devices(resource_api, sim.name)}
