@@ -138,7 +138,9 @@ class Reconciler:
     async def _fabric_loop(self) -> None:
         while True:
             try:
+                requested = time.monotonic()
                 self.inventory = await self.fabric.inventory()
+                self.workers.inventory_read(requested)
                 self.mark()
             except (FabricApiError, FabricUnavailable) as exc:
                 log.warning("fabric inventory read failed: %s", exc)

@@ -134,7 +134,13 @@ class SpareKeeper:
             self._workers.cancel_spare(dev)  # a claim needs it now
         if not self.rules.enabled and not self._since and not self._attaching:
             return SpareView()
-        busy = needed | held | {d.id for d in inv.devices if self._workers.busy(d.id)}
+        # An attached spare stays listed as attaching until an inventory read
+        # after its attach shows it (the workers' settling): a pass on the
+        # stale one would count one spare short and attach another.
+        w = self._workers
+        for dev in [d for d in self._attaching if not (w.busy(d) or w.settling(d))]:
+            del self._attaching[dev]
+        busy = needed | held | {d.id for d in inv.devices if w.busy(d.id) or w.settling(d.id)}
         spares = self.spares(inv, reports, needed, now)
         if self._first:  # a restart: what it finds stays wanted (not more) for a window
             self._first = False
@@ -186,8 +192,8 @@ class SpareKeeper:
         spare = Spare(d.id, d.kind, d.model, node, adapter, False, now)
 
         def ended(attached: bool) -> None:
-            self._attaching.pop(d.id, None)
-            if not attached:
+            if not attached:  # an attached one: listed until the inventory shows it
+                self._attaching.pop(d.id, None)
                 self._since.pop(d.id, None)
             self._mark()
 

@@ -14,6 +14,14 @@ last error. A failed attach task, a foreign tenant, the timeout or the
 spent budget end in ``FabricAttachFailed`` and a hold on the device. A
 failed detach is retried by a later pass.
 
+The reconciler decides to detach (and the spare keeper to attach) from its
+last fabric inventory, and an operation's end triggers a pass at once, often
+before the re-read it asked for is in: that inventory still shows the device
+as it was. A device therefore stays *settling* from its operation's end
+until an inventory requested after that end is in hand
+(:meth:`Workers.inventory_read`); nothing new starts on it meanwhile, so
+one detach is asked (and counted) once.
+
 The workers know nothing of the reconciler: they get the fabric client,
 the claim-status writer, the node reports (whose change signal ends the
 wait for the node to see an attached device), the failed-device holds and
@@ -102,6 +110,9 @@ class Workers:
         # pass still sees the allocation waiting: it must not ask again.
         self._settled: set[tuple[str, str]] = set()
         self._sparing: set[str] = set()  # devices whose spare attach runs
+        # Device id -> when its last operation ended (monotonic), until an
+        # inventory requested after then is in hand: see the module docstring.
+        self._ended: dict[str, float] = {}
 
     async def stop(self) -> None:
         """Cancel every attach and detach under way and wait for them to end."""
@@ -112,6 +123,16 @@ class Workers:
 
     def busy(self, device_id: str) -> bool:
         return device_id in self._tasks
+
+    def settling(self, device_id: str) -> bool:
+        """Whether an operation on ``device_id`` ended after the inventory in
+        hand was requested: what that inventory says of the device is stale."""
+        return device_id in self._ended
+
+    def inventory_read(self, requested: float) -> None:
+        """The inventory now in hand was requested at ``requested``
+        (``time.monotonic``): the operations that ended before then are in it."""
+        self._ended = {d: t for d, t in self._ended.items() if t >= requested}
 
     def _start(self, device_id: str, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=name)
@@ -124,6 +145,7 @@ class Workers:
             if self._tasks.get(device_id) is task:
                 del self._tasks[device_id]
                 self._attaching.pop(device_id, None)
+                self._ended[device_id] = time.monotonic()  # settling from now on
             self._on_done()
 
         task.add_done_callback(done)
@@ -146,15 +168,17 @@ class Workers:
 
     def detach(self, device_id: str, node: ObjectRef) -> None:
         """Detach ``device_id`` (attached to ``node``, where its Event goes
-        when this incarnation did not attach it for a claim)."""
-        if not self.busy(device_id):
+        when this incarnation did not attach it for a claim), unless an
+        operation on it runs or is settling."""
+        if not self.busy(device_id) and not self.settling(device_id):
             self._start(device_id, self._detach(device_id, node), f"detach-{device_id}")
 
     def attach_spare(self, v: Variant, node: ObjectRef, on_end: Callable[[bool], None]) -> bool:
         """Attach ``v``'s device as a warm spare (``driver.controller.spares``):
         the claim's attach path, with a key of its own; False if the device is busy.
-        ``on_end(attached)`` runs when it ends, cancelled included."""
-        if self.busy(v.device_id):
+        ``on_end(attached)`` runs when it ends, cancelled included; False
+        too while an operation on it is settling."""
+        if self.busy(v.device_id) or self.settling(v.device_id):
             return False
         self._sparing.add(v.device_id)
         self._start(v.device_id, self._attach_spare(v, node, on_end), f"attach-{v.device_id}")
