@@ -59,6 +59,7 @@ def device_types(settings: PluginSettings, store: CheckpointStore) -> list[Devic
             share=SharePolicy.parse(settings.shared_gpus, settings.shared_gpu_memory_step),
             hami_library=settings.hami_core_library,
             state_dir=settings.plugin_dir,
+            compatibility_groups=settings.compatibility_groups,
         ),
         VfType(
             load_pool_config(settings.vf_config),

@@ -88,6 +88,14 @@ class PluginSettings(ProcessSettings, FabricPoolSettings, MetricsPortSettings, M
         default=1024,
         description="MiB: a fractional GPU's memory request is rounded up to a multiple of it",
     )
+    compatibility_groups: bool = Field(
+        default=False,
+        description="say 'one mode per GPU' with device compatibility groups (KEP-5963): "
+        "MIG placements in group 'mig', fractional GPUs in 'shared' (consuming none of "
+        "the GPU's counters), the full GPU in none; needs the alpha gate "
+        "DRADeviceCompatibilityGroups on the apiserver and scheduler (without it the "
+        "scheduler ignores the node's pool); off: the whole-counter trick",
+    )
     hami_core_library: Path | None = Field(
         default=None,
         description="HAMi-core's libvgpu.so on the node: mounted into containers of fractional "

@@ -73,12 +73,19 @@ class CounterConsumption:
 
     counter_set: str
     counters: tuple[tuple[str, str], ...]  # (counter name, quantity)
+    # Device compatibility groups (KEP-5963, alpha ``DRADeviceCompatibilityGroups``):
+    # devices drawing on one counter set are allocated together only when
+    # their groups intersect (driver.gpu.modes); empty: the field is left out.
+    compatibility_groups: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "counterSet": self.counter_set,
             "counters": {name: {"value": canonical(value)} for name, value in self.counters},
         }
+        if self.compatibility_groups:
+            out["compatibilityGroups"] = list(self.compatibility_groups)
+        return out
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@
 With dynamic MIG on (``mig`` given) the same scan also yields the counter
 sets and partition devices, under the NVML session lock so that no scan
 sees a MIG change halfway (``driver.mig.session``). GPUs an operator marks
-shareable are also published as fractional GPUs (``driver.gpu.fraction``).
+shareable are also published as fractional GPUs (``driver.gpu.fraction``),
+and with ``--compatibility-groups`` the modes say so (``driver.gpu.modes``).
 Full GPUs can be handed to a VM (``driver.gpu.passthrough``); this module
 gives that the NVML view of MIG it refuses on.
 The MIG family builds
@@ -26,6 +27,7 @@ from driver.devices.kind import Discovery
 from driver.gpu.fraction import KIND as SHARED
 from driver.gpu.fraction import SharePolicy, with_shared
 from driver.gpu.hami import SharedGpuHandler, ShareGuard
+from driver.gpu.modes import with_compatibility_groups
 from driver.gpu.passthrough import GpuPassthrough
 from driver.gpu.prepare import GpuHandler
 from driver.gpu.scan import FullGpus, GpuSource, SysfsTopology, devices_of, scan_gpus
@@ -63,8 +65,10 @@ class GpuType:
         share: SharePolicy | None = None,
         hami_library: Path | None = None,
         state_dir: Path | None = None,
+        compatibility_groups: bool = False,
     ) -> None:
         self._source = source
+        self._groups = compatibility_groups  # one mode per GPU as KEP-5963 groups
         self._events = events
         self._topology = SysfsTopology(sysfs_root)
         self._mig = mig
@@ -87,7 +91,8 @@ class GpuType:
         else:
             with self._mig.lock:
                 found = self._mig.discover(partial(devices_of, topology=self._topology))
-        return found if self._share is None else with_shared(found, self._share)
+        found = found if self._share is None else with_shared(found, self._share)
+        return with_compatibility_groups(found) if self._groups else found
 
     def _mig_refusal(self, uuid: str) -> str | None:
         """Why NVML says ``uuid`` cannot leave its driver (MIG), None when it can."""

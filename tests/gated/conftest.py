@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -53,33 +54,50 @@ def _prerequisites() -> None:
         missing_prerequisite("`make node-bins images` failed (see its output above)")
 
 
-@pytest.fixture(scope="session")
-def tier() -> Iterator[Tier]:
+@contextmanager
+def real_tier(
+    run_dir: Path,
+    net_index: int,
+    gates: Mapping[str, bool],
+    runtime_config: tuple[str, ...] = (),
+    chart_sets: tuple[str, ...] = (),
+    keep: bool = False,
+) -> Iterator[Tier]:
+    """One node (node-a: GPUs, a NIC) on a control plane of its own with
+    ``gates``, the chart installed (plus ``chart_sets``); down at the end
+    unless ``keep`` (leave it running to look around)."""
     _prerequisites()
     from tests.harness import realnode, realnode_chart
 
-    keep = os.environ.get("PATCHBAY_GATED_KEEP") == "1"  # leave it running to look around
     node = realnode.NodeSpec("node-a", "2x-h100-nic", {"patchbay.dev/simulated": "true"})
     cluster = realnode.RealCluster(
-        RUN_DIR, [node], net_index=NET_INDEX, gates=GATES, runtime_config=RUNTIME_CONFIG
+        run_dir, [node], net_index=net_index, gates=gates, runtime_config=runtime_config
     )
     try:
         cluster.up(detach=keep)
     except (realnode.ComponentError, realnode.PrerequisiteError, realnode.net.NetError) as err:
         cluster.down()
         pytest.fail(f"gated nodes did not start: {err}", pytrace=False)
-    record_startup("gated real node (control plane + 1 node Ready)", cluster.startup_seconds)
-    release = realnode_chart.Release(cluster.kubeconfig, RUN_DIR / "chart", None)
+    record_startup(f"gated real node {sorted(gates)} (control plane + 1 node Ready)",
+                   cluster.startup_seconds)  # fmt: skip
+    release = realnode_chart.Release(cluster.kubeconfig, run_dir / "chart", None)
     t = Tier(cluster, {n: Node(cluster.nodes[n]) for n in cluster.nodes}, release)
     try:
         try:
-            release.install()
+            release.install(*chart_sets)
         except realnode_chart.HelmError as err:
             pytest.fail(f"{err}\n{cluster.log_tails()}", pytrace=False)
         yield t
     finally:
         if not keep:
             cluster.down()
+
+
+@pytest.fixture(scope="session")
+def tier() -> Iterator[Tier]:
+    keep = os.environ.get("PATCHBAY_GATED_KEEP") == "1"
+    with real_tier(RUN_DIR, NET_INDEX, GATES, RUNTIME_CONFIG, keep=keep) as t:
+        yield t
 
 
 @pytest.fixture
