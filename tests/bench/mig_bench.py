@@ -19,14 +19,18 @@ memory slots and compute for it). Orders: name order, ours (static,
 ``driver.mig.order.preference_order``) and two state-aware ones
 (``tests/bench/mig_state.py``: the pool re-published after every MIG
 prepare and unprepare, ranked for the occupancy then), with the pool
-rewrites and slice writes that re-publishing costs. Figures only: nothing
-here asserts.
+rewrites and slice writes that re-publishing costs. Per release p it also
+prints ours against name order per block of ``--block`` runs (median and
+range), and with ``--bounds`` what no published order reaches
+(``tests/bench/mig_bounds.py``: the best static order a search finds, a
+clairvoyant chooser). Figures only: nothing here asserts.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,6 +46,7 @@ from driver.mig.session import NvmlSession
 from driver.nvml.fake import FakeNvml
 from driver.nvml.fake_state import FakeMachine
 from driver.slices.build import PoolSpec, build_slices
+from tests.bench import mig_bounds
 from tests.bench.mig_state import StateOrder
 
 Attrs = Mapping[str, Any]
@@ -232,16 +237,27 @@ def main(argv: Sequence[str] = ()) -> dict[str, Served]:
         default="incubating",
         help="incubating (1.36+ default): slices in name order; stable: shuffled",
     )
+    parser.add_argument("--block", type=int, default=10, help="runs per block for the median")
+    parser.add_argument("--bounds", action="store_true", help="also print mig_bounds' figures")
+    parser.add_argument("--search-steps", type=int, default=2500)
     args, _ = parser.parse_known_args(list(argv))
     shuffle = args.allocator == "stable"
     found = discovery()
     results: dict[str, Served] = {}
     for release_p in args.release_p:
         totals = {k: Served() for k in ORDERS}
+        blocks: list[tuple[int, int]] = []
         for run in range(args.runs):
             ops = stream(run, args.steps, release_p)
+            if run % args.block == 0:
+                blocks.append((0, 0))
             for key in ORDERS:
-                totals[key].add(serve(found, key, ops, run, shuffle))
+                done = serve(found, key, ops, run, shuffle)
+                totals[key].add(done)
+                if key in ("name", "static"):
+                    n, o = blocks[-1]
+                    blocks[-1] = (n + done.fragmentation * (key == "name"),
+                                  o + done.fragmentation * (key == "static"))  # fmt: skip
         print(f"MIG, 8 x H200, {args.allocator} allocator, {args.runs} runs x {args.steps} steps"
               f" (release p={release_p}), the same requests for every order:")  # fmt: skip
         print(f"  {'order':18s} {'served':>7s} {'compute slices':>15s} {'fragmentation':>14s}"
@@ -256,8 +272,45 @@ def main(argv: Sequence[str] = ()) -> dict[str, Served]:
         print(f"  fragmentation refusals: ours {pct(ours, name)} vs name order;" + "".join(
             f" {ORDERS[k]} {pct(totals[k].fragmentation, ours)} vs ours,"
             for k in ORDERS if k.startswith("state")))  # fmt: skip
+        ratios = sorted(o / n for n, o in blocks if n)
+        if ratios:
+            print(f"  ours / name order per block of {args.block} runs: median"
+                  f" {100 * statistics.median(ratios):.0f} %, range {100 * ratios[0]:.0f}-"
+                  f"{100 * ratios[-1]:.0f} % ({len(ratios)} blocks)")  # fmt: skip
         results.update({f"{key}@{release_p}": totals[key] for key in ORDERS})
+    if args.bounds and not shuffle:
+        bounds(found, args)
     return results
+
+
+def bounds(found: Discovery, args: argparse.Namespace) -> None:
+    """Name order, ours, the searched static order and the clairvoyant
+    chooser on the bench's streams and on held-out ones (mig_bounds)."""
+    gpus = len(found.counter_sets)
+    name = mig_bounds.candidates(layout(found, tuple(sorted(found.devices, key=lambda d: d.name))))
+    ours = mig_bounds.candidates(layout(found, found.devices))[1]
+    train = [stream(1000 + r, args.steps, p) for p in args.release_p for r in range(40)]
+    searched = mig_bounds.search(ours, gpus, train, args.search_steps)
+    left_out = len(searched) - 1 - searched.index(None)
+    print(f"Bounds, 8 x H200: a static order searched on 40 other streams per release p"
+          f" ({args.search_steps} steps, {left_out} placements left out), and a chooser"
+          f" that knows the rest of the stream; refusals per run (% of name order),"
+          f" compute slices per run:")  # fmt: skip
+    for label, first in (("bench streams", 0), ("held-out streams", 2000)):
+        for p in args.release_p:
+            streams = [stream(first + r, args.steps, p) for r in range(args.runs)]
+            rows = {
+                "name order": mig_bounds.cost(name[1], gpus, streams),
+                "patchbay order": mig_bounds.cost(ours, gpus, streams),
+                "searched static": mig_bounds.cost(searched, gpus, streams),
+            }
+            seer = [mig_bounds.replay(mig_bounds.Compact(gpus, ours), ops, [],
+                                      mig_bounds.clairvoyant) for ops in streams]  # fmt: skip
+            rows["clairvoyant"] = (sum(r for r, _ in seer), sum(s for _, s in seer))
+            base = rows["name order"][0] or 1
+            print(f"  {label} (release p={p}): " + "; ".join(
+                f"{k} {r / args.runs:.2f} ({100 * r / base:.0f} %), {s / args.runs:.1f}"
+                for k, (r, s) in rows.items()))  # fmt: skip
 
 
 def pct(a: float, b: float) -> str:
