@@ -2,9 +2,13 @@
 
 Why: the scheduler copies a variant's binding conditions into the claim's
 allocation and waits until the controller sets ``FabricDeviceReady=True``
-(or ``FabricAttachFailed=True``) in the ``status.devices`` entry keyed by
-driver, pool and device. Pure functions that read claims and compute the
-new ``status.devices`` list; the reconciler sends it.
+(or ``FabricDeviceFailed=True``) in the ``status.devices`` entry keyed by
+driver, pool and device. The scheduler watches the failure conditions it
+copied into the allocation result when it allocated: an allocation made
+from an older controller's pool lists ``FabricAttachFailed``, so that is
+the name read and written for it (upgrades; docs/fabric.md). Pure
+functions that read claims and compute the new ``status.devices`` list;
+the reconciler sends it.
 """
 
 from __future__ import annotations
@@ -15,11 +19,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from driver import DRIVER_NAME
-from driver.fabric_devices.naming import FAILED_CONDITION, READY_CONDITION
+from driver.fabric_devices.naming import (
+    FAILED_CONDITION,
+    LEGACY_FAILED_CONDITION,
+    READY_CONDITION,
+)
 
 # The key of ``status.devices[].data`` that holds an attach's operation handle
 # while it is under way (replaced by the device's identity once it is ready).
 OPERATION_KEY = "fabricOperation"
+# Every failure condition a patchbay controller has set, newest first.
+FAILURE_CONDITIONS = (FAILED_CONDITION, LEGACY_FAILED_CONDITION)
 
 
 @dataclass(frozen=True)
@@ -38,12 +48,21 @@ class FabricAllocation:
     # Whether the scheduler copied binding conditions into the result: False
     # for a warm spare's variant (published without them), taken at once.
     waits: bool = True
+    # The failure condition the scheduler watches for this allocation (the
+    # one its result lists): the legacy name for an allocation made before
+    # the rename, so that a failed attach still fails the binding at once.
+    failure_condition: str = FAILED_CONDITION
 
 
 def _condition_true(entry: Mapping[str, Any], kind: str) -> bool:
     return any(
         c.get("type") == kind and c.get("status") == "True" for c in entry.get("conditions") or ()
     )
+
+
+def _failure_condition(result: Mapping[str, Any]) -> str:
+    listed = result.get("bindingFailureConditions") or ()
+    return next((c for c in FAILURE_CONDITIONS if c in listed), FAILED_CONDITION)
 
 
 def _entry(claim: Mapping[str, Any], pool: str, device: str) -> Mapping[str, Any]:
@@ -74,9 +93,10 @@ def fabric_allocations(claim: Mapping[str, Any], pool: str) -> list[FabricAlloca
                 name=str(meta.get("name", "")),
                 device=str(r["device"]),
                 ready=_condition_true(entry, READY_CONDITION),
-                failed=_condition_true(entry, FAILED_CONDITION),
+                failed=any(_condition_true(entry, c) for c in FAILURE_CONDITIONS),
                 operation=_operation(entry),
                 waits=bool(r.get("bindingConditions")),
+                failure_condition=_failure_condition(r),
             )
         )
     return out

@@ -3,7 +3,7 @@
 Why: the scheduler allocates a fabric variant and waits in PreBind; this
 module attaches the device to that node through that adapter, waits until
 the node plugin reports the device, and sets ``FabricDeviceReady=True`` (or
-``FabricAttachFailed=True``, keeping the device out of the pool for a hold
+``FabricDeviceFailed=True``, keeping the device out of the pool for a hold
 time). A fabric connection that no allocation needs any more (claim
 deallocated or deleted, pod deleted while PreBind waited, a previous
 incarnation's leftovers) is detached once its node no longer reports it held

@@ -11,7 +11,7 @@ to ``RETRY_CAP_S`` between tries: no hot loop), the time it stays unusable
 does not count against ``attach_timeout``, and only when it stays so past
 ``unreachable_budget`` seconds in a row does the attach fail, naming the
 last error. A failed attach task, a foreign tenant, the timeout or the
-spent budget end in ``FabricAttachFailed`` and a hold on the device. A
+spent budget end in ``FabricDeviceFailed`` and a hold on the device. A
 failed detach is retried by a later pass.
 
 The reconciler decides to detach (and the spare keeper to attach) from its
@@ -56,7 +56,7 @@ from driver.errors import (
     FabricUnavailable,
     SpareTaken,
 )
-from driver.fabric_devices.naming import FAILED_CONDITION, IDENTITY_ATTRIBUTE, READY_CONDITION
+from driver.fabric_devices.naming import IDENTITY_ATTRIBUTE, READY_CONDITION
 from driver.fabricclient.protocol import FabricApi
 from driver.faults import crash_point
 from driver.kube.events import ObjectRef
@@ -234,7 +234,7 @@ class Workers:
             if self._published is not None:
                 await self._published()
             self._events.attach_failed(a, v, str(exc))
-            cond = cl.condition(FAILED_CONDITION, "AttachFailed", str(exc), None)
+            cond = cl.condition(a.failure_condition, "AttachFailed", str(exc), None)
             with contextlib.suppress(ApiError):
                 if await self._status.write(a, cond, None):
                     self._settled.add((a.claim_uid, a.device))

@@ -30,7 +30,11 @@ from driver.nvme import KIND as NVME
 FABRIC_POOL = "fabric"  # the default of the fabric_pool setting (driver.fabric_devices.settings)
 NODE_ANNOTATION = "patchbay.dev/fabric"
 READY_CONDITION = "FabricDeviceReady"
-FAILED_CONDITION = "FabricAttachFailed"
+# CoHDI's name for a binding that failed for good (docs/fabric.md, "CoHDI's
+# condition names"); controllers before it published and wrote the legacy name,
+# which allocations made then still list (read and written for them on upgrade).
+FAILED_CONDITION = "FabricDeviceFailed"
+LEGACY_FAILED_CONDITION = "FabricAttachFailed"
 # The attribute of a fabric variant that says it is a warm spare attached
 # there (true: published without binding conditions; docs/fabric.md).
 SPARE_ATTRIBUTE = "spare"
