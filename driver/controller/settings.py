@@ -56,7 +56,7 @@ class ControllerSettings(
         default=120.0,
         gt=0,
         description="seconds in a row the fabric may be unreachable (or answer garbage) during "
-        "an attach before it fails (FabricAttachFailed); that time is not attach_timeout's",
+        "an attach before it fails (FabricDeviceFailed); that time is not attach_timeout's",
     )
     failed_device_hold: float = Field(
         default=600.0,

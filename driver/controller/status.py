@@ -1,6 +1,6 @@
 """Write a fabric allocation's binding condition into its claim's status.
 
-Why: the attach workers set ``FabricDeviceReady`` or ``FabricAttachFailed``
+Why: the attach workers set ``FabricDeviceReady`` or ``FabricDeviceFailed``
 on the claim's ``status.devices`` entry, and the scheduler's PreBind waits
 for exactly that. The write is a read-modify-write on the claim's status
 subresource with the claim's resourceVersion, so a concurrent writer (the

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from driver.fabric_devices.naming import FAILED_CONDITION, READY_CONDITION
 from tests.e2e.fabric_helpers import (
     DIALECTS,
     POOL_SIZE,
@@ -48,8 +49,8 @@ def test_pool_has_one_variant_per_reachable_adapter(env: Env, resource_api: Any)
         assert attr(d, ROOT) == (
             "pci0000:15" if attr(d, "fabricAdapter") == "adapter0" else "pci0000:85"
         )
-        assert d.binding_conditions == ["FabricDeviceReady"]
-        assert d.binding_failure_conditions == ["FabricAttachFailed"]
+        assert d.binding_conditions == [READY_CONDITION]
+        assert d.binding_failure_conditions == [FAILED_CONDITION]
         assert d.binds_to_node is True
         assert len(d.consumes_counters) == 1
     for s in fabric_slices(resource_api):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from driver.fabric_devices.naming import FAILED_CONDITION
 from tests.unit.test_inspect_views import attrs
 
 JsonObj = dict[str, Any]
@@ -50,7 +51,7 @@ def variant(dev: str, node: str) -> JsonObj:
         "attributes": a,
         "bindsToNode": True,
         "bindingConditions": ["FabricDeviceReady"],
-        "bindingFailureConditions": ["FabricAttachFailed"],
+        "bindingFailureConditions": [FAILED_CONDITION],
         "consumesCounters": [{"counterSet": "fabric-devices-0", "counters": {dev: {"value": "1"}}}],
     }
 
@@ -76,7 +77,7 @@ def fabric_claim(
         "pool": POOL,
         "device": device,
         "bindingConditions": ["FabricDeviceReady"],
-        "bindingFailureConditions": ["FabricAttachFailed"],
+        "bindingFailureConditions": [FAILED_CONDITION],
     }
     status: JsonObj = {
         "allocation": {

@@ -1,7 +1,7 @@
 """A failed attach is written to the claim only once the pool without the
 failed device is stored.
 
-The scheduler clears an allocation whose ``FabricAttachFailed`` is True and
+The scheduler clears an allocation whose ``FabricDeviceFailed`` is True and
 schedules the pod again at once; had the pool with the failed device still
 been stored, it could pick that device again (a second AttachFailed for one
 failure, seen in a clean-clone run of the recovery e2e test). The API

@@ -8,7 +8,7 @@ from driver.controller.pool import Variant, build_pool
 from driver.controller.reconciler import published_devices
 from driver.devices.model import Device
 from driver.devices.quantity import of_bytes
-from driver.fabric_devices.naming import NodeFabric, counter_name, variant_name
+from driver.fabric_devices.naming import FAILED_CONDITION, NodeFabric, counter_name, variant_name
 from driver.fabricclient.model import FabricDevice, FabricInventory, HostAdapter
 from driver.slices.build import build_slices, slice_object
 
@@ -54,7 +54,7 @@ def test_one_variant_per_reported_adapter_with_its_root_and_a_unique_counter() -
     d = spec.devices[0].to_json()
     assert d["nodeName"] == "node-a" and d["bindsToNode"] is True
     assert d["bindingConditions"] == ["FabricDeviceReady"]
-    assert d["bindingFailureConditions"] == ["FabricAttachFailed"]
+    assert d["bindingFailureConditions"] == [FAILED_CONDITION]
     assert d["attributes"]["resource.kubernetes.io/pcieRoot"] == {"string": "pci0000:15"}
     assert d["attributes"]["attachment"] == {"string": "fabric"}
     assert d["consumesCounters"] == [

@@ -2,7 +2,7 @@
 
 An attach ends when the node's report shows the device behind the adapter:
 the report's change signal wakes the worker (no polling of the Node
-cache). An attach the node never confirms ends in ``FabricAttachFailed``
+cache). An attach the node never confirms ends in ``FabricDeviceFailed``
 and a hold on the device. In-memory doubles of the fabric and the status
 writer; the node reports, holds and workers are the real ones.
 """
@@ -10,6 +10,7 @@ writer; the node reports, holds and workers are the real ones.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 from driver.controller import claims as cl
@@ -20,6 +21,7 @@ from driver.controller.status import ClaimStatusWriter
 from driver.controller.workers import Workers
 from driver.fabric_devices.naming import (
     FAILED_CONDITION,
+    LEGACY_FAILED_CONDITION,
     NODE_ANNOTATION,
     READY_CONDITION,
     NodeFabric,
@@ -100,6 +102,17 @@ async def test_attach_the_node_never_reports_fails_and_holds_the_device() -> Non
     await asyncio.wait_for(n.done.wait(), 10)
     assert n.conditions() == [FAILED_CONDITION]
     assert "gpu-0" in n.holds and n.holds.held() == {"gpu-0"}
+
+
+async def test_a_failure_sets_the_condition_its_allocation_lists() -> None:
+    """An allocation made before the rename (upgrades, docs/fabric.md) fails
+    with the legacy name: the scheduler watches only what its result lists."""
+    n = Node(timeout=60.0)
+    n.holds.hold("gpu-0")
+    n.workers.attach(dataclasses.replace(ALLOC, failure_condition=LEGACY_FAILED_CONDITION), VARIANT)
+    async with asyncio.timeout(10):
+        await n.done.wait()
+    assert n.conditions() == [LEGACY_FAILED_CONDITION]
 
 
 async def test_a_held_device_is_refused_without_asking_the_fabric() -> None:

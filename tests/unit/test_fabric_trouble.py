@@ -1,7 +1,7 @@
 """The attach workers when the fabric manager misbehaves: unreachable for a
 while (a transient error: the attach waits it out, with backoff, and its
 time is not the attach timeout's), unreachable past the budget
-(``FabricAttachFailed`` naming the last error, the device held), answering
+(``FabricDeviceFailed`` naming the last error, the device held), answering
 garbage (a clear error, never a crash), and a device another tenant took
 between listing and attaching (a failure condition, the device held out).
 The real workers, holds, node reports and claim-status writer; the shipped

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from driver.fabric_devices.naming import FAILED_CONDITION
 from driver.inspect.claims import claims_view, render_claims
 from driver.inspect.cli import parser, render, wants
 from driver.inspect.events import event_time
@@ -28,7 +29,7 @@ def cluster() -> tuple[list[dict], list[dict], list[dict]]:  # type: ignore[type
     slices = [local_slice([gpu(0)]), *fabric_slices()]
     ready = condition("FabricDeviceReady", "Attached", "gpu-0 attached", "2026-12-01T10:00:03Z")
     failed = condition(
-        "FabricAttachFailed",
+        FAILED_CONDITION,
         "AttachFailed",
         "injected failure: attach of gpu-1 failed",
         "2026-12-01T10:00:05Z",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+from driver.fabric_devices.naming import FAILED_CONDITION
 from driver.inspect.cli import parser, render
 from driver.inspect.fabric import fabric_view
 from driver.inspect.fetch import Snapshot
@@ -89,7 +90,7 @@ def test_an_attached_device_no_claim_holds_shows_why_it_stays() -> None:
 
 
 def test_failed_allocation_of_a_dropped_variant_and_the_table() -> None:
-    failed = condition("FabricAttachFailed", "AttachFailed", "task failed", "2026-12-01T10:00:05Z")
+    failed = condition(FAILED_CONDITION, "AttachFailed", "task failed", "2026-12-01T10:00:05Z")
     slices = fabric_slices(offered=("gpu-0", "nic-0"))
     claims = [
         fabric_claim("broken", "gpu-1", "node-a", [failed]),
