@@ -3,8 +3,6 @@ first-fit model does, or its bounds would not be comparable."""
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 
 from driver.devices.kind import Discovery
@@ -13,7 +11,6 @@ from tests.bench import mig_bench, mig_bounds
 
 @pytest.fixture(scope="module")
 def found() -> Discovery:
-    logging.getLogger("driver").setLevel(logging.CRITICAL)  # no sysfs behind the fake
     return mig_bench.discovery(gpus=3)
 
 
