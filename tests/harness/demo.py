@@ -4,7 +4,9 @@ Brings up the control plane and two real nodes (tests/harness/realnode.py: kubel
 containerd, runc, kube-proxy in namespaces of their own; node-a with 4 H100
 on two PCIe roots, each with a NIC's VFs; node-c GPU-less, with a NIC and two
 fabric adapters), installs ``helm/patchbay`` with the controller and the
-simulated CXL fabric (GPUs, an NVMe drive, CXL Type 3 memory), runs the
+simulated CXL fabric (GPUs, an NVMe drive, CXL Type 3 memory) and one warm
+spare per node (:mod:`tests.harness.demo_spare`: a pod takes it and runs
+without waiting for an attach, and the spare is replaced), runs the
 example workloads of ``deviceclasses/examples/`` and prints what each
 container saw (its own output, through ``kubectl logs``), which devices the
 fabric attached, and the event of a claim whose config is wrong. Everything
@@ -25,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from tests.harness import realnode, realnode_chart
+from tests.harness import demo_spare, realnode, realnode_chart
 
 REPO = Path(__file__).resolve().parents[2]
 # Short on purpose: Unix socket paths below it must stay under 107 bytes.
@@ -107,7 +109,11 @@ def up() -> int:
     cluster.up(detach=True)
     print(f"control plane and {len(cluster.nodes)} real nodes Ready in "
           f"{cluster.startup_seconds:.1f}s")  # fmt: skip
-    release = realnode_chart.Release(cluster.kubeconfig, RUN / "chart", "node-c")
+    release = realnode_chart.Release(cluster.kubeconfig, RUN / "chart", None)
+    values = RUN / "chart" / "demo-values.yaml"  # the fabric, and a warm spare per node
+    values.parent.mkdir(parents=True, exist_ok=True)
+    values.write_text(yaml.safe_dump(demo_spare.values(demo_spare.NODE)))
+    release.values.append(values)
     t0 = time.monotonic()
     release.install()
     print(f"helm install patchbay: plugin, controller and fabric Ready in "
@@ -118,7 +124,7 @@ def up() -> int:
         if time.monotonic() > sa_deadline:
             raise SystemExit(f"no default ServiceAccount in namespace {NS} after 60 s")
         time.sleep(1)
-    pods = []
+    pods = [demo_spare.take_a_spare(cluster, NS)]
     for name, node in WORKLOADS:
         objs = docs(name, node)
         cluster.kubectl("apply", "-n", NS, "-f", "-", check=True,
@@ -133,6 +139,11 @@ def up() -> int:
             break
         time.sleep(1)
     report(cluster, pods)
+    # A fabric pod that waited for its attach binds at the scheduler's next
+    # 5 s re-check; one that took a warm spare binds at once.
+    print(f"\n{'fabric pod':16} allocation to Running (whole seconds), binding conditions")
+    for line in filter(None, (demo_spare.binding_line(cluster, NS, p) for p in pods)):
+        print(line)
     events = ""
     while not events and time.monotonic() < deadline + 60:
         events = cluster.kubectl("get", "events", "-n", NS, "--field-selector",
