@@ -26,6 +26,10 @@ source hack/kind/common.sh
 
 t0=$SECONDS
 make -s venv nvml-mock helm-bin kind-bin docker-bin images >&2
+# The archives just built, named now: their names hash the sources, which may
+# change while up.sh runs.
+declare -A ARCHIVE
+for image in busybox patchbay; do ARCHIVE[$image]=$(python3 hack/images.py path "$image"); done
 eval "$(make -s kind-env)"
 read -r NODE_ARCHIVE NODE_IMAGE < <(make -s kind-node-image | tail -1)
 export NODE_IMAGE ETCD_TAG
@@ -96,7 +100,7 @@ kc wait --for=condition=Ready nodes --all --timeout=180s >&2
 
 # The same OCI archives the real-node tier imports with ctr (pause is in the node image).
 for image in busybox patchbay; do
-  "$KIND" load image-archive --name "$CLUSTER" "$(python3 hack/images.py path "$image")" >&2
+  "$KIND" load image-archive --name "$CLUSTER" "${ARCHIVE[$image]}" >&2
 done
 
 t=$SECONDS
