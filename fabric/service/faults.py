@@ -55,7 +55,9 @@ def _attached_memory(store: Store, inv: Inventory, dev: str) -> Connection:
     if inv.targets[dev].kind != "cxlmem":
         raise bad_property(field, f"{dev} is a {inv.targets[dev].kind}, not CXL memory")
     conn = store.connection_of(dev)
-    if conn is None or conn.state != "Attached" or not conn.bdf:
+    # Detaching: a hot-remove under way (or being refused and retried) leaves
+    # the memory on its host until it succeeds, so the mark still applies.
+    if conn is None or conn.state not in ("Attached", "Detaching") or not conn.bdf:
         raise bad_property(field, f"{dev} is not attached to a host")
     return conn
 

@@ -281,3 +281,20 @@ def test_identities_agree_with_what_the_nodes_see(fabric: FabricService) -> None
     assert mac in {p.read_text().strip() for p in macs}
     function = call(fabric, "GET", f"{chassis}/PCIeDevices/nvme-0/PCIeFunctions/0")[2]
     assert (function["ClassCode"], function["DeviceClass"]) == ("0x010802", "MassStorageController")
+
+
+def test_cxl_memory_can_be_marked_while_its_detach_runs(fabric: FabricService) -> None:
+    """While a refused hot-remove is asked again (the controller retries), the
+    memory stays on its host: the mark applies during the detach too. Last in
+    the module: cxl-0 leaves node-b."""
+    conn = "/redfish/v1/Fabrics/cxl0/Connections/4"
+    host = SimHost.open(fabric.dir.parent / "node-b")
+    fabric.faults(detachLatencySeconds=3600, devices={"cxl-0": {"memoryInUse": True}})
+    try:
+        status, headers, _ = call(fabric, "DELETE", conn)
+        assert status == 202 and call(fabric, "GET", conn)[2]["Status"]["State"] == "Disabled"
+        fabric.faults(devices={"cxl-0": {"memoryInUse": False}})
+    finally:
+        fabric.faults(detachLatencySeconds=0)  # releases the held detach task
+    assert follow(fabric, headers["Location"])[0] == 204  # no longer in use: it left
+    assert not list((host.sysfs_root / "bus/cxl/devices").glob("mem*"))
