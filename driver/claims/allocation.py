@@ -15,6 +15,7 @@ from typing import Any
 
 from driver import DRIVER_NAME
 from driver.errors import ClaimError
+from driver.fabric_devices.naming import PREPARED_AS_KEY
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,10 @@ class AllocatedDevice:
     admin_access: bool = False
     # What a share of an allow-multiple device consumed (capacity -> quantity).
     consumed_capacity: Mapping[str, str] = field(default_factory=dict)
+    # A count-based fabric manager's slot: the node's own name of the device
+    # that arrived for it, from the claim's device status data (the
+    # controller's ``PREPARED_AS_KEY``); prepared as that device.
+    prepared_as: str = ""
 
 
 @dataclass(frozen=True)
@@ -82,17 +87,19 @@ def parse_allocation(
                 f"which this node does not serve ({', '.join(sorted(pools))})"
             )
         share_id = result.get("shareID")
+        device = _text(result.get("device"), f"{path}.device", name)
         consumed = _object(result.get("consumedCapacity"), f"{path}.consumedCapacity", name)
         devices.append(
             AllocatedDevice(
                 request=_text(result.get("request"), f"{path}.request", name),
                 pool=pool,
-                device=_text(result.get("device"), f"{path}.device", name),
+                device=device,
                 share_id=None if share_id is None else _text(share_id, f"{path}.shareID", name),
                 admin_access=bool(result.get("adminAccess")),
                 consumed_capacity={
                     k: _text(v, f"{path}.consumedCapacity.{k}", name) for k, v in consumed.items()
                 },
+                prepared_as=_prepared_as(claim, driver, pool, device),
             )
         )
     configs = []
@@ -114,6 +121,20 @@ def parse_allocation(
             )
         )
     return Allocation(devices=tuple(devices), configs=tuple(configs))
+
+
+def _prepared_as(claim: Mapping[str, Any], driver: str, pool: str, device: str) -> str:
+    """``PREPARED_AS_KEY`` of the device's status entry ("" if none or not text)."""
+    for entry in (claim.get("status") or {}).get("devices") or ():
+        if isinstance(entry, Mapping) and (
+            entry.get("driver"),
+            entry.get("pool"),
+            entry.get("device"),
+        ) == (driver, pool, device):
+            data = entry.get("data")
+            name = data.get(PREPARED_AS_KEY) if isinstance(data, Mapping) else None
+            return name if isinstance(name, str) else ""
+    return ""
 
 
 # The apiserver validates claims, so these only fail on a claim another

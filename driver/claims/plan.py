@@ -74,6 +74,10 @@ def plan_claim(
     planned: list[Planned] = []
     for result in allocation.devices:
         device = inventory.lookup(result.pool, result.device)
+        if device is None and result.prepared_as:  # a count manager's slot: what arrived
+            arrived = inventory.lookup(result.pool, result.prepared_as)
+            # Under the allocated name from here on (CDI device, metadata), as the kubelet knows it.
+            device = replace(arrived, name=result.device) if arrived is not None else None
         if device is None:
             raise ClaimError(f"device {result.device} of pool {result.pool} is not on this node")
         if device.kind not in handlers:

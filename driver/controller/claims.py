@@ -52,6 +52,9 @@ class FabricAllocation:
     # one its result lists): the legacy name for an allocation made before
     # the rename, so that a failed attach still fails the binding at once.
     failure_condition: str = FAILED_CONDITION
+    # The fabric device its status data names (``fabricDevice``): for a
+    # count-based manager's slot, the device that arrived (count_attach).
+    served: str = ""
 
 
 def _condition_true(entry: Mapping[str, Any], kind: str) -> bool:
@@ -78,6 +81,12 @@ def _operation(entry: Mapping[str, Any]) -> str:
     return op if isinstance(op, str) else ""
 
 
+def _served(entry: Mapping[str, Any]) -> str:
+    data = entry.get("data")
+    served = data.get("fabricDevice") if isinstance(data, Mapping) else None
+    return served if isinstance(served, str) else ""
+
+
 def fabric_allocations(claim: Mapping[str, Any], pool: str) -> list[FabricAllocation]:
     meta = claim.get("metadata") or {}
     allocation = (claim.get("status") or {}).get("allocation") or {}
@@ -97,6 +106,7 @@ def fabric_allocations(claim: Mapping[str, Any], pool: str) -> list[FabricAlloca
                 operation=_operation(entry),
                 waits=bool(r.get("bindingConditions")),
                 failure_condition=_failure_condition(r),
+                served=_served(entry),
             )
         )
     return out

@@ -8,7 +8,8 @@ machines, as CoHDI reads its machine id off the Node or its BareMetalHost).
 The controller already watches the Nodes; on each pass this hands their
 labels and annotations to the dialect, so a Node labelled later is served
 from the next pass on. Any other dialect (or the in-memory fabric of the
-tests) is left alone.
+tests) is left alone. :func:`counts_models` tells the reconciler which pool
+such a fabric gets.
 """
 
 from __future__ import annotations
@@ -28,6 +29,12 @@ def node_metadata(nodes: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, str
         if name:
             out[str(name)] = {**(meta.get("labels") or {}), **(meta.get("annotations") or {})}
     return out
+
+
+def counts_models(fabric: object) -> bool:
+    """Whether ``fabric`` speaks the count dialect: its pool offers model slots
+    (``driver.controller.count_pool``), not devices."""
+    return isinstance(getattr(fabric, "dialect", None), CountDialect)
 
 
 def learn_machines(fabric: object, nodes: Iterable[Mapping[str, Any]]) -> None:

@@ -75,6 +75,9 @@ class Variant:
     node: str
     adapter: str
     root: str
+    # A count-based manager's slot ("one X on node N via adapter A":
+    # driver.controller.count_pool): device_id and identity are the slot id.
+    count: bool = False
 
     @classmethod
     def of(cls, device: Device) -> Variant | None:

@@ -32,7 +32,8 @@ from typing import Any
 
 from driver.backoff import Backoff
 from driver.controller import claims as cl
-from driver.controller.count_nodes import learn_machines
+from driver.controller.count_nodes import counts_models, learn_machines
+from driver.controller.count_pool import build_count_pool
 from driver.controller.events import CONTROLLER, ControllerEvents, gone_adapters, node_ref
 from driver.controller.holds import FailedHolds
 from driver.controller.pool import Variant, build_pool, device_states, mark_spares
@@ -206,12 +207,13 @@ class Reconciler:
         allocs = cl.all_allocations(list(self.claims.objects.values()), self.pool)
         pinned = {a.device for a in allocs}
         carried = {n: self.published[n] for n in pinned if n in self.published}
-        spec, variants = build_pool(self.pool, inv, reports, self.holds.held(), pinned, carried)
+        build = build_count_pool if counts_models(self.fabric) else build_pool
+        spec, variants = build(self.pool, inv, reports, self.holds.held(), pinned, carried)
         self.variants.update(variants)
         self.published.update({d.name: d for d in spec.devices})
         now, models = self.clock(), {d.id: d.model for d in inv.devices}
         self.spares.note_allocations(allocs, self.variants, models, self.nodes.objects, now)
-        in_use = {self.variants[a.device].device_id for a in allocs if a.device in self.variants}
+        in_use = {self._device_of(a) for a in allocs if a.device in self.variants}
         spares = self.spares.reconcile(
             inv, reports, self.nodes.objects, in_use, self.holds.held(), now
         )
@@ -227,7 +229,7 @@ class Reconciler:
                 continue
             if a.failed:
                 continue
-            needed.add(v.device_id)
+            needed.add(self._device_of(a))
             if not a.ready and not self._hand_over(inv, reports, a, v):
                 self.workers.attach(a, v)
         # Only an allocation that is gone cancels its attach: one that just
@@ -268,6 +270,12 @@ class Reconciler:
                      v.device_id, conn.node, a.namespace, a.name, v.node)  # fmt: skip
             self.workers.detach(v.device_id, node_ref(self.nodes.objects, conn.node))
         return True
+
+    def _device_of(self, a: cl.FabricAllocation) -> str:
+        """The fabric device allocation ``a`` holds: its variant's, or for a
+        count-based manager's slot the one that arrived ("" before)."""
+        v = self.variants[a.device]
+        return self.workers.served(a) if v.count else v.device_id
 
     def _when_stored(self) -> None:
         """A pass once the pool as now declared is stored."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 import uuid
@@ -41,6 +42,7 @@ from typing import Any
 
 from driver.backoff import Backoff
 from driver.controller import claims as cl
+from driver.controller.count_attach import attach_slot
 from driver.controller.count_identity import serial_data
 from driver.controller.events import ControllerEvents, claim_ref
 from driver.controller.holds import FailedHolds
@@ -113,6 +115,9 @@ class Workers:
         # Device id -> when its last operation ended (monotonic), until an
         # inventory requested after then is in hand: see the module docstring.
         self._ended: dict[str, float] = {}
+        # Allocation (claim uid, slot variant) -> the device a count-based manager
+        # attached for it, until the claims cache shows it (``served``).
+        self._serving: dict[tuple[str, str], str] = {}
 
     async def stop(self) -> None:
         """Cancel every attach and detach under way and wait for them to end."""
@@ -122,7 +127,11 @@ class Workers:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def busy(self, device_id: str) -> bool:
-        return device_id in self._tasks
+        return device_id in self._tasks or device_id in self._serving.values()
+
+    def served(self, a: cl.FabricAllocation) -> str:
+        """The device that arrived for ``a``'s slot ("" if none or not known yet)."""
+        return a.served or self._serving.get((a.claim_uid, a.device), "")
 
     def settling(self, device_id: str) -> bool:
         """Whether an operation on ``device_id`` ended after the inventory in
@@ -165,6 +174,7 @@ class Workers:
         """Keep only the settled allocations the claims cache still shows waiting
         (an outcome the cache shows, or an allocation gone, needs no memory)."""
         self._settled &= waiting
+        self._serving = {k: d for k, d in self._serving.items() if k in waiting}
 
     def detach(self, device_id: str, node: ObjectRef) -> None:
         """Detach ``device_id`` (attached to ``node``, where its Event goes
@@ -208,16 +218,21 @@ class Workers:
         try:
             if v.device_id in self._holds:
                 raise AttachFailed(f"{v.device_id} is held after a failed attach")
-            deadline = await self._connect(a, v, deadline)
-            if not await self._reports.wait_until(
-                lambda: self._reports.sees(v.node, v.kind, v.identity, v.adapter), deadline
-            ):
-                what = f"{v.kind} {v.identity}"
-                raise AttachFailed(f"node {v.node} did not report {what} in time")
-            message = f"{v.device_id} attached to {v.node} via {v.adapter}"
-            key = IDENTITY_ATTRIBUTE[v.kind]
-            data = {"fabricDevice": v.device_id, key: v.identity, "adapter": v.adapter}
-            data |= serial_data(self._reports.get(v.node), v.kind, v.identity)  # count_identity
+            if v.count:  # the manager picks the device: follow it (count_attach)
+                arrived = functools.partial(self._serving.__setitem__, (a.claim_uid, a.device))
+                got, data = await attach_slot(self._fabric, self._reports, a, v, deadline, arrived)
+                message = f"{got} attached to {v.node} via {data['adapter']} for {v.device_id}"
+            else:
+                deadline = await self._connect(a, v, deadline)
+                if not await self._reports.wait_until(
+                    lambda: self._reports.sees(v.node, v.kind, v.identity, v.adapter), deadline
+                ):
+                    what = f"{v.kind} {v.identity}"
+                    raise AttachFailed(f"node {v.node} did not report {what} in time")
+                message = f"{v.device_id} attached to {v.node} via {v.adapter}"
+                key = IDENTITY_ATTRIBUTE[v.kind]
+                data = {"fabricDevice": v.device_id, key: v.identity, "adapter": v.adapter}
+                data |= serial_data(self._reports.get(v.node), v.kind, v.identity)
             cond = cl.condition(READY_CONDITION, "Attached", message, None)
             if await self._status.write(a, cond, data):
                 self._settled.add((a.claim_uid, a.device))
@@ -230,6 +245,7 @@ class Workers:
         except (AttachFailed, FabricApiError) as exc:
             observe("attach", "failed", started)
             log.warning("claim %s/%s: attaching %s failed: %s", a.namespace, a.name, v.name, exc)
+            self._serving.pop((a.claim_uid, a.device), None)  # arrived, not kept: detached
             self._holds.hold(v.device_id)
             if self._published is not None:
                 await self._published()

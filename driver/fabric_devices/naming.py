@@ -38,6 +38,10 @@ LEGACY_FAILED_CONDITION = "FabricAttachFailed"
 # The attribute of a fabric variant that says it is a warm spare attached
 # there (true: published without binding conditions; docs/fabric.md).
 SPARE_ATTRIBUTE = "spare"
+# The key of a claim's device status data that names the node's own variant
+# of the device a count-based manager attached for an allocated slot: the
+# plugin prepares the allocated name as that device (docs/fabric.md).
+PREPARED_AS_KEY = "preparedAs"
 
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 

@@ -23,7 +23,7 @@ from types import TracebackType
 
 import aiohttp
 
-from driver.errors import FabricMalformed, FabricNotFound, FabricUnavailable
+from driver.errors import CountAttachFailed, FabricMalformed, FabricNotFound, FabricUnavailable
 from driver.fabricclient import wire
 from driver.fabricclient.auth import Auth
 from driver.fabricclient.dialect import Dialect, DialectName, idempotency_key, make_dialect
@@ -211,7 +211,11 @@ class FabricClient:
         if handle is not None and (not handle or self._ops.ended(handle)):
             generation += 1
         ikey = idempotency_key(device_id, node, adapter, f"{key}#{generation}")
-        result = await self.dialect.attach(self._ops, links, dev, via[0], ikey)
+        try:
+            result = await self.dialect.attach(self._ops, links, dev, via[0], ikey)
+        except CountAttachFailed:  # what arrived was given back (or nothing came): asking
+            self._asked[ask] = (generation, "")  # again is a new request, not a replay
+            raise
         self._asked[ask] = (generation, result.task.uri if result.task else "")
         while len(self._asked) > ASKED:
             self._asked.pop(next(iter(self._asked)))

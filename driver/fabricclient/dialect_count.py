@@ -17,12 +17,12 @@ the node's machine; the answer (:class:`CountAttachResult`) carries what
 arrived, which may be another device of that model: the caller maps its
 serial to what the node reports. What arrived of another type or model, or
 Critical, is scaled down again and the attach fails naming it
-(:class:`CountAttachFailed`); nothing arriving fails it too. ``exact`` (the
-default, until the controller maps an allocation to the device that served
-it: docs/fabric.md) fails the same way when the manager chose another
-device of the model than the one allocated, so the node never holds a
-device that no allocation names; the allocated one is then held out and
-the scheduler's next pick is likely the one the manager prefers. The inventory
+(:class:`CountAttachFailed`); nothing arriving fails it too. The
+controller publishes model slots for such a fabric and follows whatever
+device of the model arrives (``driver.controller.count_pool``,
+``count_attach``); ``exact`` (off there) fails the same way when the manager
+chose another device than the one asked for through, for a caller that
+serves only the device it named. The inventory
 (what exists, its model and serial) is read from the manager's Redfish
 service as for the other dialects, and so are the attachments
 (``Connections``); a manager with no Redfish inventory is not served yet.
@@ -201,7 +201,7 @@ class Machines:
 class CountDialect:
     name = "count"
 
-    def __init__(self, machines: Machines, tenant: str, exact: bool = True) -> None:
+    def __init__(self, machines: Machines, tenant: str, exact: bool = False) -> None:
         self.machines, self.tenant, self.exact = machines, tenant, exact
         self._redfish = ConnectionsDialect()
 

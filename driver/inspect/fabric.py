@@ -132,7 +132,9 @@ def fabric_view(
     variants = [d for d in build(slices, claims).devices if d.pool == pool]
     by_id: dict[str, dict[str, Any]] = {}
     for v in sorted(variants, key=lambda v: (v.node, str(v.attr("fabricAdapter")))):
-        dev_id, adapter = str(v.attr("fabricDevice")), str(v.attr("fabricAdapter"))
+        # A count-based manager's model slot stands for no one device (count_pool).
+        dev_id = str(v.attr("fabricDevice") or v.attr("fabricSlot"))
+        adapter = str(v.attr("fabricAdapter"))
         d = by_id.setdefault(dev_id, _blank(dev_id))
         d |= {
             "type": v.type,

@@ -6,7 +6,10 @@ model X to machine M", the manager picks it); the controller runs with
 label (``--fabric-machine-key``). A claim runs on the device the manager
 chose; its status names that device; the node's plugin prepared it; one
 scale-up per allocation; deleting the pod scales it down; a manager that
-attaches another model fails the claim naming what arrived.
+attaches another model fails the claim naming what arrived. The pool offers
+model slots, not devices (docs/fabric.md, "Count-based managers"): a claim
+asks for a model, and the switch's counter keeps the scheduler from
+allocating more of it than the manager can still attach.
 """
 
 from __future__ import annotations
@@ -25,17 +28,17 @@ from tests.e2e.fabric_helpers import (
     attr,
     conditions,
     fabric_pool,
-    gpu_request,
     running,
     template,
 )
 from tests.e2e.helpers import events_about, wait_for
 from tests.e2e.pods import claim_of, gone, pod
+from tests.e2e.tenants import container_record, visible
 
 pytestmark = pytest.mark.cluster
 TENANT = "0d7c1e2a-5b8f-4c3e-9a61-7f2b4c8d9e10"
 KEY = "patchbay.dev/test-machine"
-H200 = "H200-SXM5-141GB"
+H100, H200 = "H100-SXM5-80GB", "H200-SXM5-141GB"
 
 
 class MixedLayout(FabricLayout):
@@ -98,42 +101,79 @@ def report(core: Any, node: str) -> dict[str, Any]:
     return dict(json.loads(raw))
 
 
-def test_a_claim_runs_on_the_device_the_manager_chose(
+def model_request(model: str) -> dict[str, Any]:
+    cel = f'device.attributes["patchbay.dev"].productName == "{model}"'
+    return {
+        "name": "gpu",
+        "exactly": {
+            "deviceClassName": "gpu.patchbay.dev",
+            "selectors": [{"cel": {"expression": cel}}],
+        },
+    }
+
+
+def test_claims_run_on_the_devices_the_manager_chose(
     machines: Env, resource_api: Any, core: Any, namespace: str
 ) -> None:
-    env, ns, node = machines, namespace, machines.nodes[0].name
+    env, ns, sim = machines, namespace, machines.nodes[0]
+    node = sim.name
     before = scale_ups(env)
-    tmpl = template(resource_api, ns, "count", [gpu_request(fabric_device="gpu-0")])
-    pod(core, ns, "count", node, tmpl)
-    running(env, core, ns, "count", timeout=150)
-    claim = claim_of(core, resource_api, ns, "count")
-    (result,) = claim.status.allocation.devices.results
-    assert conditions(claim, result.device) == {"FabricDeviceReady": "True"}
-    # The manager chose gpu-0 (its first free H100 behind the machine): one scale-up.
-    assert scale_ups(env)[len(before) :] == [("gpu-0", f"{node}/adapter0")]
-    variant = fabric_pool(resource_api)[result.device]
-    uuid, serial = attr(variant, "uuid"), attr(variant, "serial")
-    (status,) = [d for d in claim.status.devices if d.device == result.device]
-    assert status.data["uuid"] == uuid and status.data["fabricDevice"] == "gpu-0"
-    assert status.data["serial"] == serial  # the manager's name for it (res_serial_num)
-    # The node saw the board serial the manager answered, and holds that GPU prepared.
-    seen = wait_for(
-        f"{node}'s report: {uuid} held prepared",
-        lambda: next((r for r in [report(core, node)] if uuid in r.get("busy", [])), None),
-        timeout=30,
+    tmpl = template(resource_api, ns, "h100", [model_request(H100)])
+    pool = fabric_pool(resource_api)
+    served: dict[str, str] = {}
+    for name in ("one", "two"):
+        pod(core, ns, name, node, tmpl)
+        running(env, core, ns, name, timeout=150)
+        claim = claim_of(core, resource_api, ns, name)
+        (result,) = claim.status.allocation.devices.results
+        assert conditions(claim, result.device) == {"FabricDeviceReady": "True"}
+        slot = pool[result.device]  # a model slot: it names no device
+        assert attr(slot, "productName") == H100 and "fabricDevice" not in slot.attributes
+        (status,) = [d for d in claim.status.devices if d.device == result.device]
+        device, uuid, serial = (status.data[k] for k in ("fabricDevice", "uuid", "serial"))
+        # One scale-up for this allocation; the manager chose the device, and
+        # the claim names what it chose.
+        assert scale_ups(env)[len(before) + len(served) :] == [(device, f"{node}/adapter0")]
+        assert env.fabric.connections()[device][:2] == (node, "adapter0")
+        # The node saw the board serial the manager answered, and its plugin
+        # prepared that GPU for the container.
+        seen = wait_for(
+            f"{node}'s report: {uuid} held prepared",
+            lambda uuid=uuid: next(
+                (r for r in [report(core, node)] if uuid in r.get("busy", [])), None
+            ),
+            timeout=30,
+        )
+        assert seen["serials"][serial] == uuid, seen
+        assert visible(container_record(sim, ns, name)) == [uuid]
+        served[name] = device
+    assert sorted(served.values()) == ["gpu-0", "gpu-1"]  # each of sw0's H100s once
+    # A third H100 on that switch is more than the manager can attach: the
+    # counter keeps the scheduler from allocating it, and no scale-up is asked.
+    pod(core, ns, "three", node, tmpl)
+    wait_for(
+        "the third pod's FailedScheduling",
+        lambda: events_about(core, ns, "three", "FailedScheduling"),
+        timeout=60,
     )
-    assert seen["serials"][serial] == uuid, seen
-    gone(core, ns, "count")
-    wait_for("gpu-0 scaled down", lambda: "gpu-0" not in env.fabric.connections(), timeout=60)
-    assert scale_ups(env)[len(before) :] == [("gpu-0", f"{node}/adapter0")]
+    assert len(scale_ups(env)) == len(before) + 2
+    gone(core, ns, "three")  # before a slot frees: it would be allocated then
+    gone(core, ns, "one")
+    wait_for(f"{served['one']} scaled down", lambda: served["one"] not in env.fabric.connections(),
+             timeout=60)  # fmt: skip
+    assert served["two"] in env.fabric.connections()
+    gone(core, ns, "two")
+    wait_for("both scaled down", lambda: not env.fabric.connections(), timeout=60)
+    assert len(scale_ups(env)) == len(before) + 2  # one per allocation, none again
 
 
 def test_another_model_arriving_fails_the_claim_naming_it(
     machines: Env, resource_api: Any, core: Any, namespace: str
 ) -> None:
     env, ns, node = machines, namespace, machines.nodes[1].name
+    before = scale_ups(env)
     env.fabric.request("POST", "/patchbay/v1/count-faults", {"wrongModelNext": 1})
-    tmpl = template(resource_api, ns, "h200", [gpu_request(fabric_device="gpu-2")])
+    tmpl = template(resource_api, ns, "h200", [model_request(H200)])
     pod(core, ns, "wrong", node, tmpl)
     wait_for(
         "the pod's claim",
@@ -141,7 +181,7 @@ def test_another_model_arriving_fails_the_claim_naming_it(
         timeout=60,
     )
     claim = claim_of(core, resource_api, ns, "wrong")
-    (warning,) = wait_for(
+    (warning, *_) = wait_for(
         "the AttachFailed event",
         lambda: events_about(core, ns, claim.metadata.name, "AttachFailed"),
         timeout=90,
@@ -150,5 +190,14 @@ def test_another_model_arriving_fails_the_claim_naming_it(
     assert f"asked one gpu of model {H200} for node {node}" in warning.message
     assert "gpu H100-SXM5-80GB serial" in warning.message, warning.message
     assert "arrived instead; scaled it down again" in warning.message
-    assert not env.fabric.connections()  # the H100 that arrived went back
+    # The H100 that arrived went back; the scheduler tries again and the next
+    # scale-up brings the H200, which the pod runs with.
+    running(env, core, ns, "wrong", timeout=150)
+    claim = claim_of(core, resource_api, ns, "wrong")
+    (status,) = [
+        d for d in claim.status.devices if "FabricDeviceReady" in conditions(claim, d.device)
+    ]
+    assert status.data["fabricDevice"] == "gpu-2"
+    assert [t for t, _ in scale_ups(env)[len(before) :]][-1] == "gpu-2"
     gone(core, ns, "wrong")
+    wait_for("gpu-2 scaled down", lambda: not env.fabric.connections(), timeout=60)

@@ -142,3 +142,15 @@ def test_count_settings_name_what_is_missing() -> None:
         FabricAuthSettings(
             fabric_auth="oauth2", fabric_username="c", fabric_password_file=Path("/x")
         )
+
+
+async def test_asking_again_after_a_wrong_model_is_a_new_request(env: Env) -> None:
+    """The simulator replays an answer for a repeated Idempotency-Key: the
+    attach after one whose device was given back must not repeat its key."""
+    inv = await env.client.inventory()
+    await env.faults({"wrongModelNext": 1})
+    with pytest.raises(CountAttachFailed, match="arrived instead"):
+        await env.client.attach("gpu-2", "node-a", "adapter1", key="claim-1")
+    result = await env.client.attach("gpu-2", "node-a", "adapter1", key="claim-1")
+    assert isinstance(result, CountAttachResult) and result.arrived is not None
+    assert result.arrived.serial == inv.device("gpu-2").serial
