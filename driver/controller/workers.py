@@ -4,15 +4,12 @@ Why: attaching takes seconds to minutes on real fabric managers, so each
 operation runs as its own task while the reconciler keeps reacting. Keying
 the tasks by fabric device makes operations on one device strictly
 sequential (a detach of the previous holder finishes before the next
-attach starts). An attach retries while the device is still leaving
-another node, until ``attach_timeout``. A fabric that is unreachable or
-answers garbage is a transient error: the attach retries with backoff (up
-to ``RETRY_CAP_S`` between tries: no hot loop), the time it stays unusable
-does not count against ``attach_timeout``, and only when it stays so past
-``unreachable_budget`` seconds in a row does the attach fail, naming the
-last error. A failed attach task, a foreign tenant, the timeout or the
-spent budget end in ``FabricDeviceFailed`` and a hold on the device. A
-failed detach is retried by a later pass.
+attach starts). How one attach is asked and followed (once per
+allocation, retried while the device leaves another node or the fabric is
+unusable) is ``driver.controller.connect``. A failed attach task, a
+foreign tenant, the timeout or the spent unreachable budget end in
+``FabricDeviceFailed`` and a hold on the device. A failed detach is
+retried by a later pass.
 
 The reconciler decides to detach (and the spare keeper to attach) from its
 last fabric inventory, and an operation's end triggers a pass at once, often
@@ -40,8 +37,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from driver.backoff import Backoff
 from driver.controller import claims as cl
+from driver.controller.connect import Connector
 from driver.controller.count_attach import attach_slot
 from driver.controller.count_identity import serial_data
 from driver.controller.events import ControllerEvents, claim_ref
@@ -53,22 +50,16 @@ from driver.errors import (
     ApiError,
     AttachFailed,
     FabricApiError,
-    FabricConflict,
-    FabricNotFound,
     FabricUnavailable,
     SpareTaken,
 )
 from driver.fabric_devices.naming import IDENTITY_ATTRIBUTE, READY_CONDITION
 from driver.fabricclient.protocol import FabricApi
-from driver.faults import crash_point
 from driver.kube.events import ObjectRef
 from driver.logconfig import bind_log_context
 from driver.metrics import FABRIC_IN_FLIGHT, FABRIC_OPS, FABRIC_SECONDS
 
 log = logging.getLogger(__name__)
-
-RETRY_S = 0.5
-RETRY_CAP_S = 5.0
 
 
 def observe(op: str, result: str, started: float) -> None:
@@ -95,8 +86,7 @@ class Workers:
         self._reports = reports
         self._holds = holds
         self._timeout = attach_timeout
-        # None: no budget of its own, an outage spends the attach timeout.
-        self._budget = unreachable_budget
+        self._connector = Connector(fabric, status, attach_timeout, unreachable_budget)
         self._on_done = on_done
         # Awaited after a hold and before the failure is written: the pool
         # without the held device is in the apiserver by then, so the
@@ -223,7 +213,7 @@ class Workers:
                 got, data = await attach_slot(self._fabric, self._reports, a, v, deadline, arrived)
                 message = f"{got} attached to {v.node} via {data['adapter']} for {v.device_id}"
             else:
-                deadline = await self._connect(a, v, deadline)
+                deadline = await self._connector.connect(a, v, deadline)
                 if not await self._reports.wait_until(
                     lambda: self._reports.sees(v.node, v.kind, v.identity, v.adapter), deadline
                 ):
@@ -265,7 +255,7 @@ class Workers:
         try:
             if v.device_id in self._holds:
                 raise AttachFailed(f"{v.device_id} is held after a failed attach")
-            deadline = await self._connect(a, v, started + self._timeout)
+            deadline = await self._connector.connect(a, v, started + self._timeout)
             if not await self._reports.wait_until(
                 lambda: self._reports.sees(v.node, v.kind, v.identity, v.adapter), deadline
             ):
@@ -285,126 +275,6 @@ class Workers:
         finally:
             self._sparing.discard(v.device_id)
             on_end(attached)
-
-    async def _connect(self, a: cl.FabricAllocation, v: Variant, deadline: float) -> float:
-        """Attach; returns the deadline, moved on by the time the fabric was unusable."""
-        timeout = self._timeout
-        budget = timeout if self._budget is None else self._budget
-        backoff = Backoff(RETRY_S, RETRY_CAP_S)
-        down_since: float | None = None  # the fabric unreachable (or garbled) since
-        while True:
-            now = time.monotonic()
-            if now > deadline:
-                raise AttachFailed(f"{v.device_id}: no attach within {timeout:.0f}s")
-            try:
-                if await self._try_attach(a, v, deadline):
-                    return deadline
-                down_since = None
-                backoff.reset()
-                await asyncio.sleep(RETRY_S)
-            except FabricUnavailable as exc:
-                down_since = now if down_since is None else down_since
-                down = time.monotonic() - down_since
-                if down >= budget:
-                    raise AttachFailed(
-                        f"{v.device_id}: fabric unusable for {down:.1f}s (budget {budget:g}s): "
-                        f"{exc}"
-                    ) from exc
-                log.info(
-                    "%s: fabric unusable for %.0fs of its %.0fs budget (%s): retry in %.1fs",
-                    v.device_id, down, budget, exc, backoff.delay,
-                )  # fmt: skip
-                await backoff.sleep()
-                if self._budget is not None:
-                    deadline += time.monotonic() - now  # an outage is not the attach's time
-
-    async def _try_attach(self, a: cl.FabricAllocation, v: Variant, deadline: float) -> bool:
-        """One try: True once attached; False to try again (busy, leaving another node).
-
-        The fabric is asked only when no earlier request for this allocation
-        is under way or done (:meth:`_adopt`), so each allocation costs one
-        attach request, across retries and controller restarts alike.
-        """
-        fabric = self._fabric
-        try:
-            if await self._adopt(a, v, deadline):
-                return True
-            # The claim's UID makes the request's Idempotency-Key this allocation's own.
-            result = await fabric.attach(v.device_id, v.node, v.adapter, key=a.claim_uid)
-            crash_point("fabric-attach-answered")
-            if result.task is not None:
-                await self._record(a, v, result.task.uri)
-                crash_point("fabric-attach-waiting")
-                await self._finish(result.task.uri, deadline)
-            return True
-        except TimeoutError as exc:
-            log.info("%s: %s: retrying", v.device_id, exc)
-            return False
-        except FabricConflict as exc:
-            dev = await fabric.device(v.device_id)
-            conn = dev.connection
-            if not dev.available or (conn is None and exc.code.endswith("ResourceInUse")):
-                raise AttachFailed(str(exc)) from exc  # another tenant holds it
-            elsewhere = conn is not None and (conn.node, conn.adapter) != (v.node, v.adapter)
-            if conn is not None and elsewhere and not a.name:  # a spare takes no one's device
-                raise SpareTaken(f"{v.device_id} is attached to {conn.node}") from exc
-            if conn is not None and conn.state == "Attached" and elsewhere:
-                log.info("%s still attached to %s: detaching first", v.device_id, conn.node)
-                gone = await fabric.detach(v.device_id)
-                if gone is not None:
-                    await fabric.wait(gone.uri, max(1.0, deadline - time.monotonic()))
-                return False
-            log.info("%s busy (%s): retrying", v.device_id, exc.code)
-            return False
-
-    async def _finish(self, handle: str, deadline: float) -> None:
-        """Follow an attach's operation handle to its end; AttachFailed if it failed."""
-        task = await self._fabric.wait(handle, max(1.0, deadline - time.monotonic()))
-        if task.failed:
-            raise AttachFailed("; ".join(task.messages) or "attach task failed")
-
-    async def _record(self, a: cl.FabricAllocation, v: Variant, handle: str) -> None:
-        """Keep the operation handle on the claim, so a restart resumes it (a
-        spare has no claim: a restart finds its connection instead)."""
-        if not a.name:
-            return
-        what = f"{v.device_id} attaching to {v.node} via {v.adapter}"
-        cond = cl.condition(READY_CONDITION, "Attaching", what, None, status="False")
-        try:
-            await self._status.write(a, cond, {cl.OPERATION_KEY: handle})
-        except ApiError as exc:  # the fabric's own state still shows the attach
-            log.info("claim %s/%s: recording operation %s: %s", a.namespace, a.name, handle, exc)
-
-    async def _adopt(self, a: cl.FabricAllocation, v: Variant, deadline: float) -> bool:
-        """True once an earlier request for this attach ended well; False: ask.
-
-        The earlier request is this allocation's recorded operation, or a
-        connection of the device to this node and adapter (attached, or on
-        its way with or without a task to follow).
-        """
-        fabric = self._fabric
-        if a.operation:
-            try:
-                await self._finish(a.operation, deadline)
-                log.info("%s: resumed operation %s", v.device_id, a.operation)
-                return True
-            except FabricNotFound:
-                log.info("%s: operation %s is gone: reading the device", v.device_id, a.operation)
-        while True:
-            conn = (await fabric.inventory()).device(v.device_id).connection
-            if conn is None or (conn.node, conn.adapter) != (v.node, v.adapter):
-                return False
-            if conn.state == "Attached":
-                log.info("%s: already attached to %s via %s", v.device_id, v.node, v.adapter)
-                return True
-            if conn.state != "Attaching":
-                return False  # leaving: ask again once it is gone
-            if conn.task_uri:
-                await self._finish(conn.task_uri, deadline)
-                return True
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{v.device_id} still attaching")
-            await asyncio.sleep(RETRY_S)
 
     async def _detach(self, device_id: str, node: ObjectRef) -> None:
         bind_log_context(node=node.name, device=device_id)  # this task's own context

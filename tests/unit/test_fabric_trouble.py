@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from driver.controller import claims as cl
-from driver.controller import workers as w
+from driver.controller import connect as w
 from driver.controller.holds import FailedHolds
 from driver.controller.reports import NodeReports
 from driver.controller.status import ClaimStatusWriter
