@@ -190,7 +190,8 @@ FABRIC_DEVICES = Sampled(
 )  # fmt: skip
 FABRIC_POOL_DEVICES = gauge(
     "patchbay_fabric_pool_devices",
-    "Devices in the published fabric pool (one per free device and reachable node/adapter)",
+    "Devices in the published fabric pool (one per free device and reachable node/adapter; "
+    "on a count fabric, one slot per free device of a model and reachable node/adapter)",
     (), CONTROLLER,
 )  # fmt: skip
 FABRIC_SPARES = Sampled(

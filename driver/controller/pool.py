@@ -13,6 +13,9 @@ NIC on the same node. The pool depends only on the fabric inventory, the
 nodes' reports, failed devices and pinned (allocated) variants, never on
 attachments, so an attach or detach writes no slice.
 
+A count-based manager picks the device itself: for such a fabric the pool
+offers model slots instead (``driver.controller.count_pool``).
+
 Layout: node-major, one node's variants per slice (cut again only past 64
 devices). The scheduler skips a slice for a node when none of its devices
 sits on that node, and otherwise evaluates the class's CEL selectors on every
