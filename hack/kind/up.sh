@@ -29,7 +29,10 @@ make -s venv nvml-mock helm-bin kind-bin docker-bin images >&2
 # The archives just built, named now: their names hash the sources, which may
 # change while up.sh runs.
 declare -A ARCHIVE
-for image in busybox patchbay; do ARCHIVE[$image]=$(python3 hack/images.py path "$image"); done
+for image in busybox patchbay; do
+  ARCHIVE[$image]=$(python3 hack/images.py path "$image") \
+    || { echo "up: no $image archive for the sources as they are now (edited during the build?)" >&2; exit 1; }
+done
 eval "$(make -s kind-env)"
 read -r NODE_ARCHIVE NODE_IMAGE < <(make -s kind-node-image | tail -1)
 export NODE_IMAGE ETCD_TAG
