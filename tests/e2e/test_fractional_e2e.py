@@ -170,12 +170,20 @@ def test_four_20gib_claims_share_one_a100_and_a_fifth_goes_to_another(
     core: client.CoreV1Api,
     namespace: str,
 ) -> None:
+    """First fit packs shares: four fill gpu-0, the fifth goes to gpu-1.
+
+    One at a time, each Running before the next is created: while a claim's
+    allocation is written (PreBind), the 1.37 scheduler counts its consumed
+    capacity twice, once in flight and once from its claim informer
+    (``claimTracker.GatherAllocatedState``: ``aggregatedCapacity.Insert``
+    adds), so a pod scheduled in that window may see gpu-0 fuller than it is
+    and spill to gpu-1 (the clean-clone CI run of 05f4034 placed 3 + 2).
+    """
     a100, ns = nodes[0], namespace
     tmpl = example_template(resource_api, ns)
     names = [f"replica-{i}" for i in range(5)]
     for name in names:
         pod(core, ns, name, a100.name, tmpl)
-    for name in names:
         running(core, ns, name)
     results = {n: result_of(core, resource_api, ns, n) for n in names}
     placed = sorted(str(r.device) for r in results.values())
