@@ -119,11 +119,15 @@ def up() -> int:
     print(f"helm install patchbay: plugin, controller and fabric Ready in "
           f"{time.monotonic() - t0:.1f}s")  # fmt: skip
     cluster.kubectl("create", "namespace", NS)
-    sa_deadline = time.monotonic() + 60  # the controller-manager makes its default ServiceAccount
-    while cluster.kubectl("get", "serviceaccount", "default", "-n", NS, check=False).returncode:
-        if time.monotonic() > sa_deadline:
-            raise SystemExit(f"no default ServiceAccount in namespace {NS} after 60 s")
-        time.sleep(1)
+    demo_spare.wait(  # the controller-manager makes its default ServiceAccount
+        f"the default ServiceAccount in namespace {NS}",
+        lambda: (
+            cluster.kubectl("get", "serviceaccount", "default", "-n", NS, check=False).returncode
+            == 0
+            or None
+        ),
+        60,
+    )
     pods = [demo_spare.take_a_spare(cluster, NS)]
     for name, node in WORKLOADS:
         objs = docs(name, node)
