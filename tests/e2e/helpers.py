@@ -1,7 +1,8 @@
 """Small helpers shared by the cluster e2e tests.
 
 Why this module exists: tests share one cluster, so they all need unique
-names, polling with a clear timeout message, hand-made Node objects and
+names, polling with a clear timeout message (``wait_for``, the harness's
+loop in ``tests.harness.poll``), hand-made Node objects and
 quiet cleanup; keeping those here keeps each test about its own behaviour.
 """
 
@@ -16,21 +17,11 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from tests.harness.poll import wait_for as wait_for  # re-exported for the e2e tests
+
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def wait_for(what: str, probe: Any, timeout: float = 60.0, interval: float = 0.5) -> Any:
-    """Return probe()'s first truthy value; fail with `what` after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
 
 
 def unchanged(list_fn: Any, what: str, within: int, **query: Any) -> Any:

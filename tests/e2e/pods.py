@@ -17,6 +17,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from tests.e2e.helpers import events_about, wait_for
+from tests.harness.poll import WaitTimedOut
 
 CLAIM = "dev"  # the pod's name for its claim (resourceClaims[].name)
 
@@ -72,7 +73,7 @@ def running(
 
     try:
         wait_for(f"pod {name} Running", probe, timeout=timeout)
-    except pytest.fail.Exception:
+    except WaitTimedOut:
         said = [f"{e.reason}: {e.message}" for e in events_about(core, ns, name)]
         pytest.fail(f"pod {name} is not Running after {timeout:.0f}s; its events: {said}")
 

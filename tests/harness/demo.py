@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from tests.harness import demo_spare, realnode, realnode_chart
+from tests.harness import demo_spare, poll, realnode, realnode_chart
 
 REPO = Path(__file__).resolve().parents[2]
 # Short on purpose: Unix socket paths below it must stay under 107 bytes.
@@ -135,25 +135,23 @@ def up() -> int:
                         stdin=yaml.safe_dump_all(objs))  # fmt: skip
         pods += [d["metadata"]["name"] for d in objs if d["kind"] == "Pod"]
     cluster.kubectl("apply", "-n", NS, "-f", "-", stdin=yaml.safe_dump_all(bad_config()))
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
+
+    def all_running() -> bool:
         out = json.loads(cluster.kubectl("get", "pods", "-n", NS, "-o", "json").stdout)
         phases = {p["metadata"]["name"]: p["status"].get("phase") for p in out["items"]}
-        if all(phases.get(p) == "Running" for p in pods):
-            break
-        time.sleep(1)
+        return all(phases.get(p) == "Running" for p in pods)
+
+    poll.until(all_running, 180, interval=1)  # the report shows any that are not
     report(cluster, pods)
     # A fabric pod that waited for its attach binds at the scheduler's next
     # 5 s re-check; one that took a warm spare binds at once.
     print(f"\n{'fabric pod':16} allocation to Running (whole seconds), binding conditions")
     for line in filter(None, (demo_spare.binding_line(cluster, NS, p) for p in pods)):
         print(line)
-    events = ""
-    while not events and time.monotonic() < deadline + 60:
-        events = cluster.kubectl("get", "events", "-n", NS, "--field-selector",
-                                 "involvedObject.name=typo-job,reason=FailedPrepareDynamicResources",
-                                 "-o", "jsonpath={.items[*].message}").stdout  # fmt: skip
-        time.sleep(1)
+    events = poll.until(lambda: cluster.kubectl(
+        "get", "events", "-n", NS, "--field-selector",
+        "involvedObject.name=typo-job,reason=FailedPrepareDynamicResources",
+        "-o", "jsonpath={.items[*].message}").stdout, 60, interval=1)  # fmt: skip
     print(f"\ntypo-job (GpuConfig with a misspelt field) stays Pending:\n  {events or '-'}")
     print(f"\nexport KUBECONFIG={cluster.kubeconfig}")
     print(f"export PATH={cluster.k8s_bins}:$PATH   # kubectl {cluster.k8s_bins / 'kubectl'}")

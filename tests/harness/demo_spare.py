@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import copy
 import json
-import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from tests.harness import realnode, realnode_chart
+from tests.harness import poll, realnode, realnode_chart
 
 NODE = "node-c"  # the GPU-less node behind the fabric
 POD = "spare-gpu-job"
@@ -82,13 +81,11 @@ def spares(cluster: realnode.RealCluster) -> dict[str, str]:
 
 
 def wait(what: str, check: Callable[[], Any], timeout: float) -> Any:
-    """``check()``'s first answer other than None (polled every 0.5 s)."""
-    deadline = time.monotonic() + timeout
-    while (got := check()) is None:
-        if time.monotonic() > deadline:
-            raise SystemExit(f"demo: {what} not seen within {timeout:.0f} s")
-        time.sleep(0.5)
-    return got
+    """``check()``'s first answer other than None; the demo stops naming ``what``."""
+    try:
+        return poll.wait_for(what, check, timeout, done=lambda got: got is not None)
+    except poll.WaitTimedOut:
+        raise SystemExit(f"demo: {what} not seen within {timeout:.0f} s") from None
 
 
 def _when(stamp: str) -> datetime:

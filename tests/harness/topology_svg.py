@@ -23,7 +23,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from typing import Any
 import yaml
 from kubernetes import client, config
 
+from tests.harness import poll
 from tests.harness.cluster import LocalCluster, bin_dir
 from tests.harness.simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
 
@@ -44,11 +44,10 @@ WORKLOADS = ("gpu-vf-pair.yaml", "single-gpu.yaml", "mig-1g.yaml", "mig-3g.yaml"
 
 
 def wait(what: str, probe: Callable[[], object], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not probe():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.5)
+    try:
+        poll.wait_for(what, probe, timeout)
+    except poll.WaitTimedOut as timed_out:
+        raise SystemExit(str(timed_out)) from None
 
 
 def patchbay(cluster: LocalCluster, *args: str) -> str:
