@@ -3,8 +3,16 @@
 ``NodeWatchResources`` is a server-streaming call the kubelet keeps open: we
 send the complete list of our devices' health first and again every time it
 changes (KEP-4680). The lists come from a
-:class:`~driver.health.model.HealthSource`; this module only translates them
-and skips a list identical to the one just sent.
+:class:`~driver.health.model.HealthSource`; this module translates them,
+skips a list identical to the one just sent, and re-sends the last list when
+a third of its lease has gone by without a change: the kubelet stamps each
+device's health with the time it received it and reads it as ``Unknown``
+once the device's ``health_check_timeout_seconds`` (0: the kubelet's
+``DefaultHealthTimeout``, 30 s, ``pkg/kubelet/cm/dra/healthinfo.go``) has
+passed without a report, so a list sent only on change would show every
+device ``Unknown`` in pod status half a minute later. The re-send runs on
+the server's loop: a plugin whose loop is wedged stops renewing the lease
+and its devices decay to ``Unknown``, as the kubelet intends.
 
 One implementation, two gRPC services: the 1.37 kubelet opens the first of
 ``v1.DRAResourceHealth`` and ``v1alpha1.DRAResourceHealth`` that a plugin
@@ -55,6 +63,20 @@ V1ALPHA1 = HealthApi("v1alpha1.DRAResourceHealth", health_v1alpha1_pb2, health_v
 # Newest first, the order the kubelet prefers them in.
 HEALTH_APIS = (V1, V1ALPHA1)
 SERVICE_VERSIONS = tuple(api.version for api in HEALTH_APIS)
+# The kubelet's lease on a device's health when the plugin names none
+# (health_check_timeout_seconds 0): DefaultHealthTimeout of the 1.37 kubelet.
+KUBELET_DEFAULT_LEASE_S = 30
+# Re-send the last list after this share of its shortest lease: twice more
+# before it lapses, so one late turn of the loop does not cost it.
+RESEND_FRACTION = 1 / 3
+
+
+def resend_after(devices: Sequence[DeviceHealth]) -> float:
+    """Seconds after which an unchanged list is sent again, before the
+    kubelet's lease on its shortest-lived device lapses."""
+    leases = [d.check_timeout_s if d.check_timeout_s > 0 else KUBELET_DEFAULT_LEASE_S
+              for d in devices]  # fmt: skip
+    return min(leases, default=KUBELET_DEFAULT_LEASE_S) * RESEND_FRACTION
 
 
 def health_to_proto(devices: Iterable[DeviceHealth], api: HealthApi = V1) -> Any:
@@ -105,25 +127,38 @@ class HealthServicer:
         self._closed.set()
 
     async def watch(self, api: HealthApi) -> AsyncGenerator[Any]:
-        """One open stream: the complete list first, then each change."""
+        """One open stream: the complete list first, then each change, and the
+        last list again before the kubelet's lease on it lapses."""
         log.info("kubelet opened a health stream (%s)", api.version)
+        loop = asyncio.get_running_loop()
         updates = aiter(self._source.updates())
         last: Sequence[DeviceHealth] | None = None
+        due: float | None = None  # loop time of the next re-send of ``last``
         closed = asyncio.ensure_future(self._closed.wait())
         nxt: asyncio.Future[Sequence[DeviceHealth]] | None = None
         try:
             while not self._closed.is_set():
-                nxt = asyncio.ensure_future(anext(updates))
-                await asyncio.wait({nxt, closed}, return_when=asyncio.FIRST_COMPLETED)
-                if not nxt.done():
+                if nxt is None:
+                    nxt = asyncio.ensure_future(anext(updates))
+                wait = None if due is None else max(0.0, due - loop.time())
+                watched: set[asyncio.Future[Any]] = {nxt, closed}
+                await asyncio.wait(watched, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+                if self._closed.is_set():
                     break
+                if not nxt.done():  # no change within the lease: renew it
+                    assert last is not None  # due is set only once a list went out
+                    due = loop.time() + resend_after(last)
+                    yield health_to_proto(last, api)
+                    continue
+                done, nxt = nxt, None
                 try:
-                    devices = list(nxt.result())
+                    devices = list(done.result())
                 except StopAsyncIteration:
                     log.info("health source ended; closing the stream")
                     break
                 if devices != last:
                     last = devices
+                    due = loop.time() + resend_after(devices)
                     yield health_to_proto(devices, api)
         finally:
             closed.cancel()
