@@ -12,19 +12,29 @@ identity (GPU UUID), the adapter it came through, the board serial, and the
 node's own variant name of it (``PREPARED_AS_KEY``), by which the node
 plugin prepares the allocated slot. Another model, a Critical device or
 nothing arriving fails in the dialect, naming what arrived.
+
+A restart must not lose what arrived: the worker writes the device into the
+claim's status (``fabricDevice``, ``FabricDeviceReady=False``) as soon as
+the manager named it, before waiting for the node, and a restarted attach
+follows that device instead of asking again. For the moment between the
+answer and that write (or an answer the controller never read),
+:func:`take_up` gives a waiting allocation a device of its model already
+attached to its node that nothing needs, instead of it being detached as a
+leftover and asked for again.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Protocol
 
 from driver.backoff import Backoff
 from driver.controller import claims as cl
 from driver.controller.count_identity import serial_data
 from driver.controller.count_pool import slot_group
-from driver.controller.pool import Variant
+from driver.controller.pool import Variant, offered
 from driver.controller.reports import NodeReports
 from driver.errors import AttachFailed, FabricUnavailable
 from driver.fabric_devices.naming import (
@@ -36,6 +46,7 @@ from driver.fabric_devices.naming import (
 from driver.fabricclient.dialect_count import CountAttachResult
 from driver.fabricclient.model import FabricDevice, FabricInventory
 from driver.fabricclient.protocol import FabricApi
+from driver.faults import crash_point
 
 log = logging.getLogger(__name__)
 RETRY_S, RETRY_CAP_S = 0.5, 5.0
@@ -59,11 +70,43 @@ async def attach_slot(
     a: cl.FabricAllocation,
     v: Variant,
     deadline: float,
-    arrived: Callable[[str], None],
+    served: str,
+    arrived: Callable[[str], Awaitable[None]],
 ) -> tuple[str, dict[str, str]]:
     """Attach one device for slot ``v``; (its fabric device id, the claim's
-    status data). ``arrived(device_id)`` runs as soon as the manager named it
-    (from then on the device is this allocation's, not a leftover to detach)."""
+    status data). ``served``: the device this allocation already holds (named
+    on the claim, or taken up by :func:`take_up`): followed, not asked again
+    while it is attached to the slot's node. ``arrived(device_id)`` runs as
+    soon as the manager named a device, before anything else is done with it
+    (the worker records it on the claim: from then on it is this
+    allocation's, also across a restart)."""
+    inv = await fabric.inventory()
+    device = next((d for d in inv.devices if d.id == served), None) if served else None
+    conn = device.connection if device is not None else None
+    if device is not None and conn is not None and conn.node == v.node:
+        what = f"serial {device.serial or '?'}, attached before"
+        log.info("slot %s on %s: following %s (%s)", v.device_id, v.node, device.id, what)
+    else:
+        device, what = await _ask(fabric, a, v, deadline)
+        await arrived(device.id)
+    kind, ident = device.kind, device.identity
+    if not await reports.wait_until(
+        lambda: ident in (reports.get(v.node) or NodeFabric()).attached(kind), deadline
+    ):
+        raise AttachFailed(f"node {v.node} did not report {kind} {ident} ({what}) in time")
+    report = reports.get(v.node)
+    adapter = report.attached(kind)[ident] if report is not None else v.adapter
+    data = {"fabricDevice": device.id, IDENTITY_ATTRIBUTE[kind]: ident, "adapter": adapter}
+    data |= serial_data(report, kind, ident)
+    data[PREPARED_AS_KEY] = variant_name(ident, v.node, adapter, kind)
+    return device.id, data
+
+
+async def _ask(
+    fabric: FabricApi, a: cl.FabricAllocation, v: Variant, deadline: float
+) -> tuple[FabricDevice, str]:
+    """One scale-up for slot ``v``: the device that arrived, and how the
+    manager named it."""
     backoff = Backoff(RETRY_S, RETRY_CAP_S)
     while True:
         try:
@@ -79,24 +122,59 @@ async def attach_slot(
             raise AttachFailed(f"slot {v.device_id}: {why}")
         log.info("slot %s: %s: retry in %.1fs", v.device_id, why, backoff.delay)
         await backoff.sleep()
+    crash_point("fabric-attach-answered")
     got = result.arrived if isinstance(result, CountAttachResult) else None
     if got is None:
         raise AttachFailed(f"slot {v.device_id}: the fabric named no device that arrived")
     device = next((d for d in inv.devices if got.serial and d.serial == got.serial), None)
     if device is None:
         raise AttachFailed(f"{got.describe()} arrived: no device of the fabric has that serial")
-    arrived(device.id)
-    kind, ident = device.kind, device.identity
-    if not await reports.wait_until(
-        lambda: ident in (reports.get(v.node) or NodeFabric()).attached(kind), deadline
-    ):
-        what = f"{kind} {ident} ({got.describe()})"
-        raise AttachFailed(f"node {v.node} did not report {what} in time")
-    report = reports.get(v.node)
-    adapter = report.attached(kind)[ident] if report is not None else v.adapter
-    data = {"fabricDevice": device.id, IDENTITY_ATTRIBUTE[kind]: ident, "adapter": adapter}
-    data |= serial_data(report, kind, ident)
-    data[PREPARED_AS_KEY] = variant_name(ident, v.node, adapter, kind)
     log.info("slot %s on %s: the manager chose %s (%s)", v.device_id, v.node, device.id,
              got.describe())  # fmt: skip
-    return device.id, data
+    return device, got.describe()
+
+
+class Serving(Protocol):
+    """What :func:`take_up` reads of the workers (``driver.controller.workers``)."""
+
+    def served(self, a: cl.FabricAllocation) -> str: ...
+    def busy(self, device_id: str) -> bool: ...
+    def settling(self, device_id: str) -> bool: ...
+    def settled(self, a: cl.FabricAllocation) -> bool: ...
+    def adopt(self, a: cl.FabricAllocation, device_id: str) -> None: ...
+
+
+def take_up(
+    inv: FabricInventory,
+    reports: Mapping[str, NodeFabric],
+    allocs: Iterable[cl.FabricAllocation],
+    variants: Mapping[str, Variant],
+    workers: Serving,
+) -> None:
+    """Give each waiting slot allocation that holds no device yet (and whose
+    attach has not started) a device of its model already attached to its
+    node that nothing needs: what the manager attached for it before a
+    restart lost the answer, or a released claim's leftover. It is followed
+    instead of detached, and no scale-up is asked for the allocation."""
+    allocs = list(allocs)
+    taken = {workers.served(a) for a in allocs} - {""}
+    for a in allocs:
+        v = variants.get(a.device)
+        if v is None or not v.count or a.ready or a.failed or workers.served(a):
+            continue
+        if workers.busy(v.device_id) or workers.settled(a):
+            continue  # its attach runs (or ended here): it asks or has asked itself
+        model, prepared = slot_group(v.device_id)[1], (reports.get(v.node) or NodeFabric()).busy
+        for d in sorted(inv.devices, key=lambda d: d.id):
+            conn = d.connection
+            if conn is None or conn.node != v.node or conn.state not in ("Attached", "Attaching"):
+                continue
+            if (d.kind, d.model) != (v.kind, model) or not offered(d) or d.identity in prepared:
+                continue
+            if d.id in taken or workers.busy(d.id) or workers.settling(d.id):
+                continue
+            log.info("claim %s/%s: taking up %s, attached to %s, for slot %s", a.namespace,
+                     a.name, d.id, v.node, v.device_id)  # fmt: skip
+            workers.adopt(a, d.id)
+            taken.add(d.id)
+            break

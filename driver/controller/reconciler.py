@@ -32,6 +32,7 @@ from typing import Any
 
 from driver.backoff import Backoff
 from driver.controller import claims as cl
+from driver.controller.count_attach import take_up
 from driver.controller.count_nodes import counts_models, learn_machines
 from driver.controller.count_pool import build_count_pool
 from driver.controller.events import CONTROLLER, ControllerEvents, gone_adapters, node_ref
@@ -210,6 +211,8 @@ class Reconciler:
         build = build_count_pool if counts_models(self.fabric) else build_pool
         spec, variants = build(self.pool, inv, reports, self.holds.held(), pinned, carried)
         self.variants.update(variants)
+        if build is build_count_pool:  # what arrived before a restart is followed, not detached
+            take_up(inv, reports, allocs, self.variants, self.workers)
         self.published.update({d.name: d for d in spec.devices})
         now, models = self.clock(), {d.id: d.model for d in inv.devices}
         self.spares.note_allocations(allocs, self.variants, models, self.nodes.objects, now)

@@ -209,8 +209,11 @@ class Workers:
             if v.device_id in self._holds:
                 raise AttachFailed(f"{v.device_id} is held after a failed attach")
             if v.count:  # the manager picks the device: follow it (count_attach)
-                arrived = functools.partial(self._serving.__setitem__, (a.claim_uid, a.device))
-                got, data = await attach_slot(self._fabric, self._reports, a, v, deadline, arrived)
+                arrived = functools.partial(self._arrived, a, v)
+                served = self.served(a)
+                got, data = await attach_slot(
+                    self._fabric, self._reports, a, v, deadline, served, arrived
+                )
                 message = f"{got} attached to {v.node} via {data['adapter']} for {v.device_id}"
             else:
                 deadline = await self._connector.connect(a, v, deadline)
@@ -241,9 +244,26 @@ class Workers:
                 await self._published()
             self._events.attach_failed(a, v, str(exc))
             cond = cl.condition(a.failure_condition, "AttachFailed", str(exc), None)
-            with contextlib.suppress(ApiError):
-                if await self._status.write(a, cond, None):
+            with contextlib.suppress(ApiError):  # a slot's device that arrived is gone
+                if await self._status.write(a, cond, {} if v.count else None):
                     self._settled.add((a.claim_uid, a.device))
+
+    async def _arrived(self, a: cl.FabricAllocation, v: Variant, device_id: str) -> None:
+        """A count-based manager named ``device_id`` for ``a``: this allocation's
+        from now on, here and (once written) on the claim, so a restart follows
+        it instead of detaching it and asking again (``count_attach``)."""
+        self._serving[(a.claim_uid, a.device)] = device_id
+        what = f"{device_id} arrived for {v.device_id}: waiting for {v.node} to report it"
+        cond = cl.condition(READY_CONDITION, "Attaching", what, None, status="False")
+        try:
+            await self._status.write(a, cond, {"fabricDevice": device_id})
+        except ApiError as exc:  # the take-up after a restart still finds it
+            log.info("claim %s/%s: recording %s: %s", a.namespace, a.name, device_id, exc)
+
+    def adopt(self, a: cl.FabricAllocation, device_id: str) -> None:
+        """``device_id``, attached to ``a``'s node, serves ``a``'s slot
+        (``count_attach.take_up``): its attach follows it, nothing detaches it."""
+        self._serving[(a.claim_uid, a.device)] = device_id
 
     async def _attach_spare(
         self, v: Variant, node: ObjectRef, on_end: Callable[[bool], None]
