@@ -14,6 +14,11 @@ follows the device that arrived (``driver.controller.count_attach``), and the
 node plugin prepares the allocated slot by the identity the controller wrote
 into the claim's status data (``naming.PREPARED_AS_KEY``).
 
+The manager may serve a node that reaches several switches with the model
+from any of them, not only the slot's: an allocated slot whose device
+arrived consumes the counter of that device's switch instead (``served``),
+so each counter's remainder stays what its switch still has free.
+
 A slot is named like a device variant, from its slot id
 (``<switch>/<model>/<node>/<adapter>/<i>``) instead of an identity. Allocated slots stay
 published until deallocated, also once their switch has fewer free devices
@@ -110,10 +115,13 @@ def build_count_pool(
     excluded: Collection[str],
     pinned: Collection[str],
     carried: Mapping[str, Device] | None = None,
+    served: Mapping[str, str] | None = None,
 ) -> tuple[PoolSpec, dict[str, Variant]]:
     """The pool spec and its slot variants by name (arguments as :func:`build_pool`'s;
-    ``excluded`` holds slot ids after a failed attach)."""
+    ``excluded`` holds slot ids after a failed attach; ``served``: allocated slot
+    variant -> the device that arrived for it)."""
     free = _groups([d for d in inventory.devices if offered(d)])
+    came_from = {d.id: (d.switch, d.kind, d.model) for d in inventory.devices}
     counters = {g: counter_name(f"{g[0]}-{g[2]}") for g in free}
     per = limits.MAX_COUNTERS_PER_SET
     names = sorted(free)
@@ -126,7 +134,10 @@ def build_count_pool(
         for i in range(0, len(names), per)
     ]
 
-    def use(group: Group) -> tuple[CounterConsumption, ...]:
+    def use(name: str, group: Group) -> tuple[CounterConsumption, ...]:
+        # Charged to the switch its device came from, once one arrived (the
+        # manager may serve a node from any switch it reaches).
+        group = came_from.get((served or {}).get(name, ""), group)
         if group not in counters:  # no free device of its model left there: none
             return ()
         return (CounterConsumption(set_of[group], ((counters[group], "1"),)),)
@@ -154,7 +165,7 @@ def build_count_pool(
                         kind=PUBLISHED_TYPE[kind],
                         local_id=slot,
                         attributes=_attributes(group, members[0], v),
-                        consumes_counters=use(group),
+                        consumes_counters=use(name, group),
                         node_name=node,
                         binds_to_node=True,
                         binding_conditions=(READY_CONDITION,),
@@ -167,7 +178,7 @@ def build_count_pool(
         if old is not None and kept is not None and kept.device_id not in excluded:
             at = old.attributes
             group = (str(at.get("fabricSwitch")), kept.kind, str(at.get("productName")))
-            devices.append(dataclasses.replace(old, consumes_counters=use(group)))
+            devices.append(dataclasses.replace(old, consumes_counters=use(name, group)))
             variants[name] = kept
     devices.sort(key=lambda d: (variants[d.name].node, d.name))
     node_index = {n: i for i, n in enumerate(sorted({v.node for v in variants.values()}))}

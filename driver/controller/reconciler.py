@@ -208,10 +208,16 @@ class Reconciler:
         allocs = cl.all_allocations(list(self.claims.objects.values()), self.pool)
         pinned = {a.device for a in allocs}
         carried = {n: self.published[n] for n in pinned if n in self.published}
-        build = build_count_pool if counts_models(self.fabric) else build_pool
-        spec, variants = build(self.pool, inv, reports, self.holds.held(), pinned, carried)
+        held, count = self.holds.held(), counts_models(self.fabric)
+        if count:  # a slot is charged to the switch of the device that arrived for it
+            served = {a.device: self._device_of(a) for a in allocs if a.device in self.variants}
+            spec, variants = build_count_pool(
+                self.pool, inv, reports, held, pinned, carried, served
+            )
+        else:
+            spec, variants = build_pool(self.pool, inv, reports, held, pinned, carried)
         self.variants.update(variants)
-        if build is build_count_pool:  # what arrived before a restart is followed, not detached
+        if count:  # what arrived before a restart is followed, not detached
             take_up(inv, reports, allocs, self.variants, self.workers)
         self.published.update({d.name: d for d in spec.devices})
         now, models = self.clock(), {d.id: d.model for d in inv.devices}

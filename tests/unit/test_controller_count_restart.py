@@ -67,24 +67,28 @@ def claim() -> dict[str, Any]:
 
 
 class World:
-    """The API, a count-based manager, and node-a's plugin, which reports what
-    is attached once ``live`` (until then it has not seen the device yet)."""
+    """The API, a count-based manager, and node-a's plugin (its ``adapters``,
+    adapter -> pcieRoot), which reports what is attached once ``live`` (until
+    then it has not seen the device yet)."""
 
-    def __init__(self) -> None:
-        self.api, self.changed, self.live = MemoryKube(), Signal(), False
-        self.fabric = Manager([gpu(0), gpu(1)], self)
+    def __init__(
+        self, devices: list[FabricDevice], adapters: dict[str, str], live: bool = False
+    ) -> None:
+        self.api, self.changed, self.live = MemoryKube(), Signal(), live
+        self.adapters = adapters
+        self.fabric = Manager(devices, self)
         self.api.add("/api/v1/nodes", {"metadata": {"name": "node-a", "annotations": {
-            NODE_ANNOTATION: NodeFabric({"adapter0": "pci0000:15"}).to_annotation()}}})  # fmt: skip
+            NODE_ANNOTATION: NodeFabric(adapters).to_annotation()}}})  # fmt: skip
         self.api.on_store = lambda _path, _obj: self.changed.changed()
 
     async def report(self) -> None:
         if not self.live:
             return
-        attached = [d for d in self.fabric.devices.values() if d.connection is not None]
+        conns = [(d, d.connection) for d in self.fabric.devices.values() if d.connection]
         seen = NodeFabric(
-            {"adapter0": "pci0000:15"},
-            gpus={d.uuid: "adapter0" for d in attached},
-            serials={d.serial: d.uuid for d in attached},
+            self.adapters,
+            gpus={d.uuid: c.adapter for d, c in conns},
+            serials={d.serial: d.uuid for d, _ in conns},
         )
         ann = {NODE_ANNOTATION: seen.to_annotation()}
         await self.api.merge_patch("/api/v1/nodes/node-a", {"metadata": {"annotations": ann}})
@@ -100,8 +104,9 @@ class World:
 
 class Manager(MemoryFabric):
     """A count-based manager: a scale-up attaches the last free device of the
-    model asked for (not the one asked through); ``lose_answers``: the
-    controller dies before it reads the answer."""
+    model asked for that the node reaches, on whichever switch (not the one
+    asked through); ``lose_answers``: the controller dies before it reads the
+    answer."""
 
     dialect = CountDialect(Machines({}), "tenant")
 
@@ -112,9 +117,10 @@ class Manager(MemoryFabric):
     async def attach(self, device_id: str, node: str, adapter: str, key: str = "") -> AttachResult:
         self.scale_ups += 1
         model = self.devices[device_id].model
-        free = [d for d in sorted(self.devices) if self.devices[d].connection is None]
-        picked = self.devices[[d for d in free if self.devices[d].model == model][-1]]
-        await super().attach(picked.id, node, adapter, key)
+        free = [d for _, d in sorted(self.devices.items()) if d.connection is None]
+        reached = {d.id: a.adapter for d in free for a in d.adapters if a.node == node}
+        picked = [d for d in free if d.model == model and d.id in reached][-1]
+        await super().attach(picked.id, node, reached[picked.id], key)
         await self.world.report()
         self.world.changed.changed()
         if self.lose_answers:
@@ -130,7 +136,7 @@ class Manager(MemoryFabric):
 
 @pytest.mark.parametrize("crash", ["before the answer is read", "while the node has not seen it"])
 async def test_a_restart_takes_up_the_device_the_manager_attached(crash: str) -> None:
-    w = World()
+    w = World([gpu(0), gpu(1)], {"adapter0": "pci0000:15"})
     w.fabric.lose_answers = crash == "before the answer is read"
     w.api.add(CLAIMS, claim())
     alloc = cl.fabric_allocations(claim(), "fabric")[0]
