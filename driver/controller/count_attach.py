@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from typing import Protocol
 
 from driver.backoff import Backoff
@@ -44,7 +44,7 @@ from driver.fabric_devices.naming import (
     variant_name,
 )
 from driver.fabricclient.dialect_count import CountAttachResult
-from driver.fabricclient.model import FabricDevice, FabricInventory
+from driver.fabricclient.model import AttachResult, FabricDevice, FabricInventory
 from driver.fabricclient.protocol import FabricApi
 from driver.faults import crash_point
 
@@ -123,15 +123,28 @@ async def _ask(
         log.info("slot %s: %s: retry in %.1fs", v.device_id, why, backoff.delay)
         await backoff.sleep()
     crash_point("fabric-attach-answered")
+    return answered(inv, result, f"slot {v.device_id} on {v.node}")
+
+
+def answered(inv: FabricInventory, result: AttachResult, what: str) -> tuple[FabricDevice, str]:
+    """The device a scale-up for ``what`` brought (by its board serial), and
+    how the manager named it."""
     got = result.arrived if isinstance(result, CountAttachResult) else None
     if got is None:
-        raise AttachFailed(f"slot {v.device_id}: the fabric named no device that arrived")
+        raise AttachFailed(f"{what}: the fabric named no device that arrived")
     device = next((d for d in inv.devices if got.serial and d.serial == got.serial), None)
     if device is None:
         raise AttachFailed(f"{got.describe()} arrived: no device of the fabric has that serial")
-    log.info("slot %s on %s: the manager chose %s (%s)", v.device_id, v.node, device.id,
-             got.describe())  # fmt: skip
+    log.info("%s: the manager chose %s (%s)", what, device.id, got.describe())
     return device, got.describe()
+
+
+async def ask_spare(fabric: FabricApi, v: Variant, key: str) -> FabricDevice:
+    """One scale-up for a warm spare of ``v``'s model on ``v``'s node (asked
+    through ``v``'s free device, which names the model): the device that
+    arrived, which the spare keeper keeps (``driver.controller.count_spares``)."""
+    result = await fabric.attach(v.device_id, v.node, v.adapter, key)
+    return answered(await fabric.inventory(), result, f"spare for {v.node}")[0]
 
 
 class Serving(Protocol):
@@ -150,14 +163,17 @@ def take_up(
     allocs: Iterable[cl.FabricAllocation],
     variants: Mapping[str, Variant],
     workers: Serving,
+    spares: Collection[str] = (),
 ) -> None:
     """Give each waiting slot allocation that holds no device yet (and whose
     attach has not started) a device of its model already attached to its
     node that nothing needs: what the manager attached for it before a
     restart lost the answer, or a released claim's leftover. It is followed
-    instead of detached, and no scale-up is asked for the allocation."""
+    instead of detached, and no scale-up is asked for the allocation. Never
+    a warm spare (``spares``): its own variant may be allocated at any time."""
     allocs = list(allocs)
-    taken = {workers.served(a) for a in allocs} - {""}
+    taken = {workers.served(a) for a in allocs} | set(spares)
+    taken |= {v.device_id for a in allocs if (v := variants.get(a.device)) and not v.count}
     for a in allocs:
         v = variants.get(a.device)
         if v is None or not v.count or a.ready or a.failed or workers.served(a):

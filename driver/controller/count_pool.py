@@ -19,6 +19,9 @@ from any of them, not only the slot's: an allocated slot whose device
 arrived consumes the counter of that device's switch instead (``served``),
 so each counter's remainder stays what its switch still has free.
 
+A warm spare is published as its own device variant instead
+(``driver.controller.count_spares``); allocated, it is carried like a slot.
+
 A slot is named like a device variant, from its slot id
 (``<switch>/<model>/<node>/<adapter>/<i>``) instead of an identity. Allocated slots stay
 published until deallocated, also once their switch has fewer free devices
@@ -174,7 +177,8 @@ def build_count_pool(
                 )
     for name in sorted(set(pinned) - set(variants)):  # allocated: stays published
         old = (carried or {}).get(name)
-        kept = slot_variant(old) if old is not None else None
+        # A slot, or a warm spare's device variant (driver.controller.count_spares).
+        kept = (slot_variant(old) or Variant.of(old)) if old is not None else None
         if old is not None and kept is not None and kept.device_id not in excluded:
             at = old.attributes
             group = (str(at.get("fabricSwitch")), kept.kind, str(at.get("productName")))

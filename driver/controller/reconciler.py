@@ -35,6 +35,7 @@ from driver.controller import claims as cl
 from driver.controller.count_attach import take_up
 from driver.controller.count_nodes import counts_models, learn_machines
 from driver.controller.count_pool import build_count_pool
+from driver.controller.count_spares import shortfall, slot_models, spare_variants, stored_spares
 from driver.controller.events import CONTROLLER, ControllerEvents, gone_adapters, node_ref
 from driver.controller.holds import FailedHolds
 from driver.controller.pool import Variant, build_pool, device_states, mark_spares
@@ -217,15 +218,24 @@ class Reconciler:
         else:
             spec, variants = build_pool(self.pool, inv, reports, held, pinned, carried)
         self.variants.update(variants)
-        if count:  # what arrived before a restart is followed, not detached
-            take_up(inv, reports, allocs, self.variants, self.workers)
-        self.published.update({d.name: d for d in spec.devices})
+        last = self.spares.last.keep
+        if count:  # what arrived before a restart is followed, not detached; spares are not
+            spare_ids = stored_spares(self.publisher.stored().values())
+            spare_ids |= {s.device_id for s in last}
+            take_up(inv, reports, allocs, self.variants, self.workers, spare_ids)
         now, models = self.clock(), {d.id: d.model for d in inv.devices}
+        models |= slot_models(self.variants.values()) if count else {}
         self.spares.note_allocations(allocs, self.variants, models, self.nodes.objects, now)
         in_use = {self._device_of(a) for a in allocs if a.device in self.variants}
+        w = self.workers
+        short = shortfall(inv, allocs, self.variants, w.served, in_use, w.busy) if count else None
         spares = self.spares.reconcile(
-            inv, reports, self.nodes.objects, in_use, self.holds.held(), now
+            inv, reports, self.nodes.objects, in_use, self.holds.held(), now, *(short or ((), ()))
         )
+        if count:  # a count pool has no device variants: a ready spare's is added
+            spec, shown = spare_variants(spec, inv, reports, spares.variants)
+            self.variants.update(shown)
+        self.published.update({d.name: d for d in spec.devices})
         self.publisher.set_pool(mark_spares(spec, spares.variants))
         FABRIC_POOL_DEVICES.set(len(spec.devices))
         # An attach that ended here is remembered until the cache shows its outcome.

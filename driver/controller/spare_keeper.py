@@ -21,14 +21,15 @@ Concurrency: the reconciler's asyncio loop only.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from driver.controller import claims as cl
 from driver.controller.events import ControllerEvents, node_ref
 from driver.controller.pool import Variant, offered, reachable
-from driver.controller.spares import Free, Key, Spare, SparePlan, SpareRules, plan
+from driver.controller.spares import Free, Key, Retire, Spare, SparePlan, SpareRules, plan
 from driver.controller.workers import Workers
 from driver.fabric_devices.naming import NodeFabric, variant_name
 from driver.fabricclient.model import FabricDevice, FabricInventory
@@ -100,6 +101,8 @@ class SpareKeeper:
             conn = d.connection
             if d.id in needed or conn is None or conn.state == "Detaching":
                 continue
+            if self._workers.arriving(d.id):  # listed as its spare attach, under way
+                continue
             report = reports.get(conn.node)
             if report is not None and d.identity in report.busy:
                 continue
@@ -127,9 +130,12 @@ class SpareKeeper:
     def reconcile(
         self, inv: FabricInventory, reports: Mapping[str, NodeFabric],
         nodes: Mapping[str, Mapping[str, object]], needed: set[str], held: set[str],
-        now: float,
+        now: float, reserved: Collection[str] = (), reclaim: Collection[str] = (),
     ) -> SpareView:  # fmt: skip
-        """One pass: plan, start the attaches, and say what the pool shows."""
+        """One pass: plan, start the attaches, and say what the pool shows.
+
+        ``reserved``: free devices not to attach as spares; ``reclaim``: spares
+        to release for a claim (a count fabric's, ``count_spares.shortfall``)."""
         for dev in needed & set(self._attaching):
             self._workers.cancel_spare(dev)  # a claim needs it now
         if not self.rules.enabled and not self._since and not self._attaching:
@@ -141,6 +147,7 @@ class SpareKeeper:
         for dev in [d for d in self._attaching if not (w.busy(d) or w.settling(d))]:
             del self._attaching[dev]
         busy = needed | held | {d.id for d in inv.devices if w.busy(d.id) or w.settling(d.id)}
+        busy |= set(reserved)
         spares = self.spares(inv, reports, needed, now)
         if self._first:  # a restart: what it finds stays wanted (not more) for a window
             self._first = False
@@ -153,6 +160,10 @@ class SpareKeeper:
         size = sum(1 for d in inv.devices if d.identity)
         adapters = [n for n, r in reports.items() if r.adapters]
         p = plan(self.rules, spares, free, size, adapters, self._demand, now, self._carried)
+        if reclaim:
+            back = tuple(Retire(s, "needed by a claim") for s in p.keep if s.device_id in reclaim)
+            keep = tuple(s for s in p.keep if s.device_id not in reclaim)
+            p = dataclasses.replace(p, keep=keep, retire=p.retire + back)
         self.last = p
         for key in p.closed:
             self._demand.pop(key, None)
@@ -191,10 +202,13 @@ class SpareKeeper:
         v = next(v for v in reachable(d, reports) if (v.node, v.adapter) == (node, adapter))
         spare = Spare(d.id, d.kind, d.model, node, adapter, False, now)
 
-        def ended(attached: bool) -> None:
-            if not attached:  # an attached one: listed until the inventory shows it
+        def ended(attached: str) -> None:
+            if attached != d.id:  # an attached one: listed until the inventory shows it
                 self._attaching.pop(d.id, None)
                 self._since.pop(d.id, None)
+            if attached and attached != d.id:  # a count-based manager chose that one
+                self._attaching[attached] = dataclasses.replace(spare, device_id=attached)
+                self._since[attached] = now
             self._mark()
 
         if self._workers.attach_spare(v, node_ref(nodes, node), ended):

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import time
@@ -39,8 +40,9 @@ from typing import Any
 
 from driver.controller import claims as cl
 from driver.controller.connect import Connector
-from driver.controller.count_attach import attach_slot
+from driver.controller.count_attach import ask_spare, attach_slot
 from driver.controller.count_identity import serial_data
+from driver.controller.count_nodes import counts_models
 from driver.controller.events import ControllerEvents, claim_ref
 from driver.controller.holds import FailedHolds
 from driver.controller.pool import Variant
@@ -53,7 +55,7 @@ from driver.errors import (
     FabricUnavailable,
     SpareTaken,
 )
-from driver.fabric_devices.naming import IDENTITY_ATTRIBUTE, READY_CONDITION
+from driver.fabric_devices.naming import IDENTITY_ATTRIBUTE, READY_CONDITION, variant_name
 from driver.fabricclient.protocol import FabricApi
 from driver.kube.events import ObjectRef
 from driver.logconfig import bind_log_context
@@ -108,6 +110,9 @@ class Workers:
         # Allocation (claim uid, slot variant) -> the device a count-based manager
         # attached for it, until the claims cache shows it (``served``).
         self._serving: dict[tuple[str, str], str] = {}
+        # Device asked through -> the device a count-based manager attached as a
+        # spare for it, while that spare's attach runs.
+        self._spare_got: dict[str, str] = {}
 
     async def stop(self) -> None:
         """Cancel every attach and detach under way and wait for them to end."""
@@ -117,7 +122,16 @@ class Workers:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def busy(self, device_id: str) -> bool:
-        return device_id in self._tasks or device_id in self._serving.values()
+        return (
+            device_id in self._tasks
+            or device_id in self._serving.values()
+            or device_id in self._spare_got.values()
+        )
+
+    def arriving(self, device_id: str) -> bool:
+        """Whether a count-based manager attached ``device_id`` for a spare
+        attach that still runs (asked through another device)."""
+        return device_id in self._spare_got.values()
 
     def served(self, a: cl.FabricAllocation) -> str:
         """The device that arrived for ``a``'s slot ("" if none or not known yet)."""
@@ -173,11 +187,12 @@ class Workers:
         if not self.busy(device_id) and not self.settling(device_id):
             self._start(device_id, self._detach(device_id, node), f"detach-{device_id}")
 
-    def attach_spare(self, v: Variant, node: ObjectRef, on_end: Callable[[bool], None]) -> bool:
+    def attach_spare(self, v: Variant, node: ObjectRef, on_end: Callable[[str], None]) -> bool:
         """Attach ``v``'s device as a warm spare (``driver.controller.spares``):
         the claim's attach path, with a key of its own; False if the device is busy.
-        ``on_end(attached)`` runs when it ends, cancelled included; False
-        too while an operation on it is settling."""
+        ``on_end(device)`` runs when it ends, cancelled included: the device
+        attached as the spare (on a count fabric the one that arrived, not
+        ``v``'s), "" if none. False too while an operation on it is settling."""
         if self.busy(v.device_id) or self.settling(v.device_id):
             return False
         self._sparing.add(v.device_id)
@@ -266,22 +281,32 @@ class Workers:
         self._serving[(a.claim_uid, a.device)] = device_id
 
     async def _attach_spare(
-        self, v: Variant, node: ObjectRef, on_end: Callable[[bool], None]
+        self, asked: Variant, node: ObjectRef, on_end: Callable[[str], None]
     ) -> None:
-        bind_log_context(node=v.node, device=v.device_id)
-        started, attached = time.monotonic(), False
+        bind_log_context(node=asked.node, device=asked.device_id)
+        started, attached, v = time.monotonic(), "", asked
         # No claim: a key of its own per attach, and nothing recorded on a claim.
         a = cl.FabricAllocation(f"spare-{uuid.uuid4().hex}", "", "", v.name, False, False)
         try:
             if v.device_id in self._holds:
                 raise AttachFailed(f"{v.device_id} is held after a failed attach")
-            deadline = await self._connector.connect(a, v, started + self._timeout)
+            deadline = started + self._timeout
+            if counts_models(self._fabric):  # the manager picks: the spare is what arrives
+                got = await ask_spare(self._fabric, v, a.claim_uid)
+                self._spare_got[asked.device_id] = got.id
+                adapter = got.connection.adapter if got.connection else v.adapter
+                name = variant_name(got.identity, v.node, adapter, got.kind)
+                v = dataclasses.replace(
+                    v, name=name, device_id=got.id, identity=got.identity, adapter=adapter
+                )
+            else:
+                deadline = await self._connector.connect(a, v, deadline)
             if not await self._reports.wait_until(
                 lambda: self._reports.sees(v.node, v.kind, v.identity, v.adapter), deadline
             ):
                 raise AttachFailed(f"node {v.node} did not report {v.kind} {v.identity} in time")
             observe("attach", "ok", started)
-            attached = True
+            attached = v.device_id
             self._holder[v.device_id] = node
             self._events.spare_attached(node, v)
             log.info("%s attached to %s via %s as a warm spare", v.device_id, v.node, v.adapter)
@@ -290,10 +315,13 @@ class Workers:
         except (AttachFailed, FabricApiError) as exc:
             observe("attach", "failed", started)
             log.warning("attaching %s as a spare failed: %s", v.name, exc)
-            self._holds.hold(v.device_id)
+            self._holds.hold(asked.device_id)
             self._events.spare_failed(node, v, str(exc))
         finally:
-            self._sparing.discard(v.device_id)
+            self._sparing.discard(asked.device_id)
+            arrived = self._spare_got.pop(asked.device_id, "")
+            if arrived and arrived != asked.device_id:  # settling too: see inventory_read
+                self._ended[arrived] = time.monotonic()
             on_end(attached)
 
     async def _detach(self, device_id: str, node: ObjectRef) -> None:

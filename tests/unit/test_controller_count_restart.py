@@ -72,26 +72,30 @@ class World:
     then it has not seen the device yet)."""
 
     def __init__(
-        self, devices: list[FabricDevice], adapters: dict[str, str], live: bool = False
-    ) -> None:
+        self, devices: list[FabricDevice], adapters: dict[str, str], live: bool = False,
+        more: dict[str, dict[str, str]] | None = None,
+    ) -> None:  # fmt: skip
         self.api, self.changed, self.live = MemoryKube(), Signal(), live
-        self.adapters = adapters
+        self.nodes = {"node-a": adapters, **(more or {})}  # node -> its adapters
         self.fabric = Manager(devices, self)
-        self.api.add("/api/v1/nodes", {"metadata": {"name": "node-a", "annotations": {
-            NODE_ANNOTATION: NodeFabric(adapters).to_annotation()}}})  # fmt: skip
+        for node, ads in self.nodes.items():
+            self.api.add("/api/v1/nodes", {"metadata": {"name": node, "annotations": {
+                NODE_ANNOTATION: NodeFabric(ads).to_annotation()}}})  # fmt: skip
         self.api.on_store = lambda _path, _obj: self.changed.changed()
 
     async def report(self) -> None:
         if not self.live:
             return
-        conns = [(d, d.connection) for d in self.fabric.devices.values() if d.connection]
-        seen = NodeFabric(
-            self.adapters,
-            gpus={d.uuid: c.adapter for d, c in conns},
-            serials={d.serial: d.uuid for d, _ in conns},
-        )
-        ann = {NODE_ANNOTATION: seen.to_annotation()}
-        await self.api.merge_patch("/api/v1/nodes/node-a", {"metadata": {"annotations": ann}})
+        for node, adapters in self.nodes.items():
+            conns = [(d, c) for d in self.fabric.devices.values()
+                     if (c := d.connection) is not None and c.node == node]  # fmt: skip
+            seen = NodeFabric(
+                adapters,
+                gpus={d.uuid: c.adapter for d, c in conns},
+                serials={d.serial: d.uuid for d, _ in conns},
+            )
+            ann = {"metadata": {"annotations": {NODE_ANNOTATION: seen.to_annotation()}}}
+            await self.api.merge_patch(f"/api/v1/nodes/{node}", ann)
 
     def entry(self) -> dict[str, Any]:
         (stored,) = self.api.objects(CLAIMS)
