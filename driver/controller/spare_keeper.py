@@ -15,6 +15,10 @@ idle clocks start at the restart; the count it finds per node and model
 stays wanted, not more, for a demand window; allocations it finds re-open
 their nodes' windows) instead of detaching and attaching again.
 
+On a count-based manager's fabric the attach brings whatever device the
+manager chose: that one is the spare (``driver.controller.count_spares``
+publishes it and says which spares its waiting slots need back).
+
 Concurrency: the reconciler's asyncio loop only.
 """
 
