@@ -1,6 +1,6 @@
 """The plugin's two gRPC servers on Unix sockets and their lifecycle.
 
-One ``grpc.aio`` server listens on the DRA socket and serves ``DRAPlugin``
+One server listens on the DRA socket and serves ``DRAPlugin``
 under v1 and v1beta1 (plus ``DRAResourceHealth`` v1 and v1alpha1 when a
 health source is given); a second one listens on the registration socket in the kubelet's
 registry directory. The DRA server starts first so that the endpoint the
@@ -12,6 +12,13 @@ read by the kubelet at registration only: to offer the health stream later
 (NVML became usable, ``plugin.app``), :meth:`PluginServers.advertise_health`
 makes the registration socket anew, which the kubelet's plugin watcher takes
 as a new registration (ARCHITECTURE.md section 4).
+
+The servers are grpclib's (``plugin.servers.unix_server``), not
+``grpc.aio``'s: grpc-core's timers and worker threads wake a process that
+has a server 6-8 times a second even when no call ever comes (0.03-0.06 % of
+a core, over an idle plugin's whole 0.05 % budget; docs/figures.md), and no
+grpcio setting stops them. The wire protocol, the generated registration
+functions and the servicers are unchanged.
 
 Concurrency model: everything runs on the single asyncio event loop of the
 plugin process; servicers are coroutines and the claim handler pushes
@@ -27,9 +34,6 @@ import logging
 import signal
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
-
-import grpc
 
 from driver import DRIVER_NAME
 from driver.claims.model import ClaimHandler
@@ -38,6 +42,7 @@ from plugin.servers.dra import add_dra_servicers
 from plugin.servers.health import SERVICE_VERSIONS as HEALTH_VERSIONS
 from plugin.servers.health import HealthServicer
 from plugin.servers.registration import RegistrationServicer
+from plugin.servers.unix_server import UnixGrpcServer
 from plugin.sockets import SocketPaths, prepare_for_bind, remove_socket
 
 log = logging.getLogger(__name__)
@@ -64,8 +69,8 @@ class PluginServers:
         self.grace_s = grace_s
         self._handler = handler
         self._health = HealthServicer(health) if health is not None else None
-        self._dra_server: Any = None
-        self._reg_server: Any = None
+        self._dra_server: UnixGrpcServer | None = None
+        self._reg_server: UnixGrpcServer | None = None
         self._stop_requested = asyncio.Event()
         versions = ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
         if self._health is not None and advertise_health:
@@ -74,7 +79,7 @@ class PluginServers:
 
     async def start(self) -> None:
         """Bind both sockets (removing stale ones) and start serving."""
-        dra = grpc.aio.server()
+        dra = UnixGrpcServer()
         served = add_dra_servicers(dra, self._handler)
         if self._health is not None:
             self._health.add_to(dra)
@@ -82,7 +87,7 @@ class PluginServers:
         self._dra_server = dra
         log.info("DRA service (%s) on %s", ", ".join(served), self.paths.dra)
 
-        reg = grpc.aio.server()
+        reg = UnixGrpcServer()
         self.registration.add_to(reg)
         await self._bind_and_start(reg, self.paths.registration)
         self._reg_server = reg
@@ -104,7 +109,7 @@ class PluginServers:
             return  # not started: start() registers with the new versions
         remove_socket(self.paths.registration)
         await old.stop(1.0)
-        reg = grpc.aio.server()
+        reg = UnixGrpcServer()
         self.registration.add_to(reg)
         await self._bind_and_start(reg, self.paths.registration)
         self._reg_server = reg
@@ -114,10 +119,9 @@ class PluginServers:
         )
 
     @staticmethod
-    async def _bind_and_start(server: Any, path: Path) -> None:
+    async def _bind_and_start(server: UnixGrpcServer, path: Path) -> None:
         prepare_for_bind(path)
-        server.add_insecure_port(f"unix://{path}")
-        await server.start()
+        await server.start(path)
 
     async def stop(self, grace_s: float | None = None) -> None:
         """Stop serving: registration first, then DRA after in-flight calls

@@ -19,16 +19,14 @@ from types import ModuleType
 from typing import Any
 
 from driver.claims.model import ClaimHandler, PrepareResult
-from plugin.proto import dra_v1_pb2, dra_v1_pb2_grpc, dra_v1beta1_pb2, dra_v1beta1_pb2_grpc
+from plugin.proto import dra_v1_pb2, dra_v1beta1_pb2
 from plugin.servers import translate
+from plugin.servers.unix_server import UnixGrpcServer
 
 log = logging.getLogger(__name__)
 
-# (version prefix advertised in GetInfo, messages module, grpc module)
-VERSIONS: tuple[tuple[str, ModuleType, ModuleType], ...] = (
-    ("v1", dra_v1_pb2, dra_v1_pb2_grpc),
-    ("v1beta1", dra_v1beta1_pb2, dra_v1beta1_pb2_grpc),
-)
+# (version prefix advertised in GetInfo, messages module)
+VERSIONS: tuple[tuple[str, ModuleType], ...] = (("v1", dra_v1_pb2), ("v1beta1", dra_v1beta1_pb2))
 
 
 class DraServicer:
@@ -69,11 +67,11 @@ class DraServicer:
         return translate.unprepare_response(self._pb2, claims, errors)
 
 
-def add_dra_servicers(server: Any, handler: ClaimHandler) -> list[str]:
-    """Register the DRA service under every version on ``server`` (a
-    ``grpc.aio.Server``); returns the advertised names, e.g. ``"v1.DRAPlugin"``."""
+def add_dra_servicers(server: UnixGrpcServer, handler: ClaimHandler) -> list[str]:
+    """Register the DRA service under every version on ``server``; returns
+    the advertised names, e.g. ``"v1.DRAPlugin"``."""
     names = []
-    for prefix, pb2, pb2_grpc in VERSIONS:
-        pb2_grpc.add_DRAPluginServicer_to_server(DraServicer(handler, pb2), server)
+    for prefix, pb2 in VERSIONS:
+        server.add_service(pb2.DESCRIPTOR.services_by_name["DRAPlugin"], DraServicer(handler, pb2))
         names.append(f"{prefix}.DRAPlugin")
     return names

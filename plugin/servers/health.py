@@ -38,12 +38,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from driver.health.model import DeviceHealth, HealthSource, HealthStatus
-from plugin.proto import (
-    health_v1_pb2,
-    health_v1_pb2_grpc,
-    health_v1alpha1_pb2,
-    health_v1alpha1_pb2_grpc,
-)
+from plugin.proto import health_v1_pb2, health_v1alpha1_pb2
+from plugin.servers.unix_server import UnixGrpcServer
 
 log = logging.getLogger(__name__)
 
@@ -51,15 +47,14 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class HealthApi:
     """One wire version of the health service: its registration name and the
-    generated modules (untyped: the *_pb2_grpc modules have no stubs)."""
+    generated messages module (read as untyped)."""
 
     version: str
     pb2: Any
-    pb2_grpc: Any
 
 
-V1 = HealthApi("v1.DRAResourceHealth", health_v1_pb2, health_v1_pb2_grpc)
-V1ALPHA1 = HealthApi("v1alpha1.DRAResourceHealth", health_v1alpha1_pb2, health_v1alpha1_pb2_grpc)
+V1 = HealthApi("v1.DRAResourceHealth", health_v1_pb2)
+V1ALPHA1 = HealthApi("v1alpha1.DRAResourceHealth", health_v1alpha1_pb2)
 # Newest first, the order the kubelet prefers them in.
 HEALTH_APIS = (V1, V1ALPHA1)
 SERVICE_VERSIONS = tuple(api.version for api in HEALTH_APIS)
@@ -109,7 +104,7 @@ class _VersionedServicer:
         self._api = api
 
     async def NodeWatchResources(self, request: Any, context: Any) -> AsyncIterator[Any]:
-        # gRPC wants an async generator function here, not one returning one.
+        # The server iterates what this returns: an async generator function.
         async with contextlib.aclosing(self._shared.watch(self._api)) as stream:
             async for message in stream:
                 yield message
@@ -171,9 +166,8 @@ class HealthServicer:
                     await aclose()
             log.info("health stream closed (%s)", api.version)
 
-    def add_to(self, server: Any) -> None:
-        """Register every version's service on a ``grpc.aio.Server``."""
+    def add_to(self, server: UnixGrpcServer) -> None:
+        """Register every version's service on ``server``."""
         for api in HEALTH_APIS:
-            api.pb2_grpc.add_DRAResourceHealthServicer_to_server(
-                _VersionedServicer(self, api), server
-            )
+            service = api.pb2.DESCRIPTOR.services_by_name["DRAResourceHealth"]
+            server.add_service(service, _VersionedServicer(self, api))

@@ -19,12 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from plugin.proto import registration_pb2, registration_pb2_grpc
+from plugin.proto import registration_pb2
+from plugin.servers.unix_server import UnixGrpcServer
 
 log = logging.getLogger(__name__)
-
-# The generated *_pb2_grpc modules have no type stubs; treat them as untyped.
-_grpc: Any = registration_pb2_grpc
 
 PLUGIN_TYPE = "DRAPlugin"
 
@@ -75,6 +73,6 @@ class RegistrationServicer:
         self.notified.set()
         return registration_pb2.RegistrationStatusResponse()
 
-    def add_to(self, server: Any) -> None:
-        """Register this servicer on a ``grpc.aio.Server``."""
-        _grpc.add_RegistrationServicer_to_server(self, server)
+    def add_to(self, server: UnixGrpcServer) -> None:
+        """Register this servicer on ``server``."""
+        server.add_service(registration_pb2.DESCRIPTOR.services_by_name["Registration"], self)
