@@ -80,8 +80,9 @@ async def attach_slot(
     soon as the manager named a device, before anything else is done with it
     (the worker records it on the claim: from then on it is this
     allocation's, also across a restart)."""
-    inv = await fabric.inventory()
-    device = next((d for d in inv.devices if d.id == served), None) if served else None
+    device = None
+    if served:  # read only then: the ask reads the inventory itself
+        device = next((d for d in (await fabric.inventory()).devices if d.id == served), None)
     conn = device.connection if device is not None else None
     if device is not None and conn is not None and conn.node == v.node:
         what = f"serial {device.serial or '?'}, attached before"
