@@ -97,13 +97,13 @@ class UnixGrpcServer:
         async def call(stream: Stream[Any, Any]) -> None:
             with self._tracked():
                 request = await stream.recv_message()
-                replies = aiter(method(request, stream))
-                while True:
-                    try:
-                        reply = await self._unless_stopped(anext(replies))
-                    except StopAsyncIteration:
-                        return
-                    await stream.send_message(reply)
+                async with contextlib.aclosing(method(request, stream)) as replies:
+                    while True:
+                        try:
+                            reply = await self._unless_stopped(anext(replies))
+                        except StopAsyncIteration:
+                            return
+                        await stream.send_message(reply)
 
         return call
 
