@@ -37,7 +37,7 @@ def _die_after_device(name: str) -> None:
 
 
 async def _prepare(node: UpgradeNode) -> None:
-    with node.host.effects_watcher(interval=0.002):
+    with node.host.effects_watcher():
         prep = node.preparer()
         results = await prep.prepare([ref("whole-gpu"), ref("mig"), ref("vf")])
         failed = {uid: r.error for uid, r in results.items() if r.error}

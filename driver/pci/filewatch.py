@@ -1,4 +1,4 @@
-"""Wait for a file to be written, without polling (Linux inotify).
+"""Wait for a file (or any file in some directories) to be written, without polling.
 
 Why this module exists: the simulated hot-plug feed is a file that a
 simulated host appends to. Reading it every 20 ms cost an idle plugin
@@ -8,6 +8,11 @@ sleeps. The watch is on the file's directory, so a feed that does not exist
 yet (or is replaced) is seen when it appears. Where inotify is not available
 (not Linux, or the per-user watch limit reached) :meth:`FileWatch.wait`
 sleeps ``fallback_s`` instead, and the caller reads on every wake-up as before.
+
+:class:`DirWatch` is the same wait over a set of directories that grows
+(the simulated host's sysfs effects: a write to any driver's ``bind``, to
+``drivers_probe`` or to a PF's ``sriov_numvfs`` wakes it), and another
+thread can wake it to stop.
 """
 
 from __future__ import annotations
@@ -100,3 +105,55 @@ class FileWatch:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+class DirWatch:
+    """Blocks until a file in one of the watched directories changes, a
+    timeout passes, or :meth:`wake` is called."""
+
+    def __init__(self, fallback_s: float = 0.02) -> None:
+        self.fallback_s = fallback_s
+        self._watched: set[Path] = set()
+        self._wake_r, self._wake_w = os.pipe()
+        self._libc = _libc()
+        self.fd = -1
+        if self._libc is not None and hasattr(self._libc, "inotify_init1"):
+            self.fd = self._libc.inotify_init1(IN_CLOEXEC | IN_NONBLOCK)
+        if self.fd < 0:
+            log.info("no inotify: directories are checked every %.2fs", fallback_s)
+
+    @property
+    def event_driven(self) -> bool:
+        return self.fd >= 0
+
+    def add(self, directory: Path) -> None:
+        """Watch ``directory`` too (again: nothing changes)."""
+        if self.fd < 0 or directory in self._watched or self._libc is None:
+            return
+        if self._libc.inotify_add_watch(self.fd, str(directory).encode(), MASK) < 0:
+            errno = ctypes.get_errno()
+            log.warning("inotify_add_watch %s failed (%s): checked every %.2fs from now",
+                        directory, os.strerror(errno), self.fallback_s)  # fmt: skip
+            os.close(self.fd)
+            self.fd = -1
+            return
+        self._watched.add(directory)
+
+    def wait(self, timeout: float) -> bool:
+        """Whether something may have changed (or a wake came); False when
+        ``timeout`` passed first. Without inotify: True after ``fallback_s``."""
+        fds = [self._wake_r] + ([self.fd] if self.fd >= 0 else [])
+        limit = timeout if self.fd >= 0 else min(timeout, self.fallback_s)
+        readable, _, _ = select.select(fds, [], [], max(0.0, limit))
+        for fd in readable:
+            os.read(fd, 65536)  # drained: the caller looks at everything anyway
+        return bool(readable) or self.fd < 0
+
+    def wake(self) -> None:
+        os.write(self._wake_w, b"x")
+
+    def close(self) -> None:
+        for fd in (self.fd, self._wake_r, self._wake_w):
+            if fd >= 0:
+                os.close(fd)
+        self.fd = self._wake_r = self._wake_w = -1

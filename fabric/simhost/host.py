@@ -321,6 +321,6 @@ class SimHost:
         """Apply pending driver_override/bind/unbind/drivers_probe writes now."""
         return self.effects.apply()
 
-    def effects_watcher(self, interval: float = 0.005) -> EffectsWatcher:
-        """A thread applying writes continuously (use as a context manager)."""
-        return EffectsWatcher(self.effects, interval)
+    def effects_watcher(self, safety_s: float = 1.0) -> EffectsWatcher:
+        """A thread applying writes as they land (use as a context manager)."""
+        return EffectsWatcher(self.effects, safety_s)

@@ -147,7 +147,7 @@ class PluginProcess:
         for d in (self.registry_dir, self.plugin_dir, self.cdi_root, self.log_path.parent):
             d.mkdir(parents=True, exist_ok=True)
         if self.effects is None:
-            self.effects = self.host.effects_watcher(interval=0.02).start()
+            self.effects = self.host.effects_watcher().start()
         with self.log_path.open("ab") as out:
             out.write(f"--- start: {' '.join(self.argv())}\n".encode())
             out.flush()

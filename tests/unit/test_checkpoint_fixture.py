@@ -54,7 +54,7 @@ def node(tmp_path: Path) -> Iterator[UpgradeNode]:
                 node.host.tree.unbind(dev["local_id"])
                 node.host.tree.bind(dev["local_id"], "vfio-pci")
     node.backend.shutdown()
-    with node.host.effects_watcher(interval=0.002):
+    with node.host.effects_watcher():
         yield node
 
 

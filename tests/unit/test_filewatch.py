@@ -7,7 +7,7 @@ import select
 import threading
 from pathlib import Path
 
-from driver.pci.filewatch import FileWatch
+from driver.pci.filewatch import DirWatch, FileWatch
 from driver.pci.uevents import UeventFeed, encode
 
 
@@ -57,3 +57,23 @@ def test_poll_returns_the_event_written_while_it_waits(tmp_path: Path) -> None:
     thread.join(60)
     assert got == [7]
     assert feed._watch is not None and feed._watch.event_driven
+
+
+def test_a_dir_watch_wakes_for_any_file_in_its_directories_and_for_wake(tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    watch = DirWatch()
+    assert watch.event_driven, "inotify on Linux"
+    watch.add(first)
+    assert watch.wait(0) is False  # nothing yet
+    (second / "bind").write_text("x")  # not watched yet
+    assert watch.wait(0) is False
+    watch.add(second)
+    watch.add(second)  # again: one watch
+    (second / "bind").write_text("y")
+    assert watch.wait(30.0) is True
+    assert watch.wait(0) is False  # the events were drained
+    watch.wake()
+    assert watch.wait(30.0) is True
+    watch.close()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -10,6 +9,7 @@ import pytest
 from driver.pci import sysfs
 from fabric.simhost import TOPOLOGIES, SimHost
 from fabric.simhost.topology import Nic, TopologySpec
+from tests.harness import poll
 
 
 @pytest.fixture
@@ -95,15 +95,33 @@ def test_bind_honours_override_and_watcher_applies_writes(host: SimHost) -> None
     bdf = "0000:1a:00.4"
     dev = host.sysfs_root / "bus/pci/devices" / bdf
     host.tree.driver_dir("vfio-pci")
-    with host.effects_watcher(interval=0.002):
+    # No safety pass within the test: only the inotify wake-up can apply the writes.
+    with host.effects_watcher(safety_s=3600):
         (dev / "driver" / "unbind").write_text(bdf)
         (host.sysfs_root / "bus/pci/drivers/vfio-pci/bind").write_text(bdf)
-        for _ in range(500):
-            if host.tree.driver_of(bdf) == "vfio-pci":
-                break
-            time.sleep(0.005)
-    assert host.tree.driver_of(bdf) == "vfio-pci"
+        poll.wait_for(
+            "the VF bound to vfio-pci", lambda: host.tree.driver_of(bdf) == "vfio-pci", 30
+        )
     assert host.process_writes() == 0  # nothing left pending
+
+
+def test_watcher_wakes_for_vf_counts_probes_and_drivers_made_after_it_started(
+    host: SimHost,
+) -> None:
+    pf = next(p.parent.name for p in (host.sysfs_root / "bus/pci/devices").glob("*/sriov_numvfs"))
+    pf_dir = host.sysfs_root / "bus/pci/devices" / pf
+    vfs = lambda: len(list(pf_dir.glob("virtfn*")))  # noqa: E731
+    with host.effects_watcher(safety_s=3600):
+        (pf_dir / "sriov_numvfs").write_text(str(vfs() + 1))
+        want = int((pf_dir / "sriov_numvfs").read_text())
+        poll.wait_for("one more VF", lambda: vfs() == want, 30)
+        vf = (pf_dir / f"virtfn{want - 1}").resolve().name
+        host.tree.driver_dir("late-driver")  # a driver directory that appears later
+        (host.sysfs_root / "bus/pci/devices" / vf / "driver_override").write_text("late-driver")
+        (host.sysfs_root / "bus/pci/devices" / vf / "driver" / "unbind").write_text(vf)
+        poll.wait_for("the VF unbound", lambda: host.tree.driver_of(vf) is None, 30)
+        (host.sysfs_root / "bus/pci/drivers/late-driver/bind").write_text(vf)
+        poll.wait_for("the VF bound", lambda: host.tree.driver_of(vf) == "late-driver", 30)
 
 
 def test_topology_spec_from_yaml_shape(tmp_path: Path) -> None:

@@ -38,7 +38,7 @@ def host(tmp_path: Path) -> SimHost:
 
 @pytest.fixture
 def kernel(host: SimHost) -> Iterator[EffectsWatcher]:
-    with host.effects_watcher(interval=0.002) as watcher:
+    with host.effects_watcher() as watcher:
         yield watcher
 
 
