@@ -213,3 +213,7 @@ def test_only_a_device_nothing_needs_is_taken_up_and_once() -> None:
     # gpu-0 is held prepared on node-a (a released claim's pod not gone yet),
     # gpu-2 is served, gpu-3 busy, gpu-4 on node-b: only gpu-1, and only once.
     assert workers.taken == {"first": "gpu-1"}
+    # A warm spare (its own variant may be allocated any time) is never taken up.
+    workers = Workers(busy={variants[slots[1]].device_id, "gpu-3"})
+    take_up(inv, {"node-a": REPORT}, allocs, variants, workers, spares={"gpu-1"})
+    assert workers.taken == {}
