@@ -6,7 +6,10 @@ model X to machine M", the manager picks it); the controller runs with
 label (``--fabric-machine-key``). A claim runs on the device the manager
 chose; its status names that device; the node's plugin prepared it; one
 scale-up per allocation; deleting the pod scales it down; a manager that
-attaches another model fails the claim naming what arrived. The pool offers
+attaches another model fails the claim naming what arrived; a controller
+killed right after the manager's answer is followed by one that takes up
+the device that arrived (no second scale-up); a warm spare is what the
+manager attached, and a pod that takes it runs with no scale-up of its own. The pool offers
 model slots, not devices (docs/fabric.md, "Count-based managers"): a claim
 asks for a model, and the switch's counter keeps the scheduler from
 allocating more of it than the manager can still attach.
@@ -20,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from driver.faults import ENV
 from fabric.service.hardware import system_uuid
 from tests.e2e.fabric_helpers import (
     Env,
@@ -34,6 +38,7 @@ from tests.e2e.fabric_helpers import (
 from tests.e2e.helpers import events_about, wait_for
 from tests.e2e.pods import claim_of, gone, pod
 from tests.e2e.tenants import container_record, visible
+from tests.e2e.test_fabric_attach_once_e2e import restart
 
 pytestmark = pytest.mark.cluster
 TENANT = "0d7c1e2a-5b8f-4c3e-9a61-7f2b4c8d9e10"
@@ -101,8 +106,12 @@ def report(core: Any, node: str) -> dict[str, Any]:
     return dict(json.loads(raw))
 
 
+def model_cel(model: str) -> str:
+    return f'device.attributes["patchbay.dev"].productName == "{model}"'
+
+
 def model_request(model: str) -> dict[str, Any]:
-    cel = f'device.attributes["patchbay.dev"].productName == "{model}"'
+    cel = model_cel(model)
     return {
         "name": "gpu",
         "exactly": {
@@ -201,3 +210,79 @@ def test_another_model_arriving_fails_the_claim_naming_it(
     assert [t for t, _ in scale_ups(env)[len(before) :]][-1] == "gpu-2"
     gone(core, ns, "wrong")
     wait_for("gpu-2 scaled down", lambda: not env.fabric.connections(), timeout=60)
+
+
+def test_a_restart_after_the_answer_takes_up_the_device_that_arrived(
+    machines: Env, resource_api: Any, core: Any, namespace: str
+) -> None:
+    """Killed right after the manager's answer, before the claim names the
+    device: the next incarnation takes it up (no scale-down, no second
+    scale-up) and the pod runs on it."""
+    env, ns, node = machines, namespace, machines.nodes[0].name
+    before = scale_ups(env)
+    restart(env, "crash-count", "fabric-attach-answered")
+    try:
+        tmpl = template(resource_api, ns, "h100", [model_request(H100)])
+        pod(core, ns, "crash", node, tmpl)
+        wait_for("the controller killed after the answer", lambda: not env.ctl.alive, timeout=120)
+        assert "crash point fabric-attach-answered reached" in env.ctl.log_tail(200)
+        ((device, via),) = scale_ups(env)[len(before) :]
+        restart(env, "after-count-crash")
+        running(env, core, ns, "crash", timeout=150)
+        claim = claim_of(core, resource_api, ns, "crash")
+        (result,) = claim.status.allocation.devices.results
+        (status,) = [d for d in claim.status.devices if d.device == result.device]
+        assert status.data["fabricDevice"] == device
+        assert scale_ups(env)[len(before) :] == [(device, via)]  # asked once, never again
+        assert env.fabric.connections()[device][:2] == (node, "adapter0")
+        gone(core, ns, "crash")
+        wait_for(f"{device} scaled down", lambda: device not in env.fabric.connections(),
+                 timeout=60)  # fmt: skip
+        assert len(scale_ups(env)) == len(before) + 1
+    finally:
+        if not env.ctl.alive or ENV in env.ctl.env:
+            restart(env, "controller-0")
+
+
+def test_a_pod_takes_a_spare_and_it_is_replaced(
+    machines: Env, resource_api: Any, core: Any, namespace: str
+) -> None:
+    """With a fixed spare per node (the cap allows one): the keeper asks for
+    an H100 and keeps what arrived, published as that device's variant
+    without binding conditions; a pod that asks for a spare runs on it with
+    no scale-up of its own, and another H100 is attached as the next spare."""
+    env, ns = machines, namespace
+    plain = env.ctl.extra
+    env.ctl.extra = (*plain, f"--spares-fixed=gpu:{H100}=1", "--spares-cap=0.5")
+    restart(env, "controller-spares")
+    try:
+
+        def spares() -> dict[str, Any]:
+            pool = fabric_pool(resource_api)
+            return {n: d for n, d in pool.items() if d.attributes["spare"].bool}
+
+        ((name, spare),) = wait_for("a spare published", lambda: list(spares().items()),
+                                    timeout=90)  # fmt: skip
+        device, node = attr(spare, "fabricDevice"), spare.node_name
+        assert not spare.binding_conditions and attr(spare, "productName") == H100
+        assert env.fabric.connections()[device][0] == node  # what the manager attached
+        before = scale_ups(env)
+        request = model_request(H100)
+        cel = f'device.attributes["patchbay.dev"].spare && {model_cel(H100)}'
+        request["exactly"]["selectors"] = [{"cel": {"expression": cel}}]
+        pod(core, ns, "spare", node, template(resource_api, ns, "spare", [request]))
+        running(env, core, ns, "spare", timeout=60)
+        claim = claim_of(core, resource_api, ns, "spare")
+        (result,) = claim.status.allocation.devices.results
+        assert result.device == name and not result.binding_conditions
+        (status,) = [d for d in claim.status.devices if d.device == name]
+        assert status.data["fabricDevice"] == device
+        # The replacement: the other H100, asked for once; none for the pod.
+        (other,) = wait_for("the replacement spare", lambda: [
+            d for n, d in spares().items() if n != name], timeout=90)  # fmt: skip
+        assert [t for t, _ in scale_ups(env)[len(before) :]] == [attr(other, "fabricDevice")]
+        gone(core, ns, "spare")
+    finally:
+        env.ctl.extra = plain
+        restart(env, "controller-0")  # no spares wanted: they are scaled down
+    wait_for("every spare scaled down", lambda: not env.fabric.connections(), timeout=90)
