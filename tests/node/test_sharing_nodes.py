@@ -152,8 +152,10 @@ def test_mps_daemon_lives_in_the_supervisor_pod_through_a_plugin_rolling_update(
     old = tier.plugin_pod_on(node.name)["metadata"]["uid"]
     started = time.monotonic()
     # logLevel: the supervisor's pod template changes too (OnDelete keeps its pod).
+    # "r-": helm's --set reads an all-digit hex string (about 1 run in 50) as a
+    # number, and the chart's schema refuses a number as an annotation.
     tier.release.upgrade("kubeletPlugin.logLevel=debug",
-                         f"kubeletPlugin.podAnnotations.roll={uuid.uuid4().hex[:8]}")  # fmt: skip
+                         f"kubeletPlugin.podAnnotations.roll=r-{uuid.uuid4().hex[:8]}")  # fmt: skip
 
     def rolled() -> bool:
         pods = [p for p in tier.plugin_pods() if p["spec"].get("nodeName") == node.name]
