@@ -167,6 +167,18 @@ def test_the_mig_classes_still_tell_profiles_apart(shapes: tuple[list[Obj], list
     assert got("class mig-3g.patchbay.dev") == {"3g.40gb"}
     assert got("class mig-7g.patchbay.dev") == {"7g.80gb"}
     assert "1g.10gb+me" in got("class mig.patchbay.dev")
+    # Kueue charges each MIG size to its own quota resource through these classes.
+    config = yaml.safe_load((ROOT / "deviceclasses/examples/kueue/kueue-config.yaml").read_text())
+    sizes = {
+        m["name"].rsplit("-", 1)[1]: m["deviceClassNames"]
+        for m in config["resources"]["deviceClassMappings"]
+        if m["name"].startswith("patchbay.dev/mig-")
+    }
+    assert sorted(sizes) == ["1g", "2g", "3g", "4g", "7g"]
+    for size, names in sizes.items():
+        for name in names:
+            found = got(f"class {name}")
+            assert found and all(str(p).startswith(f"{size}.") for p in found), (name, found)
 
 
 def test_only_the_listed_attributes_and_capacities_were_dropped(
