@@ -160,6 +160,10 @@ class Device:
     for standard ones); ``capacity`` values are Kubernetes quantities.
     ``kind`` is the device type (``gpu``, ``mig``, ``vf``) and ``local_id``
     the stable hardware identity (GPU UUID, VF BDF) the preparer uses.
+    ``parent`` is the ``local_id`` of the device this one is carved from (a
+    MIG placement's GPU), kept here and never published: the lean MIG
+    devices name no parent (docs/scale.md), and the health monitor still
+    needs it.
     """
 
     name: str
@@ -177,6 +181,7 @@ class Device:
     # the device, each consuming part of the capacities that have a policy.
     allow_multiple_allocations: bool = False
     request_policies: tuple[tuple[str, RequestPolicy], ...] = ()
+    parent: str | None = None
 
     def has_counters(self) -> bool:
         return bool(self.consumes_counters)

@@ -47,8 +47,7 @@ def gpu_of(device: Device) -> str | None:
     own = device.attributes.get("uuid")
     if isinstance(own, str) and own == device.local_id:
         return own  # another view of a whole GPU: its fractional twin (driver.gpu.fraction)
-    parent = device.attributes.get("parentUUID")
-    return parent if device.kind == "mig" and isinstance(parent, str) else None
+    return device.parent if device.kind == "mig" else None
 
 
 class HealthMonitor:

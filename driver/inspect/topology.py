@@ -31,6 +31,10 @@ def _entry(d: Dev) -> dict[str, Any]:
     return out
 
 
+def _sets(d: Dev) -> set[str]:
+    return {cs for cs, _, _ in d.consumes()}
+
+
 def topology_view(
     slices: Iterable[JsonObj], claims: Iterable[JsonObj], node: str
 ) -> dict[str, Any]:
@@ -66,11 +70,10 @@ def topology_view(
             nic["vfs"].append(_entry(d))
     for d in devs:
         if d.type == "mig" and d.state == USED:
-            parent = d.attr("parentUUID")
             found = roots.get(str(d.attr(PCIE_ROOT)))
             for g in found["gpus"] if found else []:
                 gdev = next(x for x in devs if x.name == g["device"])
-                if parent is not None and gdev.attr("uuid") == parent:
+                if _sets(gdev) & _sets(d):  # the GPU's counter set is its partitions'
                     g["mig"].append(_entry(d) | {"profile": d.attr("profile")})
                     break
     out = []

@@ -8,19 +8,35 @@ and ``7g``), so at most one of them exists. The full GPU consumes all of it.
 Ten counters, well under the limit of 32 per set.
 
 Device names are ``gpu-<index>-mig-<profile>-<start>`` with the profile's
-dots and plus made DNS-safe (``gpu-0-mig-1g-10gb-me-3``): stable for a given
+dots and plus made DNS-safe (``gpu-0-mig-1g-10gb-me-0``): stable for a given
 enumeration and profile table, and at most ~30 characters.
+
+Lean devices (issue 26: a 4 x H100 node's MIG pool was 88 kB, half of it
+attributes every placement repeats). A placement publishes only what a
+DeviceClass, a claim's CEL, ``matchAttribute`` or ``kubectl patchbay``
+reads: ``profile``, ``memorySlots``, ``computeSlices``, ``mediaEngines``,
+``attachment``, ``type`` and the standard ``pcieRoot`` and ``numaNode``;
+capacity ``memory``. Its GPU and start are in its counters (the set
+``gpu-<index>-mig``, the slots ``mem<n>``), its identity in ``local_id``,
+its parent GPU in the unpublished ``Device.parent``. Dropped (docs/scale.md
+lists them for users' CEL): ``parentUUID``, ``parentIndex``,
+``parentMinor``, ``placementStart``, ``pciBusID``, ``productName``,
+``architecture`` and the capacities ``multiprocessors`` and
+``computeSlices``. A media-extended profile (``+me``: the GPU has one set
+of media engines, and the ``media`` counter lets one instance hold it) is
+offered at its lowest start only (:func:`offered_starts`; the evidence is
+in docs/scale.md).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 
 from driver.devices.model import (
     ATTACHMENT,
     NUMA_NODE,
-    PCI_BUS_ID,
     PCIE_ROOT,
     AttributeValue,
     CounterConsumption,
@@ -33,7 +49,8 @@ MEMORY_SLOTS = 8
 COMPUTE_SLICES = 7
 KIND = "mig"
 # Parent attributes every MIG device repeats (matchAttribute with NICs, CEL).
-_INHERITED = ("productName", "architecture", ATTACHMENT, PCI_BUS_ID, PCIE_ROOT, NUMA_NODE)
+_INHERITED = (ATTACHMENT, PCIE_ROOT, NUMA_NODE)
+_SET_NAME = re.compile(r"^gpu-(\d+)-mig$")
 
 
 def counter_set_name(gpu_index: int) -> str:
@@ -86,9 +103,6 @@ def consumption(gpu_index: int, profile: MigProfile, start: int) -> CounterConsu
 def mig_device(parent: Device, gpu_index: int, profile: MigProfile, start: int) -> Device:
     attrs: dict[str, AttributeValue] = {
         "profile": profile.name,
-        "parentUUID": parent.local_id,
-        "parentIndex": gpu_index,
-        "placementStart": start,
         "memorySlots": profile.memory_slots,
         "computeSlices": profile.compute_slices,
         "mediaEngines": profile.media_engines,
@@ -96,27 +110,41 @@ def mig_device(parent: Device, gpu_index: int, profile: MigProfile, start: int) 
     for name in _INHERITED:
         if name in parent.attributes:
             attrs[name] = parent.attributes[name]
-    minor = parent.attributes.get("minor")
-    if isinstance(minor, int):
-        attrs["parentMinor"] = minor
     return Device(
         name=device_name(gpu_index, profile, start),
         kind=KIND,
         local_id=local_id(parent.local_id, profile.profile_id, start),
         attributes=attrs,
-        capacity={
-            "memory": f"{profile.memory_mib}Mi",
-            "multiprocessors": str(profile.multiprocessors),
-            "computeSlices": str(profile.compute_slices),
-        },
+        capacity={"memory": f"{profile.memory_mib}Mi"},
         consumes_counters=(consumption(gpu_index, profile, start),),
+        parent=parent.local_id,
     )
 
 
+def offered_starts(profile: MigProfile) -> list[int]:
+    """The starts a profile is offered at: all of its placements, but a
+    media-extended one (``+me``, not the whole GPU) at its lowest only: the
+    GPU holds one instance with the media engines at a time, and with ``+me``
+    requests in the MIG bench's mix the lowest start alone served as much
+    compute as all seven (docs/scale.md)."""
+    starts = [start for start, _ in profile.placements]
+    if starts and profile.media_engines and profile.memory_slots < MEMORY_SLOTS:
+        return [min(starts)]
+    return starts
+
+
 def mig_devices(parent: Device, gpu_index: int, profiles: Sequence[MigProfile]) -> list[Device]:
-    """One device per (profile, placement) of ``profiles``, in table order."""
+    """One device per offered (profile, placement) of ``profiles``, in table order."""
     return [
         mig_device(parent, gpu_index, profile, start)
         for profile in profiles
-        for start, _ in profile.placements
+        for start in offered_starts(profile)
     ]
+
+
+def placement_of(device: Device) -> tuple[int, int]:
+    """A MIG device's (GPU index, start), from its counter set and identity."""
+    for use in device.consumes_counters:
+        if found := _SET_NAME.match(use.counter_set):
+            return int(found.group(1)), parse_local_id(device.local_id)[2]
+    raise ValueError(f"{device.name} consumes no MIG counter set")

@@ -50,7 +50,7 @@ from collections.abc import Sequence
 from itertools import combinations
 
 from driver.devices.model import Device
-from driver.mig.layout import MEMORY_SLOTS
+from driver.mig.layout import MEMORY_SLOTS, placement_of
 from driver.slices.limits import MAX_DEVICES_WITH_COUNTERS_OR_TAINTS
 
 
@@ -62,7 +62,7 @@ def _int(device: Device, name: str) -> int:
 def placement_key(device: Device) -> tuple[int, ...]:
     """Balanced profiles: GPU by GPU from the bottom, left half first, high
     start first; memory-heavy ones: high start first, bottom GPU first."""
-    start, gpu = _int(device, "placementStart"), _int(device, "parentIndex")
+    gpu, start = placement_of(device)
     if _int(device, "memorySlots") > _int(device, "computeSlices"):
         return (-start, gpu)
     return (gpu, int(start >= MEMORY_SLOTS // 2), -start)

@@ -6,7 +6,8 @@
 its module, e.g. ``python -m tests.bench.plugin_bench --iterations 500``.
 The soak (10 minutes by default), the scale bench (a control plane per
 size, 100 and 500 nodes by default: ``make bench BENCH=scale``) and the
-warm-spares bench (``make bench BENCH=spares``) are not in the default set.
+warm-spares bench (``make bench BENCH=spares``) and the ``+me`` placement
+evidence (``make bench BENCH=mig_media``) are not in the default set.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from tests.bench import (
     fabric_bench,
     idle_bench,
     mig_bench,
+    mig_media,
     plugin_bench,
     scale_bench,
     sched_bench,
@@ -39,7 +41,7 @@ DEFAULT = (
 )
 BY_NAME: dict[str, ModuleType] = {
     m.__name__.rsplit(".", 1)[-1].removesuffix("_bench"): m
-    for m in (*DEFAULT, idle_bench, soak_bench, scale_bench, spares_bench)
+    for m in (*DEFAULT, idle_bench, soak_bench, scale_bench, spares_bench, mig_media)
 }
 
 

@@ -18,6 +18,7 @@ import json
 from collections import Counter, defaultdict
 from typing import Any
 
+from tests.bench.mig_shape_v1 import old_shape
 from tests.bench.scale_pool import MIG_ONLY, HostPools
 
 Obj = dict[str, Any]
@@ -53,23 +54,31 @@ PARTS = {"name": "device names", "capacity": "capacity",
          "consumesCounters": "counter consumptions"}  # fmt: skip
 
 
+def gpu_of(device: Obj) -> str | None:
+    """A MIG placement's GPU: its counter set (``gpu-<index>-mig``); None for
+    a full GPU (which consumes the same set) and for anything else."""
+    if device["attributes"]["type"] != {"string": "mig"}:
+        return None
+    return str(device["consumesCounters"][0]["counterSet"])
+
+
 def breakdown(slices: list[Obj]) -> dict[str, int]:
     """Bytes by what they carry, over every slice of one node."""
     devices = [d for s in slices for d in s["spec"].get("devices") or []]
     by_gpu: dict[str, list[Obj]] = defaultdict(list)
     for d in devices:
-        if "parentUUID" in d["attributes"]:
-            by_gpu[json.dumps(d["attributes"]["parentUUID"])].append(d)
+        if (gpu := gpu_of(d)) is not None:
+            by_gpu[gpu].append(d)
     repeated: set[tuple[str, str]] = set()  # (parent, attribute) the same on all its placements
-    for parent, group in by_gpu.items():
+    for gpu, group in by_gpu.items():
         for key in group[0]["attributes"]:
             if all(g["attributes"].get(key) == group[0]["attributes"][key] for g in group):
-                repeated.add((parent, key))
+                repeated.add((gpu, key))
     out: Counter[str] = Counter()
     for d in devices:
-        parent = json.dumps(d["attributes"].get("parentUUID"))
+        parent = gpu_of(d)
         for key, value in d["attributes"].items():
-            if parent == "null":
+            if parent is None:
                 part = "attributes of full GPUs"
             elif (parent, key) in repeated:
                 part = "attributes every placement of a GPU repeats"
@@ -111,23 +120,33 @@ def placements(slices: list[Obj]) -> dict[str, int]:
     first = None
     for s in slices:
         for d in s["spec"].get("devices") or []:
-            a = d["attributes"]
-            if a["type"] == {"string": "mig"}:
-                first = first or a["parentUUID"]
-                if a["parentUUID"] == first:
-                    counts[a["profile"]["string"]] += 1
+            if (gpu := gpu_of(d)) is not None:
+                first = first or gpu
+                if gpu == first:
+                    counts[d["attributes"]["profile"]["string"]] += 1
     return dict(counts)
+
+
+def before_after(pools: HostPools) -> tuple[float, float]:
+    """Bytes per MIG-capable GPU of the shape before issue 26
+    (``mig_shape_v1``) and of the shape the plugin publishes now."""
+    with old_shape():
+        before = bytes_per_mig_gpu(pools)
+    return before, bytes_per_mig_gpu(pools)
 
 
 def byte_report(pools: HostPools) -> str:
     slices = mig_slices(pools)
     total = sum(size(s) for s in slices)
     devices = sum(len(s["spec"].get("devices") or []) for s in slices)
+    before, after = before_after(pools)
     lines = [
         f"slice bytes, 4 x H100 with dynamic MIG only (compact JSON as built, before the "
         f"apiserver's metadata): {len(slices)} slices, {devices} devices, {total / 1e3:.1f} kB, "
         f"{bytes_per_mig_gpu(pools):.0f} bytes per MIG-capable GPU, "
-        f"{total / devices:.0f} per device"
+        f"{total / devices:.0f} per device",
+        f"  per MIG-capable GPU: before (the shape up to issue 26, mig_shape_v1) {before:.0f} "
+        f"bytes, after {after:.0f} bytes ({after / before * 100:.1f} % of before)",
     ]
     for part, n in sorted(breakdown(slices).items(), key=lambda kv: -kv[1]):
         lines.append(f"  {part:48s} {n / 1e3:7.1f} kB {n / total * 100:5.1f} %")

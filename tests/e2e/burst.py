@@ -54,7 +54,7 @@ FABRIC = Kind("fabric", "fabric", "gpu.patchbay.dev", 10, "fabric")
 # fabric reaches (tests/e2e/conftest.py).
 CAPACITY = {"mig-1g": 2 * 7, "gpu": 4, "vf": 2 * VFS_PER_PF, "fabric": 3}
 PODS = sum(k.pods for k in KINDS)
-NODE_DEVICES = {"mig": 2 * (1 + 7 + 7 + 4 + 3 + 2 + 1 + 1), "vf": 4 + 2 * VFS_PER_PF}
+NODE_DEVICES = {"mig": 2 * (1 + 7 + 1 + 4 + 3 + 2 + 1 + 1), "vf": 4 + 2 * VFS_PER_PF}
 
 
 @dataclass

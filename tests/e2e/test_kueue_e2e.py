@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "deviceclasses" / "examples" / "kueue"
 GROUP, VERSION = "kueue.x-k8s.io", "v1beta2"
 GPU, MIG_1G = "patchbay.dev/gpu", "patchbay.dev/mig-1g"
-DEVICES = 4 * (1 + 7 + 7 + 4 + 3 + 2 + 1 + 1)  # 4 H100: the GPU and every MIG placement
+DEVICES = 4 * (1 + 7 + 1 + 4 + 3 + 2 + 1 + 1)  # 4 H100: the GPU and every MIG placement offered
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ MIG on every GPU, from the simulated values): MIG placements publish group
 
 What it shows, on the real apiserver and scheduler:
 
-- on node-a, with the real plugin: a MIG claim pinned to the GPU a share
-  holds is refused by the scheduler, and runs on that GPU once the share is
-  gone;
+- on node-a, with the real plugin: a MIG claim whose only GPU with room is
+  the one a share holds (the other three held whole) is refused by the
+  scheduler, and runs on that GPU once the share is gone;
 - that the refusal comes from the groups: the plugin's own slices, copied to
   a kubelet-less node ``ghost``, refuse it the same way, and once the copy's
   groups are removed (nothing else changed) the scheduler gives the MIG
@@ -63,13 +63,12 @@ def ns(alpha: Tier) -> Iterator[str]:
     alpha.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
-def template(name: str, device_class: str, *, share: bool = False, gpu: int | None = None) -> Any:
+def template(name: str, device_class: str, *, share: bool = False, count: int = 1) -> Any:
     exactly: dict[str, Any] = {"deviceClassName": device_class}
     if share:
         exactly["capacity"] = {"requests": {"memory": "10Gi"}}
-    if gpu is not None:
-        cel = f'device.attributes["{DRIVER}"].parentIndex == {gpu}'
-        exactly["selectors"] = [{"cel": {"expression": cel}}]
+    if count > 1:
+        exactly["count"] = count
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
@@ -122,6 +121,27 @@ def refused(t: Tier, ns: str, name: str) -> str:
     return message
 
 
+def block_all_gpus_but_one(t: Tier, ns: str, node: str) -> set[int]:
+    """Three of the node's four GPUs held whole, so that the share and then
+    the partition have one GPU to go to (a lean MIG placement names no GPU
+    a claim could pin it to, issue 26); the indices held."""
+    t.apply(ns, [template("block", "local-gpu.patchbay.dev", count=3),
+                 pod("blocker", "block", node)])  # fmt: skip
+    claim = wait_for("three GPUs held", lambda: claim_of(t, ns, "blocker"), 120)
+    held = {gpu_of(r["device"]) for r in claim["status"]["allocation"]["devices"]["results"]}
+    assert len(held) == 3, held
+    return held
+
+
+def claim_of(t: Tier, ns: str, name: str) -> Any:
+    """The pod's claim, once allocated."""
+    statuses = t.pod(ns, name)["status"].get("resourceClaimStatuses") or []
+    if not statuses or not statuses[0].get("resourceClaimName"):
+        return None
+    claim = t.get("resourceclaim", statuses[0]["resourceClaimName"], "-n", ns)
+    return claim if (claim.get("status") or {}).get("allocation") else None
+
+
 def gpu_of(device: str) -> int:
     """``gpu-1-shared`` / ``gpu-1-mig-1g-10gb-3`` -> 1."""
     return int(device.split("-")[1])
@@ -148,11 +168,13 @@ def test_a_partition_waits_for_the_share_on_its_gpu(alpha: Tier, ns: str) -> Non
     placements = [n for n in used if "-mig-" in n]
     assert placements and all(used[n][0]["compatibilityGroups"] == ["mig"] for n in placements)
 
+    held = block_all_gpus_but_one(alpha, ns, "node-a")
     alpha.apply(ns, [template("share", "shared-gpu.patchbay.dev", share=True),
                      pod("sharer", "share", "node-a")])  # fmt: skip
     alpha.running(ns, "sharer", timeout=180)
     gpu = gpu_of(str(allocated(alpha, ns, "sharer")))
-    alpha.apply(ns, [template("part", "mig-1g.patchbay.dev", gpu=gpu),
+    assert gpu not in held
+    alpha.apply(ns, [template("part", "mig-1g.patchbay.dev"),
                      pod("partition", "part", "node-a")])  # fmt: skip
     refused(alpha, ns, "partition")
 
@@ -199,11 +221,13 @@ def test_without_the_groups_a_partition_joins_the_share(alpha: Tier, ns: str) ->
     published = node_pool(alpha, "node-a")
     alpha.kubectl("create", "-f", "-", stdin=_yaml(ghost_copy(published, 1, groups=True)))
 
+    held = block_all_gpus_but_one(alpha, ns, GHOST)
     alpha.apply(ns, [template("share", "shared-gpu.patchbay.dev", share=True),
                      pod("sharer", "share", GHOST)])  # fmt: skip
     share = wait_for("the ghost's share allocated", lambda: allocated(alpha, ns, "sharer"), 120)
     gpu = gpu_of(share)
-    alpha.apply(ns, [template("part", "mig-1g.patchbay.dev", gpu=gpu),
+    assert gpu not in held
+    alpha.apply(ns, [template("part", "mig-1g.patchbay.dev"),
                      pod("partition", "part", GHOST)])  # fmt: skip
     refused(alpha, ns, "partition")  # the copy refuses as node-a's own pool does
 

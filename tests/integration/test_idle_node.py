@@ -25,7 +25,7 @@ from tests.integration.own_node import own_node
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 # (GPU model, extra plugin args, devices published for 2 GPUs)
-MIG_PER_GPU = 1 + 7 + 7 + 4 + 3 + 2 + 1 + 1  # the full GPU and every placement
+MIG_PER_GPU = 1 + 7 + 1 + 4 + 3 + 2 + 1 + 1  # the full GPU and every placement offered
 CASES = {
     "a100-40gb": ("A100-SXM4-40GB", (), 2),
     "a100-80gb": ("A100-SXM4-80GB", (), 2),

@@ -14,7 +14,7 @@ from tests.signals import Signal
 
 GPU0 = Device("gpu-0", "gpu", "GPU-aaaa")
 GPU1 = Device("gpu-1", "gpu", "GPU-bbbb")
-MIG = Device("gpu-0-mig-1g", "mig", "MIG-1", {"parentUUID": "GPU-aaaa"})
+MIG = Device("gpu-0-mig-1g", "mig", "MIG-1", {"profile": "1g.10gb"}, parent="GPU-aaaa")
 VF = Device("vf-0000-17-00-2", "vf", "0000:17:00.2")
 
 

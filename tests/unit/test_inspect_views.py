@@ -53,8 +53,6 @@ def mig(index: int, profile: str, start: int, slots: int) -> JsonObj:
         "attributes": attrs(
             type="mig",
             profile=profile,
-            parentUUID=f"GPU-{index}",
-            parentIndex=index,
             pcieRoot="pci0000:3a",
             numaNode=0,
         ),

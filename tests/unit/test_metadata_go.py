@@ -3,19 +3,15 @@
 ``hack/metadata-go`` runs ``k8s.io/dynamic-resource-allocation`` v0.37.2's
 kubelet-plugin Helper (device metadata on, v1beta1 + v1alpha1) over a fake
 clientset and calls NodePrepareResources on it, as the kubelet would. Built
-here once per source change into ``~/.cache/patchbay/metadata-go/<hash>``
-(Go modules and build cache under ``~/.cache/patchbay/go``): the first build
-downloads the modules and compiles client-go and gRPC (minutes on a busy
-2-core machine), later runs reuse the binary. Skipped, saying so, only where
-no Go toolchain is installed.
+once per source change (``tests.harness.gotool``: the first build downloads
+the modules and compiles client-go and gRPC, minutes on a busy 2-core
+machine; later runs reuse the binary). Skipped, saying so, only where no Go
+toolchain is installed.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -24,41 +20,14 @@ import pytest
 
 from driver.claims.metadata import ClaimIdentity, MetadataDevice
 from driver.claims.metadata_files import MetadataFiles
-from tests.cluster_fixtures import missing_prerequisite
+from tests.harness import gotool
 
-SOURCE = Path(__file__).resolve().parents[2] / "hack" / "metadata-go"
-CACHE = Path.home() / ".cache" / "patchbay"
-GO_DEFAULT = "/usr/local/go/bin/go"  # where the project's machines have it
 UID = "5f0c1d2e-8a7b-4c3d-9e1f-0a1b2c3d4e5f"
-
-
-def go() -> str:
-    found = shutil.which("go") or (GO_DEFAULT if os.access(GO_DEFAULT, os.X_OK) else None)
-    if found is None:
-        # Fails under CI=true (a missing prerequisite never skips a tier there).
-        missing_prerequisite("no Go toolchain: hack/metadata-go cannot be built")
-    assert found is not None
-    return found
 
 
 @pytest.fixture(scope="module")
 def metadata_go() -> Path:
-    digest = hashlib.sha256()
-    for name in ("go.mod", "go.sum", "main.go"):
-        digest.update((SOURCE / name).read_bytes())
-    binary = CACHE / "metadata-go" / digest.hexdigest()[:16] / "metadata-go"
-    if not binary.exists():
-        env = os.environ | {
-            "GOMODCACHE": str(CACHE / "go" / "mod"),
-            "GOCACHE": str(CACHE / "go" / "build"),
-            "GOFLAGS": "-mod=readonly",
-            "GOTOOLCHAIN": "local",
-        }
-        tmp = binary.with_name(f".metadata-go.tmp-{os.getpid()}")
-        tmp.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run([go(), "build", "-o", str(tmp), "."], cwd=SOURCE, env=env, check=True)
-        tmp.rename(binary)
-    return binary
+    return gotool.built("metadata-go")
 
 
 ATTRS: dict[str, dict[str, Any]] = {

@@ -22,7 +22,7 @@ from driver.slices.publisher import SlicePublisher
 NODE = ObjectRef("Node", "node-a", uid="uid-n")
 EVENTS = f"{EVENTS_V1}/namespaces/default/events"
 GPU0 = Device("gpu-0", "gpu", "GPU-aaaa")
-MIG = Device("gpu-0-mig-1g", "mig", "MIG-1", {"parentUUID": "GPU-aaaa"})
+MIG = Device("gpu-0-mig-1g", "mig", "MIG-1", {"profile": "1g.10gb"}, parent="GPU-aaaa")
 
 
 class Env:

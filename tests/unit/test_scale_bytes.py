@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.bench.scale_bytes import breakdown, bytes_per_mig_gpu, mig_slices, placements, size
+from tests.bench.mig_shape_v1 import old_shape
+from tests.bench.scale_bytes import (
+    before_after,
+    breakdown,
+    bytes_per_mig_gpu,
+    gpu_of,
+    mig_slices,
+    placements,
+    size,
+)
 from tests.bench.scale_pool import HostPools
 
 
@@ -23,12 +32,22 @@ def test_the_parts_add_up_to_the_slices(tmp_path: Path) -> None:
 def test_bytes_are_per_mig_capable_gpu(tmp_path: Path) -> None:
     pools = HostPools(work=tmp_path)
     slices = mig_slices(pools)
-    gpus = {
-        d["attributes"]["parentUUID"]["string"]
-        for s in slices
-        for d in s["spec"].get("devices") or []
-        if "parentUUID" in d["attributes"]
-    }
+    gpus = {gpu_of(d) for s in slices for d in s["spec"].get("devices") or []} - {None}
     assert len(gpus) == 4
     assert bytes_per_mig_gpu(pools) == sum(size(s) for s in slices) / 4
     assert placements(slices)["7g.80gb"] == 1  # one GPU's placement set, not the node's
+
+
+def test_the_old_shape_is_the_one_measured_before_issue_26(tmp_path: Path) -> None:
+    """mig_shape_v1 rebuilds, byte for byte, the pool docs/scale.md measured
+    before the leaner slices (22080 bytes per GPU at a0bcfa2)."""
+    pools = HostPools(work=tmp_path)
+    with old_shape():
+        slices = mig_slices(pools)
+    assert sum(size(s) for s in slices) == 4 * 22080
+    assert placements(slices)["1g.10gb+me"] == 7
+
+
+def test_lean_slices_take_at_most_half_the_bytes(tmp_path: Path) -> None:
+    before, after = before_after(HostPools(work=tmp_path))
+    assert after <= before / 2, (before, after)
