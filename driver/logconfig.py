@@ -110,7 +110,18 @@ class TextFormatter(logging.Formatter):
         return f"{line} [{' '.join(words)}]" if words else line
 
 
+# Libraries whose DEBUG is wire-level: the HTTP/2 stack under the plugin's
+# grpclib servers logs every header field of every call (a kubelet's prepare
+# is dozens of lines). They log at INFO and above whatever --log-level says,
+# so a debug plugin shows our own debug lines and not a flood that reads as a
+# hot loop.
+WIRE_LOGGERS = ("hpack", "h2", "grpclib")
+
+
 def configure(level: str = "info", fmt: str = "text") -> None:
+    for name in WIRE_LOGGERS:
+        wanted = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
+        logging.getLogger(name).setLevel(max(logging.INFO, wanted))
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
