@@ -6,6 +6,7 @@ a second)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
 import textwrap
@@ -84,7 +85,11 @@ def test_a_servicer_without_a_method_is_refused_by_name() -> None:
         UnixGrpcServer().add_service(REGISTRATION, object())
 
 
-async def test_stop_refuses_new_calls_and_lets_inflight_ones_finish(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def a_call_in_flight(
+    tmp_path: Path,
+) -> AsyncIterator[tuple[UnixGrpcServer, Registration, Any, asyncio.Future[Any]]]:
+    """A server whose GetInfo call is in its servicer, held until ``release``."""
     servicer = Registration()
     servicer.release.clear()
     server = UnixGrpcServer()
@@ -93,9 +98,14 @@ async def test_stop_refuses_new_calls_and_lets_inflight_ones_finish(tmp_path: Pa
     await server.start(sock)
     async with grpc.aio.insecure_channel(f"unix://{sock}") as ch:
         stub = registration_pb2_grpc.RegistrationStub(ch)
-        inflight = asyncio.ensure_future(stub.GetInfo(registration_pb2.InfoRequest(), timeout=10))
+        call = asyncio.ensure_future(stub.GetInfo(registration_pb2.InfoRequest(), timeout=10))
         async with asyncio.timeout(5):
             await servicer.entered.wait()
+        yield server, servicer, stub, call
+
+
+async def test_stop_refuses_new_calls_and_lets_inflight_ones_finish(tmp_path: Path) -> None:
+    async with a_call_in_flight(tmp_path) as (server, servicer, stub, inflight):
         stopping = asyncio.ensure_future(server.stop(10))
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await stub.NotifyRegistrationStatus(registration_pb2.RegistrationStatus(), timeout=5)
@@ -108,17 +118,8 @@ async def test_stop_refuses_new_calls_and_lets_inflight_ones_finish(tmp_path: Pa
 
 
 async def test_stop_cancels_what_outlives_the_grace(tmp_path: Path) -> None:
-    servicer = Registration()
-    servicer.release.clear()  # never set: the call outlives any grace
-    server = UnixGrpcServer()
-    server.add_service(REGISTRATION, servicer)
-    sock = tmp_path / "s.sock"
-    await server.start(sock)
-    async with grpc.aio.insecure_channel(f"unix://{sock}") as ch:
-        stub = registration_pb2_grpc.RegistrationStub(ch)
-        call = asyncio.ensure_future(stub.GetInfo(registration_pb2.InfoRequest(), timeout=10))
-        async with asyncio.timeout(5):
-            await servicer.entered.wait()
+    # release is never set: the call outlives any grace
+    async with a_call_in_flight(tmp_path) as (server, _, _, call):
         async with asyncio.timeout(5):
             await server.stop(0.05)
         with pytest.raises(grpc.aio.AioRpcError) as failed:
