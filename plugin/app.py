@@ -44,7 +44,7 @@ from driver.node.nvml_gate import NvmlGate, retry_while_unavailable
 from driver.slices.build import PoolSpec, slice_name_prefix
 from driver.slices.publisher import SlicePublisher
 from plugin.device_metrics import DeviceCounts, export_device_counts
-from plugin.device_types import fabric_view, gpu_sharing, xid_watcher
+from plugin.device_types import arrivals_of, fabric_view, gpu_sharing, xid_watcher
 from plugin.grpc_server import PluginServers
 from plugin.settings import PluginSettings
 from plugin.sockets import SocketPaths, checkpoint_file, socket_paths
@@ -213,7 +213,7 @@ class NodePlugin:
         """The hot-plug watch (:func:`driver.node.hotplug.watch`): a vital task
         that only ends by raising, which takes the task group down."""
         try:
-            await hotplug.watch(events, self.rescan)
+            await hotplug.watch(events, self.rescan, arrivals=arrivals_of(self.device_types))
         finally:
             self._hotplug_ended = True
 
@@ -244,6 +244,9 @@ class NodePlugin:
         self.owner = owner_reference(node)
         node_events = ObjectEvents(self.recorder, ObjectRef.of(node, "Node"))
         self.health.events = self.publisher.events = node_events
+        # Opened before the first scan: an event between the two is not lost
+        # (the scan takes what is present as arrived: driver.pci.arrivals).
+        events = hotplug.open_source(s.hotplug_source, s.sysfs_root)
         await self.rescan()
         paths, preparer = self.claim_serving()
         await preparer.recover()  # under the claim lock: another plugin pod may be preparing
@@ -279,7 +282,6 @@ class NodePlugin:
                     group.create_task(
                         retry_while_unavailable(self.gates, self.rescan), name="nvml-retry"
                     )
-                events = hotplug.open_source(s.hotplug_source, s.sysfs_root)
                 if events is not None:
                     group.create_task(self.watch_hotplug(events), name="hotplug")
         except* Stopped:

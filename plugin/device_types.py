@@ -20,6 +20,7 @@ from driver.health.xid import XidWatcher
 from driver.mig.discovery import mig_support
 from driver.nvme.kind import DriveSelection, NvmeType
 from driver.nvml.pynvml_backend import PynvmlBackend
+from driver.pci.arrivals import Arrivals
 from driver.vf.config import load_pool_config
 from driver.vf.kind import VfType
 from plugin.settings import PluginSettings
@@ -66,6 +67,7 @@ def device_types(settings: PluginSettings, store: CheckpointStore) -> list[Devic
             settings.sysfs_root,
             settings.dev_root,
             always=behind,
+            arrivals=Arrivals(tracking=settings.hotplug_source != "none"),
         ),
         NvmeType(
             DriveSelection.parse(settings.nvme_drives),
@@ -86,6 +88,15 @@ def xid_watcher(
     for t in types:
         if isinstance(t, GpuType):
             return t.xid_watcher(on_xid)
+    return None
+
+
+def arrivals_of(types: Sequence[DeviceType]) -> Arrivals | None:
+    """What the hot-plug watch tells the families that change PCI functions
+    (the VF family sets PFs' VF counts); None when none does."""
+    for t in types:
+        if isinstance(t, VfType):
+            return t.arrivals
     return None
 
 

@@ -5,7 +5,9 @@ host's feed (``feed:<path>``), which carries the same events. Either is read
 by a daemon thread that hands events to the asyncio loop; the loop collects
 a short burst (a GPU arriving brings its functions and bridges at once) and
 then calls the rescan callback once. Only ``add``/``remove``/``change``
-actions trigger a rescan; driver bind/unbind events do not.
+actions trigger a rescan; driver bind/unbind events do not. Each PCI
+``add``/``remove`` is noted in :class:`driver.pci.arrivals.Arrivals` before
+the rescan, so the scan knows which functions have finished arriving.
 
 The watch is a vital task and never ends quietly. When the event source
 fails, or simply ends (a source has no natural end: the kernel's event
@@ -32,6 +34,7 @@ from typing import Any
 from driver.errors import ConfigError, HotplugError
 from driver.logconfig import log_context
 from driver.metrics import HOTPLUG_EVENTS
+from driver.pci.arrivals import Arrivals
 from driver.pci.uevents import UeventFeed
 
 log = logging.getLogger(__name__)
@@ -60,9 +63,13 @@ _END = object()  # the reader thread's end-of-stream marker
 
 
 async def watch(
-    source: Iterator[Any], rescan: Callable[[], Awaitable[None]], debounce_s: float = DEBOUNCE_S
+    source: Iterator[Any],
+    rescan: Callable[[], Awaitable[None]],
+    debounce_s: float = DEBOUNCE_S,
+    arrivals: Arrivals | None = None,
 ) -> None:
-    """Call ``rescan`` after each burst of hot-plug events.
+    """Call ``rescan`` after each burst of hot-plug events, having told
+    ``arrivals`` which PCI functions were added or removed.
 
     Runs until cancelled, or raises :class:`HotplugError` once ``source``
     ends or fails (the events of that last burst are left to the next
@@ -99,6 +106,8 @@ async def watch(
             continue
         for e in relevant:
             HOTPLUG_EVENTS.labels(action=e.action).inc()
+            if arrivals is not None and getattr(e, "subsystem", "") == "pci":
+                arrivals.note(e.action, e.get("PCI_SLOT_NAME") or e.device_path.rsplit("/", 1)[-1])
         devices = ",".join(dict.fromkeys(e.device_path.rsplit("/", 1)[-1] for e in relevant))
         with log_context(device=devices):  # the rescan's lines say which devices came or went
             log.info(

@@ -16,7 +16,10 @@ from typing import Any
 
 
 def pci_events() -> Iterator[Any]:
-    """pyudev devices for every ``pci``, ``nvme``, ``dax`` and block-disk uevent, forever."""
+    """pyudev devices for every ``pci``, ``nvme``, ``dax`` and block-disk uevent, forever.
+
+    The monitor starts listening here, not at the first ``next``: the plugin
+    opens its source before its first scan, so no event falls between."""
     import pyudev
 
     context = pyudev.Context()
@@ -26,4 +29,4 @@ def pci_events() -> Iterator[Any]:
     monitor.filter_by(subsystem="nvme")
     monitor.filter_by(subsystem="dax")
     monitor.start()
-    yield from iter(monitor.poll, None)
+    return iter(monitor.poll, None)

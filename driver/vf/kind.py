@@ -6,7 +6,8 @@ the VFs of the selected PFs. A PF already at its count is left alone, so
 repeated scans never recreate VFs that claims may hold; the kernel refuses
 to change a non-zero count to another non-zero one, so a change goes
 through zero first. A PF whose VF count cannot be set is logged and offered
-with the VFs it has.
+with the VFs it has. A PF still arriving (hot-added, its ``add`` event not
+yet processed: :mod:`driver.pci.arrivals`) is listed but not changed.
 """
 
 from __future__ import annotations
@@ -18,12 +19,16 @@ from pathlib import Path
 from driver.devices.handler import DeviceHandler
 from driver.devices.kind import Discovery
 from driver.errors import DeviceError
+from driver.pci.arrivals import Arrivals
 from driver.pci.writes import wait_until, write_attr
 from driver.vf.config import PfPoolConfig
 from driver.vf.discovery import PhysFn, physical_functions, scan, virtual_functions
 from driver.vf.prepare import VfHandler
 
 log = logging.getLogger(__name__)
+
+# VFs a fabric-attached NIC gets when no PF selector names a count.
+FABRIC_NIC_VFS = 1
 
 
 def ensure_num_vfs(pf: PhysFn, wanted: int, timeout: float = 10.0) -> bool:
@@ -58,21 +63,40 @@ class VfType:
         sysfs_root: Path,
         dev_root: Path,
         always: Callable[[str], bool] | None = None,
+        arrivals: Arrivals | None = None,
     ) -> None:
         self._config = config
         self._always = always
+        self.arrivals = arrivals or Arrivals(tracking=False)
         self._sysfs = sysfs_root
         self._handler = VfHandler(sysfs_root, dev_root)
 
+    def wanted_vfs(self, pf: PhysFn) -> int | None:
+        """How many VFs ``pf`` should have; None: leave it as it is. A NIC
+        the fabric attached arrives with none (as a real PF does): without a
+        selector's ``numVfs`` it gets one, the VF its fabric claim uses."""
+        selector = self._config.select(pf.netdev, pf.bdf, pf.vendor, pf.device)
+        if selector is not None and selector.num_vfs is not None:
+            return selector.num_vfs
+        if self._always is not None and self._always(pf.bdf):
+            return max(pf.num_vfs, FABRIC_NIC_VFS)
+        return None
+
     def configure_pfs(self) -> int:
-        """Apply ``numVfs`` of the selected PFs; how many PFs changed."""
+        """Apply ``numVfs`` of the selected PFs that have finished arriving;
+        how many PFs changed."""
         changed = 0
-        for pf in physical_functions(self._sysfs):
-            selector = self._config.select(pf.netdev, pf.bdf, pf.vendor, pf.device)
-            if selector is None or selector.num_vfs is None:
+        pfs = physical_functions(self._sysfs)
+        settled = self.arrivals.settled(pf.bdf for pf in pfs)
+        for pf in pfs:
+            wanted = self.wanted_vfs(pf)
+            if wanted is None:
+                continue
+            if pf.bdf not in settled:
+                log.info("PF %s: still arriving (no add event yet); its VFs wait", pf.bdf)
                 continue
             try:
-                changed += ensure_num_vfs(pf, selector.num_vfs)
+                changed += ensure_num_vfs(pf, wanted)
             except DeviceError as exc:
                 log.error("PF %s: %s", pf.bdf, exc)
         return changed

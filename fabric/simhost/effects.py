@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from driver.pci.filewatch import DirWatch
@@ -57,11 +58,14 @@ class SysfsEffects:
         tree: SysfsTree,
         native_driver: Callable[[str], str | None],
         on_driver_change: Callable[[str, str | None], None] | None = None,
+        lock: AbstractContextManager[object] | None = None,
     ) -> None:
         self.tree = tree
         self.native_driver = native_driver
         self.on_driver_change = on_driver_change
-        self._lock = threading.Lock()
+        # The host's lock (hostlock.py): a hot-add or hot-remove in another
+        # process never meets a pass half-way.
+        self._lock: AbstractContextManager[object] = lock or threading.Lock()
 
     def _override(self, bdf: str) -> str | None:
         try:

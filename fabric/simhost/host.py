@@ -20,12 +20,15 @@ its pages are pinned) refuses a hot-remove with a ``DeviceError`` and stays
 as it was. Writes to ``bind``/``unbind``/``drivers_probe``
 take effect through :meth:`process_writes` or :meth:`effects_watcher` (see
 ``effects.py``); a GPU leaves the NVML state while NVIDIA's driver does not
-hold it (bound to ``vfio-pci`` for a VM) and comes back when it does. Not
-thread-safe beyond that watcher; one owner per host.
+hold it (bound to ``vfio-pci`` for a VM) and comes back when it does.
+Every change takes the host lock (``hostlock.py``), which the effects step
+takes too, so the fabric service's process, the effects watcher and a test
+may act on one host at once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -38,6 +41,7 @@ from pathlib import Path
 from driver.errors import DeviceError
 from fabric.simhost.cxl_sysfs import CxlSysfs
 from fabric.simhost.effects import EffectsWatcher, SysfsEffects
+from fabric.simhost.hostlock import HostLock
 from fabric.simhost.nvme_sysfs import NvmeSysfs, derived_serial
 from fabric.simhost.nvml_state import STATE_ENV, NvmlStateFile, empty_state, gpu_entry
 from fabric.simhost.sysfs_tree import (
@@ -81,17 +85,31 @@ class SimHost:
         self.tree = SysfsTree(self.sysfs_root)
         self.nvml = NvmlStateFile(self.nvml_state_path)
         self.events = UeventEmitter(self.uevent_path)
-        self.effects = SysfsEffects(self.tree, self.native_driver, self._driver_changed)
         self.dev_root = directory / "dev"
         self.nvme = NvmeSysfs(self.sysfs_root, self.dev_root)
         self.cxl = CxlSysfs(self.sysfs_root, self.dev_root)
-        meta = directory / "host.json"
+        self.name = directory.name
+        self.adapters: dict[str, list[str | int]] = {}
+        self.native: dict[str, str] = {}
+        self.next_minor = 0
+        self.memory_in_use: list[str] = []
+        self._load()
+        # Every change to the tree, the NVML state and host.json, by whichever
+        # process or thread, happens under it (hostlock.py says why).
+        self.lock = HostLock(directory, on_acquire=self._load)
+        self.effects = SysfsEffects(
+            self.tree, self.native_driver, self._driver_changed, lock=self.lock
+        )
+
+    def _load(self) -> None:
+        """Read host.json again: another process may have changed the host."""
+        meta = self.dir / "host.json"
         data = json.loads(meta.read_text()) if meta.exists() else {}
-        self.name: str = data.get("name", directory.name)
-        self.adapters: dict[str, list[str | int]] = data.get("adapters", {})
-        self.native: dict[str, str] = data.get("native", {})
-        self.next_minor: int = data.get("next_minor", 0)
-        self.memory_in_use: list[str] = data.get("memory_in_use", [])
+        self.name = data.get("name", self.name)
+        self.adapters = data.get("adapters", self.adapters)
+        self.native = data.get("native", self.native)
+        self.next_minor = data.get("next_minor", self.next_minor)
+        self.memory_in_use = data.get("memory_in_use", self.memory_in_use)
 
     # ---- construction ----------------------------------------------------------
 
@@ -126,7 +144,9 @@ class SimHost:
             "next_minor": self.next_minor,
             "memory_in_use": self.memory_in_use,
         }
-        (self.dir / "host.json").write_text(json.dumps(data, indent=1))
+        tmp = self.dir / "host.json.tmp"
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(self.dir / "host.json")  # a reader outside the lock sees old or new
 
     def _bridge(self, parent: Path, bdf: str, numa: int, vendor: int, device: int) -> Path:
         self.native[bdf] = "pcieport"
@@ -147,22 +167,25 @@ class SimHost:
             self._add_endpoint(path, child, numa)
 
     def _add_endpoint(self, parent: Path, dev: Endpoint, numa: int) -> list[str]:
+        # Each function is laid out whole (with its class, block and dax
+        # entries) before its bus link appears: a reader sees it in one step.
         if isinstance(dev, Nvme):
             fn = PciFunction(dev.bdf, *NVME_IDS, CLASS_NVME, numa, "nvme", NVME_IDS)
-            path = self.tree.add_function(parent, fn)
+            path = self.tree.add_function(parent, fn, publish=False)
             self.native[dev.bdf] = "nvme"
             serial = dev.serial or derived_serial(f"{self.name}/{dev.bdf}")
             self.nvme.add(path, dev, serial, numa)
+            self.tree.publish(dev.bdf, path)
             return [dev.bdf]
         if isinstance(dev, CxlMemory):
-            fn = PciFunction(dev.bdf, *CXL_IDS, CLASS_CXL_MEMORY, numa, "cxl_pci", CXL_IDS)
-            path = self.tree.add_function(parent, fn)
-            self.native[dev.bdf] = "cxl_pci"
-            behind = [a for a, (port, _) in self.adapters.items() if str(port) in path.parts]
+            behind = [a for a, (port, _) in self.adapters.items() if str(port) in parent.parts]
             if not behind:  # memory pools arrive through a fabric adapter's window
-                self.tree.remove_function(dev.bdf)
                 raise ValueError(f"CXL memory {dev.bdf} must sit behind a fabric adapter")
+            fn = PciFunction(dev.bdf, *CXL_IDS, CLASS_CXL_MEMORY, numa, "cxl_pci", CXL_IDS)
+            path = self.tree.add_function(parent, fn, publish=False)
+            self.native[dev.bdf] = "cxl_pci"
             self.cxl.add(path, dev, numa, window=sorted(self.adapters).index(behind[0]))
+            self.tree.publish(dev.bdf, path)
             return [dev.bdf]
         if isinstance(dev, Nic):
             bdfs = self.tree.add_nic(parent, dev, numa)
@@ -266,37 +289,50 @@ class SimHost:
         """Attach a device behind a fabric adapter; returns the BDFs that appeared.
 
         The one entry point for every kind (GPU, NIC, NVMe drive, CXL memory):
-        the device's sysfs and /dev entries exist before its ``add`` uevent."""
-        port_bdf, numa = self.adapters[adapter]
-        parent = self.tree.path_of(str(port_bdf))
-        bdfs = self._add_endpoint(parent, device, int(numa))
-        self._save()
-        for bdf in bdfs:
-            self.events.emit("add", self.devpath(bdf), bdf, *self._ids(bdf))
+        the device's sysfs and /dev entries exist before its ``add`` uevent,
+        and appear in one step under the host lock. A NIC arrives as a real
+        PF does, with no VFs (``sriov_numvfs`` 0), whatever ``num_vfs`` says:
+        the node's driver makes them."""
+        if isinstance(device, Nic):
+            device = dataclasses.replace(device, num_vfs=0)
+        with self.lock:
+            port_bdf, numa = self.adapters[adapter]
+            parent = self.tree.path_of(str(port_bdf))
+            bdfs = self._add_endpoint(parent, device, int(numa))
+            self._save()
+            for bdf in bdfs:
+                self.events.emit("add", self.devpath(bdf), bdf, *self._ids(bdf))
         return bdfs
 
     def set_memory_in_use(self, bdf: str, in_use: bool = True) -> None:
         """Mark the CXL memory device at ``bdf`` in use (its pages pinned, as by a
         running process): :meth:`hot_remove` then refuses it. False clears the mark."""
-        if not self.tree.exists(bdf) or self.cxl.memdev_of(self.tree.path_of(bdf)) is None:
-            raise DeviceError(f"{bdf} on {self.name} is not a CXL memory device")
-        marks = set(self.memory_in_use)
-        marks = marks | {bdf} if in_use else marks - {bdf}
-        self.memory_in_use = sorted(marks)
-        self._save()
+        with self.lock:
+            if not self.tree.exists(bdf) or self.cxl.memdev_of(self.tree.path_of(bdf)) is None:
+                raise DeviceError(f"{bdf} on {self.name} is not a CXL memory device")
+            marks = set(self.memory_in_use)
+            marks = marks | {bdf} if in_use else marks - {bdf}
+            self.memory_in_use = sorted(marks)
+            self._save()
 
     def hot_remove(self, bdf: str) -> list[str]:
         """Detach a device (with its VFs); returns the BDFs that went away.
 
+        Functions already gone are no error: a remove that is run again (an
+        attach rolled back after it failed half-way) removes what is left.
         Raises ``DeviceError`` (nothing changed) for CXL memory in use."""
+        with self.lock:
+            return self._hot_remove(bdf)
+
+    def _hot_remove(self, bdf: str) -> list[str]:
         if bdf in self.memory_in_use and self.tree.exists(bdf):
             raise DeviceError(
                 f"CXL memory {bdf} on {self.name} is in use (its memory cannot be "
                 "offlined while pages are pinned): not removed"
             )
         pf = self.tree.path_of(bdf)
-        vfs = sorted(p.resolve().name for p in pf.glob("virtfn*"))
-        gone = [*vfs, bdf]
+        vfs = sorted(Path(os.path.realpath(p)).name for p in pf.glob("virtfn*"))
+        gone = [b for b in (*vfs, bdf) if self.tree.exists(b)]
         info = {b: (self.devpath(b), *self._ids(b)) for b in gone}
         uuid = self.gpu_uuids().get(bdf)
         if uuid:
@@ -306,10 +342,11 @@ class SimHost:
         for b in vfs:
             self.tree.remove_function(b)
         self.tree.remove_function(bdf)
-        for b in gone:
+        for b in (*vfs, bdf):
             self.native.pop(b, None)
             if b in self.memory_in_use:
                 self.memory_in_use.remove(b)
+        for b in gone:
             devpath, pci_id, pci_class = info[b]
             self.events.emit("remove", devpath, b, pci_id, pci_class)
         self._save()

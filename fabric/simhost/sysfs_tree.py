@@ -99,8 +99,12 @@ class SysfsTree:
         used = [int(p.name) for p in self.groups.iterdir() if p.name.isdigit()]
         return max(used, default=-1) + 1
 
-    def add_function(self, parent: Path, fn: PciFunction) -> Path:
-        if self.exists(fn.bdf):
+    def add_function(self, parent: Path, fn: PciFunction, publish: bool = True) -> Path:
+        """Lay out a function and, last, its ``bus/pci/devices`` link: a reader
+        listing the bus sees the function whole or not at all. ``publish``
+        False leaves the link to :meth:`publish`, for a caller that builds
+        more below the function first (a drive's namespaces, a NIC's VFs)."""
+        if self.exists(fn.bdf) or (parent / fn.bdf).exists():
             raise FileExistsError(f"{fn.bdf} already exists")
         path = parent / fn.bdf
         path.mkdir(parents=True)
@@ -120,19 +124,25 @@ class SysfsTree:
         }
         for name, value in values.items():
             (path / name).write_text(value + "\n")
-        relink(self.bus_devices / fn.bdf, path)
         group = self.groups / str(self._next_group())
         relink(group / "devices" / fn.bdf, path)
         relink(path / "iommu_group", group)
         if fn.driver:
-            self.bind(fn.bdf, fn.driver)
+            self._bind_path(fn.bdf, path, fn.driver)
+        if publish:
+            self.publish(fn.bdf, path)
         return path
+
+    def publish(self, bdf: str, path: Path) -> None:
+        """Make a laid-out function visible on the bus (its last step)."""
+        relink(self.bus_devices / bdf, path)
 
     def add_nic(self, parent: Path, nic: Nic, numa_node: int) -> list[str]:
         """Add a PF with its VFs (siblings under the same parent); returns all BDFs."""
         pf = self.add_function(
             parent,
             PciFunction(nic.bdf, nic.vendor_id, nic.device_id, CLASS_NET, numa_node, nic.driver),
+            publish=False,
         )
         (pf / "net" / nic.netdev).mkdir(parents=True)
         (pf / "net" / nic.netdev / "address").write_text(f"{nic.mac or derived_mac(nic.bdf)}\n")
@@ -141,18 +151,17 @@ class SysfsTree:
         (pf / "sriov_offset").write_text(f"{nic.vf_offset}\n")
         (pf / "sriov_stride").write_text(f"{nic.vf_stride}\n")
         (pf / "sriov_vf_device").write_text(f"{nic.vf_device_id:x}\n")
-        vfs = [self.add_vf(nic.bdf, i) for i in range(nic.num_vfs)]
-        # Last and atomically: a sysfs-effects watcher (another process, for a
-        # hot-add) acts on sriov_numvfs and must never see it ahead of the VFs.
-        tmp = pf / ".sriov_numvfs.tmp"
-        tmp.write_text(f"{nic.num_vfs}\n")
-        tmp.replace(pf / "sriov_numvfs")
+        (pf / "sriov_numvfs").write_text(f"{nic.num_vfs}\n")
+        vfs = [self._add_vf(pf, nic.bdf, i) for i in range(nic.num_vfs)]
+        self.publish(nic.bdf, pf)  # last: the PF appears with its VFs, in one step
         return [nic.bdf, *vfs]
 
     def add_vf(self, pf_bdf: str, index: int) -> str:
         """Create VF ``index`` of a PF from the PF's own SR-IOV files (as the
         kernel does on a write to ``sriov_numvfs``); returns its address."""
-        pf = self.path_of(pf_bdf)
+        return self._add_vf(self.path_of(pf_bdf), pf_bdf, index)
+
+    def _add_vf(self, pf: Path, pf_bdf: str, index: int) -> str:
 
         def num(name: str, base: int = 10) -> int:
             return int((pf / name).read_text().strip(), base)
@@ -160,7 +169,8 @@ class SysfsTree:
         dom, bus, dev, fn = bdf_parts(pf_bdf)
         devfn = (dev << 3 | fn) + num("sriov_offset") + index * num("sriov_stride")
         vf_bdf = make_bdf(dom, bus + (devfn >> 8), devfn & 0xFF)
-        driver = self.driver_of(pf_bdf)
+        link = pf / "driver"
+        driver = Path(os.path.realpath(link)).name if link.is_symlink() else None
         vf = self.add_function(
             pf.parent,
             PciFunction(
@@ -171,21 +181,27 @@ class SysfsTree:
                 num("numa_node"),
                 driver,
             ),
+            publish=False,
         )
         netdevs = sorted(p.name for p in (pf / "net").iterdir()) if (pf / "net").is_dir() else []
         if netdevs:
             (vf / "net" / f"{netdevs[0]}v{index}").mkdir(parents=True)
-        relink(pf / f"virtfn{index}", vf)
         relink(vf / "physfn", pf)
+        self.publish(vf_bdf, vf)
+        relink(pf / f"virtfn{index}", vf)  # last: the PF lists only whole VFs
         return vf_bdf
 
     def remove_vf(self, pf_bdf: str, index: int) -> None:
         link = self.path_of(pf_bdf) / f"virtfn{index}"
         self.remove_function(Path(os.path.realpath(link)).name)
-        link.unlink()
+        link.unlink(missing_ok=True)
 
     def remove_function(self, bdf: str) -> None:
-        """Remove a device (and everything below it, e.g. a switch's devices)."""
+        """Remove a device (and everything below it, e.g. a switch's devices);
+        a function already gone is no error (a hot-remove that is finished
+        again, or undone after a failed add)."""
+        if not self.exists(bdf):
+            return
         path = self.path_of(bdf)
         below = [
             p.name
@@ -198,14 +214,16 @@ class SysfsTree:
             if group.is_symlink():
                 shutil.rmtree(Path(os.path.realpath(group)), ignore_errors=True)
             (self.bus_devices / name).unlink(missing_ok=True)
-        shutil.rmtree(path)
+        shutil.rmtree(path, ignore_errors=True)
 
     def driver_of(self, bdf: str) -> str | None:
         link = self.bus_devices / bdf / "driver"
         return Path(os.path.realpath(link)).name if link.is_symlink() else None
 
     def bind(self, bdf: str, driver: str) -> None:
-        path = self.path_of(bdf)
+        self._bind_path(bdf, self.path_of(bdf), driver)
+
+    def _bind_path(self, bdf: str, path: Path, driver: str) -> None:
         d = self.driver_dir(driver)
         relink(path / "driver", d)
         relink(d / bdf, path)

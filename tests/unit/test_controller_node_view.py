@@ -87,6 +87,8 @@ def test_nic_behind_an_adapter_offers_its_vf0_as_the_fabric_variant(tmp_path: Pa
     bdf = host.free_bdf("adapter1")
     mac = "02:aa:bb:cc:dd:ee"
     host.hot_add("adapter1", Nic(bdf, "ens9f0", total_vfs=4, num_vfs=3, mac=mac))
+    (host.tree.path_of(bdf) / "sriov_numvfs").write_text("3\n")  # the node's driver
+    host.process_writes()
     view = FabricNodeView(
         "node-a", parse_adapters("adapter0=0000:15:02.0, adapter1=0000:85:01.0"), host.sysfs_root
     )

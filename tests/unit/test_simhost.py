@@ -155,10 +155,16 @@ def test_topology_spec_from_yaml_shape(tmp_path: Path) -> None:
         TopologySpec.model_validate({"name": "x", "roots": [{"bus": 1, "ports": [{"bdf": "bad"}]}]})
 
 
-def test_nic_hot_add_creates_vfs_under_the_adapter(tmp_path: Path) -> None:
+def test_nic_hot_add_arrives_bare_and_its_vfs_sit_under_the_adapter(tmp_path: Path) -> None:
     host = SimHost.build(TOPOLOGIES["fabric-adapters"](), tmp_path / "n")
-    bdfs = host.hot_add("adapter1", Nic("0000:86:00.0", "ens9f0", total_vfs=4, num_vfs=2))
-    assert bdfs == ["0000:86:00.0", "0000:86:00.2", "0000:86:00.3"]
+    added = host.hot_add("adapter1", Nic("0000:86:00.0", "ens9f0", total_vfs=4, num_vfs=2))
+    assert added == ["0000:86:00.0"]  # as a real PF: no VFs until the node makes them
+    pf = host.tree.path_of("0000:86:00.0")
+    assert (pf / "sriov_numvfs").read_text() == "0\n" and not list(pf.glob("virtfn*"))
+    (pf / "sriov_numvfs").write_text("2\n")
+    host.process_writes()
+    bdfs = [*added, "0000:86:00.2", "0000:86:00.3"]
+    assert all(host.tree.exists(b) for b in bdfs)
     assert {sysfs.pcie_root(host.sysfs_root, b) for b in bdfs} == {"pci0000:85"}
     assert {sysfs.numa_node(host.sysfs_root, b) for b in bdfs} == {1}
 
@@ -166,3 +172,14 @@ def test_nic_hot_add_creates_vfs_under_the_adapter(tmp_path: Path) -> None:
 def test_numa_node_minus_one_means_unknown(host: SimHost) -> None:
     (host.tree.path_of("0000:18:00.0") / "numa_node").write_text("-1\n")
     assert sysfs.numa_node(host.sysfs_root, "0000:18:00.0") is None
+
+
+def test_hot_remove_finishes_what_is_left_of_a_device(tmp_path: Path) -> None:
+    host = SimHost.build(TOPOLOGIES["fabric-adapters"](), tmp_path / "n")
+    (pf,) = host.hot_add("adapter1", Nic("0000:86:00.0", "ens9f0", total_vfs=4))
+    (host.tree.path_of(pf) / "sriov_numvfs").write_text("2\n")
+    host.process_writes()
+    host.tree.remove_function("0000:86:00.3")  # one VF already gone (a half-done remove)
+    assert host.hot_remove(pf) == ["0000:86:00.2", pf]
+    assert not host.tree.exists(pf)
+    assert host.hot_remove(pf) == []  # run again: nothing left, no error
