@@ -179,6 +179,11 @@ class NvmlBackend(Protocol):
         INVALID_ARGUMENT for a value outside ``nvmlComputeMode_t``)."""
         ...
 
+    def running_processes(self, uuid: str) -> list[int]:
+        """PIDs of the compute and graphics processes on the GPU (on any of its
+        MIG devices too), sorted: what holds it besides our claims."""
+        ...
+
 
 def short_profile_name(nvml_name: str) -> str:
     """NVML names profiles "MIG 3g.40gb"; we use "3g.40gb"."""

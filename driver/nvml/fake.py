@@ -226,6 +226,11 @@ class FakeNvml:
         with self.machine.changed:
             gpu.compute_mode = mode
 
+    def running_processes(self, uuid: str) -> list[int]:
+        gpu = self._gpu(uuid)
+        self._fail("nvmlDeviceGetComputeRunningProcesses_v3", uuid)
+        return sorted(gpu.processes)
+
     def watch_events(self, uuids: Sequence[str]) -> FakeEventWatcher:
         for uuid in uuids:
             self._gpu(uuid)

@@ -37,6 +37,7 @@ class FakeGpu:
     lost: bool = False
     compute_mode: int = 0  # nvmlComputeMode_t, like the C mock's "compute_mode"
     xids: list[int] = field(default_factory=list)
+    processes: list[int] = field(default_factory=list)  # PIDs, like the C mock's "processes"
     instances: dict[int, FakeInstance] = field(default_factory=dict)
 
 
@@ -90,6 +91,12 @@ class FakeMachine:
     def set_lost(self, uuid: str, lost: bool = True) -> None:
         with self.changed:
             self.gpus[uuid].lost = lost
+            self.changed.notify_all()
+
+    def set_processes(self, uuid: str, pids: list[int]) -> None:
+        """The processes running on the GPU (a container's CUDA process, say)."""
+        with self.changed:
+            self.gpus[uuid].processes = sorted(pids)
             self.changed.notify_all()
 
     def queue_xid(self, uuid: str, xid: int) -> None:

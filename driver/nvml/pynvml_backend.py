@@ -317,3 +317,13 @@ class PynvmlBackend:
 
     def set_compute_mode(self, uuid: str, mode: int) -> None:
         call(pynvml.nvmlDeviceSetComputeMode, self._handle(uuid), mode, device=True)
+
+    def running_processes(self, uuid: str) -> list[int]:
+        h = self._handle(uuid)
+        pids: set[int] = set()
+        for query in (
+            pynvml.nvmlDeviceGetComputeRunningProcesses,
+            pynvml.nvmlDeviceGetGraphicsRunningProcesses,
+        ):
+            pids |= {int(p.pid) for p in call(query, h)}
+        return sorted(pids)

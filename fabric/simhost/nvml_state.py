@@ -139,6 +139,12 @@ class NvmlStateFile:
     def set_lost(self, uuid: str, lost: bool = True) -> None:
         self.update(lambda s: self._gpu(s, uuid).update(lost=lost))
 
+    def set_processes(self, uuid: str, pids: list[int]) -> None:
+        """The processes NVML lists on the GPU (a container's CUDA process holding
+        its device node, say); the C mock answers ``nvmlDevice*RunningProcesses``
+        from them."""
+        self.update(lambda s: self._gpu(s, uuid).update(processes=sorted(pids)))
+
     def queue_xid(self, uuid: str, xid: int) -> None:
         self.update(lambda s: self._gpu(s, uuid)["xid_queue"].append(xid))
 

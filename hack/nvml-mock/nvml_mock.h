@@ -189,6 +189,7 @@ const struct gi_profile *model_profile_by_id(const struct model *m, unsigned int
 #define MAX_GIS 8
 #define MAX_CIS 8
 #define MAX_XIDS 32
+#define MAX_PROCS 32
 #define MAX_FAILURES 32
 #define UUID_LEN 96
 
@@ -209,6 +210,8 @@ struct gpu_state {
     int mig_current, mig_pending, lost;
     int nxid;
     unsigned long long xid[MAX_XIDS];
+    int nproc; /* processes running on the GPU (processes.c) */
+    unsigned int pid[MAX_PROCS];
     int ngi;
     struct gi_state gi[MAX_GIS];
     const struct model *m;

@@ -6,7 +6,7 @@
  *    "cuda_driver_version": 13000,
  *    "gpus": [{"uuid", "model", "serial", "pci_bus_id", "minor",
  *              "mig_current", "mig_pending", "lost", "compute_mode" (0 when absent),
- *              "xid_queue": [79],
+ *              "xid_queue": [79], "processes": [4242] (PIDs running on it),
  *              "gpu_instances": [{"id", "profile_id", "start", "size",
  *                 "compute_instances": [{"id", "profile_id", "start", "size", "uuid"}]}]}],
  *    "failures": [{"function", "error" (name or code), "remaining" (-1 = always), "gpu"}]}
@@ -106,6 +106,9 @@ static int load_gpu(const struct json *j, struct gpu_state *g)
     struct json *x = json_get(j, "xid_queue");
     for (struct json *e = x ? x->child : NULL; e && g->nxid < MAX_XIDS; e = e->next)
         g->xid[g->nxid++] = (unsigned long long)e->num;
+    struct json *ps = json_get(j, "processes");
+    for (struct json *e = ps ? ps->child : NULL; e && g->nproc < MAX_PROCS; e = e->next)
+        g->pid[g->nproc++] = (unsigned int)e->num;
     struct json *gis = json_get(j, "gpu_instances");
     for (struct json *e = gis ? gis->child : NULL; e && g->ngi < MAX_GIS; e = e->next)
         load_gi(e, &g->gi[g->ngi++]);
@@ -191,6 +194,9 @@ static void write_gpu(FILE *f, const struct gpu_state *g, int last)
     fputs("\n     \"xid_queue\": [", f);
     for (int i = 0; i < g->nxid; i++)
         fprintf(f, "%s%llu", i ? ", " : "", g->xid[i]);
+    fputs("], \"processes\": [", f);
+    for (int i = 0; i < g->nproc; i++)
+        fprintf(f, "%s%u", i ? ", " : "", g->pid[i]);
     fputs("],\n     \"gpu_instances\": [", f);
     for (int i = 0; i < g->ngi; i++) {
         const struct gi_state *gi = &g->gi[i];

@@ -398,6 +398,24 @@ def events(world: World) -> None:
     b.shutdown()
 
 
+def running_processes(world: World) -> None:
+    """Processes per GPU, seen live by a started process; they survive a MIG
+    change written back by the library; a lost GPU answers GPU_IS_LOST."""
+    b = started(world)
+    assert b.running_processes(H100.uuid) == []
+    world.set_processes(H100.uuid, [4242, 17])
+    assert b.running_processes(H100.uuid) == [17, 4242]
+    assert b.running_processes(H200.uuid) == []  # one GPU's processes, not the node's
+    b.set_mig_mode(H200.uuid, True)
+    make_mig(b, H200.uuid, 9, 0)  # the library writes the state back
+    assert world.other_process("running_processes", H100.uuid) == [17, 4242]
+    world.set_processes(H100.uuid, [])
+    assert b.running_processes(H100.uuid) == []
+    world.set_lost(H100.uuid)
+    raises("GPU_IS_LOST", b.running_processes, H100.uuid)
+    b.shutdown()
+
+
 SCENARIOS: dict[str, Callable[[World], None]] = {
     f.__name__: f
     for f in (
@@ -406,6 +424,7 @@ SCENARIOS: dict[str, Callable[[World], None]] = {
         two_step_mig,
         mode_semantics,
         compute_modes,
+        running_processes,
         occupied_placement,
         persistence,
         failure_injection,

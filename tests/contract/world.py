@@ -55,6 +55,7 @@ class World(Protocol):
     def remove_gpu(self, uuid: str) -> None: ...
     def set_lost(self, uuid: str) -> None: ...
     def queue_xid(self, uuid: str, xid: int) -> None: ...
+    def set_processes(self, uuid: str, pids: list[int]) -> None: ...
     def reset_gpu(self, uuid: str) -> None: ...
     def inject_failure(
         self, function: str, error: str, times: int = 1, gpu: str | None = None
@@ -89,6 +90,9 @@ class FakeWorld:
 
     def queue_xid(self, uuid: str, xid: int) -> None:
         self.machine.queue_xid(uuid, xid)
+
+    def set_processes(self, uuid: str, pids: list[int]) -> None:
+        self.machine.set_processes(uuid, pids)
 
     def reset_gpu(self, uuid: str) -> None:
         self.machine.reset_gpu(uuid)
@@ -150,6 +154,9 @@ class MockWorld:
 
     def queue_xid(self, uuid: str, xid: int) -> None:
         self.state.queue_xid(uuid, xid)
+
+    def set_processes(self, uuid: str, pids: list[int]) -> None:
+        self.state.set_processes(uuid, pids)
 
     def reset_gpu(self, uuid: str) -> None:
         self.state.reset_gpu(uuid)
