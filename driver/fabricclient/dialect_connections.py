@@ -5,8 +5,10 @@ and our default. An attach POSTs a Connection naming the initiator and
 target endpoints; CXL memory is a ``ConnectionType: Memory`` connection
 whose ``MemoryChunkInfo`` names the logical device's memory chunks (from
 the endpoint's ``MemoryChunk`` entities, else the CXLLogicalDevice's
-``Links.MemoryChunks``). A connection's ``Status.State`` is its progress:
-``Starting`` attaching, ``Disabled`` detaching, anything else attached.
+``Links.MemoryChunks``). A connection's ``Status`` is its progress
+(:func:`state_of`, the zones dialect reads it too): ``State`` ``Starting``
+attaching, ``Disabled`` detaching, ``UnavailableOffline`` (present, not
+usable) or else ``Health`` ``Critical`` failed, anything else attached.
 """
 
 from __future__ import annotations
@@ -29,7 +31,19 @@ from driver.fabricclient.model import (
 from driver.fabricclient.operations import Operations
 
 log = logging.getLogger(__name__)
-STATES: dict[str | None, ConnectionState] = {"Starting": "Attaching", "Disabled": "Detaching"}
+STATES: dict[str | None, ConnectionState] = {
+    "Starting": "Attaching",
+    "Disabled": "Detaching",
+    "UnavailableOffline": "Failed",
+}
+
+
+def state_of(status: wire.Status) -> ConnectionState:
+    """A connection's progress from its ``Status`` (see the module docstring)."""
+    state = STATES.get(status.state)
+    if state is None:
+        state = "Failed" if status.health == "Critical" else "Attached"
+    return state
 
 
 def connection(
@@ -43,7 +57,7 @@ def connection(
     return FabricConnection(
         c.id, c.odata_id, wire.last_segment(c.links.targets[0].odata_id),
         ini.node if ini else "", ini.adapter if ini else "",
-        STATES.get(c.status.state, "Attached"), "", None,
+        state_of(c.status), "", None,
     )  # fmt: skip
 
 

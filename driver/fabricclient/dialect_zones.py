@@ -13,20 +13,29 @@ once do that), so the zone is read again and the PATCH built anew, a few
 times (each such PATCH is a new request: its Idempotency-Key gets a suffix,
 since a manager that honours the key would replay the 412). Attachments
 are read from the zones: every target endpoint in a zone with an initiator
-is attached to that initiator.
+is a connection to that initiator. Membership alone does not say it is
+done: a member listed while its attach runs, or after it failed, is
+attaching or failed, which the member endpoint's own connection
+(``Links.Connections``, the one naming the zone's initiator) says in its
+``Status`` (read as the connections dialect reads it:
+``dialect_connections.state_of``). A member with no connection linked is
+attached: membership is all such a manager tells.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 
 from driver.errors import FabricApiError, FabricNotFound
 from driver.fabricclient import wire
 from driver.fabricclient.dialect import IDEMPOTENCY_HEADER, link
+from driver.fabricclient.dialect_connections import state_of
 from driver.fabricclient.links import Links, parse
 from driver.fabricclient.model import (
     AttachResult,
+    ConnectionState,
     FabricConnection,
     FabricDevice,
     FabricTask,
@@ -36,6 +45,18 @@ from driver.fabricclient.operations import Operations
 
 log = logging.getLogger(__name__)
 PRECONDITION_TRIES = 5  # PATCHes of one change refused with 412 before we give up
+
+
+async def member_state(links: Links, member: str, initiator: str, zone: str) -> ConnectionState:
+    """How far the attach of zone member ``member`` to ``initiator`` is: its
+    connection's ``Status``; Attached when the endpoint links none to it."""
+    ep = await links.model(wire.Endpoint, member, zone)
+    for ref in ep.links.connections:
+        conn = await links.model(wire.Connection, ref.odata_id, member)
+        named = [i.odata_id.rstrip("/") for i in conn.links.initiators]
+        if not named or initiator in named:
+            return state_of(conn.status)
+    return "Attached"
 
 
 class ZonesDialect:
@@ -50,14 +71,16 @@ class ZonesDialect:
         for body in await links.members(fabric.zones.odata_id):
             zone = parse(wire.Zone, body, fabric.zones.odata_id)
             members = [e.odata_id.rstrip("/") for e in zone.links.endpoints]
-            inis = [initiators[m] for m in members if m in initiators]
+            inis = [m for m in members if m in initiators]
             if len(inis) != 1:
                 continue  # no initiator, or a zone shared by several: not a host port's zone
-            node, adapter = inis[0].node, inis[0].adapter
-            for m in members:
-                if m not in initiators:
-                    out.append(FabricConnection(zone.id, zone.odata_id, wire.last_segment(m),
-                                                node, adapter, "Attached", "", None))  # fmt: skip
+            ini, targets = initiators[inis[0]], [m for m in members if m not in initiators]
+            states = await asyncio.gather(
+                *(member_state(links, m, inis[0], zone.odata_id) for m in targets)
+            )
+            for m, state in zip(targets, states, strict=True):
+                out.append(FabricConnection(zone.id, zone.odata_id, wire.last_segment(m),
+                                            ini.node, ini.adapter, state, "", None))  # fmt: skip
         return out
 
     async def _zone(self, links: Links, uri: str) -> tuple[wire.Zone, str]:

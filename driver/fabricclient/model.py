@@ -19,7 +19,9 @@ TaskState = Literal[
 # The TaskStates after which nothing more happens, and those of them that end badly.
 TASK_ENDED: frozenset[str] = frozenset({"Completed", "Killed", "Exception", "Cancelled"})
 TASK_FAILED: frozenset[str] = frozenset({"Killed", "Exception", "Cancelled"})
-ConnectionState = Literal["Attaching", "Attached", "Detaching"]
+# Failed: the manager gave up half-way (Status UnavailableOffline or Health
+# Critical): never adopted as attached; a detach, or a new attach, clears it.
+ConnectionState = Literal["Attaching", "Attached", "Detaching", "Failed"]
 DeviceKind = Literal["gpu", "nic", "nvme", "cxlmem"]
 
 

@@ -18,6 +18,10 @@ restart does not re-roll it); the task ends in ``Exception`` and the attach
 is rolled back (the connection disappears) or the detach undone (the
 connection is ``Attached`` again).
 
+Nothing is left half-done (``outcomes.py``): a task whose rollback fails
+too, or that crashes, leaves its connection ``Failed``, never
+``Attaching``; a new attach of the device clears a failed connection first.
+
 Restart: tasks found ``New``/``Running`` at start are rolled *forward* -
 run again from the start, latency included. Every step is idempotent (the
 address is stored before the hot-add), so a task killed anywhere completes
@@ -34,12 +38,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from driver.errors import DeviceError
-from fabric.service import hosts, uris
+from fabric.service import outcomes, uris
 from fabric.service.errors import RedfishError, in_use, not_found
 from fabric.service.events import CHANGED, CREATED, REMOVED, TASK_DONE, TASK_FAILED, EventBus
 from fabric.service.inventory import Inventory
-from fabric.service.store import Connection, DeviceState, Store, Task
+from fabric.service.store import FAILED, Connection, Store, Task
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -50,6 +53,7 @@ class AttachOutcome:
     connection: Connection
     task: Task | None  # None: already attached, nothing to wait for
     created: bool
+    replaced: Connection | None = None  # a failed connection of the device, cleared
 
 
 class Fabric:
@@ -129,6 +133,8 @@ class Fabric:
                 related="#/Links/TargetEndpoints",
             )
         out = await self.call(self._attach_sync, initiator, target)
+        if out.replaced is not None:
+            self._notify(REMOVED, out.replaced)
         if out.created and out.task is not None:
             self._notify(CREATED, out.connection)
             self._spawn(out.task.id)
@@ -139,7 +145,10 @@ class Fabric:
         if dev.foreign_owner:
             raise in_use(f"{target} is allocated to another tenant ({dev.foreign_owner})")
         conn = self.store.connection_of(target)
-        if conn is not None:
+        failed = conn if conn is not None and conn.state == FAILED else None
+        if failed is not None:  # it holds nothing: clear what it left, then attach anew
+            outcomes.clear_failed(self.store, self.inv, failed)
+        elif conn is not None:
             if conn.initiator != initiator:
                 raise in_use(f"{target} is attached to {conn.initiator}")
             if conn.state == "Detaching":
@@ -147,7 +156,7 @@ class Fabric:
             return AttachOutcome(conn, self.store.open_task_of(conn.id), False)
         conn, task = self.store.start_attach(target, initiator, self.store.take("fail_attaches"))
         log.info("attach %s -> %s: connection %d, task %d", target, initiator, conn.id, task.id)
-        return AttachOutcome(conn, task, True)
+        return AttachOutcome(conn, task, True, failed)
 
     async def detach(self, connection: int, uri: str) -> Task:
         task, created = await self.call(self._detach_sync, connection, uri)
@@ -167,9 +176,10 @@ class Fabric:
             if task is not None:
                 return task, False
         if conn.state == "Attaching":
-            raise RedfishError(409, "ResourceInStandby", f"connection {conn.id} is still attaching")
+            what = f"connection {conn.id} of {conn.device} is still attaching"
+            raise RedfishError(409, "ResourceInStandby", what)
         if self.store.device(conn.device).in_use:
-            raise in_use(f"{conn.device} has running work; detach refused")
+            raise in_use(f"{conn.device} has running work; detach of connection {conn.id} refused")
         task = self.store.start_detach(conn, self.store.take("fail_detaches"))
         log.info("detach %s from %s: task %d", conn.device, conn.initiator, task.id)
         return task, True
@@ -186,16 +196,19 @@ class Fabric:
             task = await self.call(self._begin_sync, task_id)
             await self._sleep_latency(f"{task.kind}_latency")
             conn = await self.call(self.store.connection, task.connection)
-            problem = await self.call(self._finish_sync, task_id)
+            problem = await self.call(outcomes.finish, self.store, self.inv, task_id)
             if conn is not None and problem is not None:
                 gone = await self.call(self.store.connection, conn.id) is None
                 self._notify(REMOVED if gone else CHANGED, conn, uris.task_uri(task_id))
                 self.events.publish(TASK_FAILED if problem else TASK_DONE, uris.task_uri(task_id))
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except Exception as exc:
             log.exception("task %d crashed", task_id)
-            await self.call(self.store.set_task, task_id, "Exception", "internal error")
+            conn = await self.call(outcomes.crashed, self.store, task_id, exc)
+            if conn is not None:
+                self._notify(CHANGED, conn, uris.task_uri(task_id))
+            self.events.publish(TASK_FAILED, uris.task_uri(task_id))
 
     def _begin_sync(self, task_id: int) -> Task:
         self.store.set_task(task_id, "Running")
@@ -216,52 +229,3 @@ class Fabric:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(left):  # not wait_for: docs/design.md
                     await changed.wait()
-
-    def _finish_sync(self, task_id: int) -> str | None:
-        """Finish a task; its problem ("" when none), None when it had nothing to act on."""
-        task = self.store.task(task_id)
-        conn = self.store.connection(task.connection) if task else None
-        if task is None or conn is None:
-            log.error("task %d lost its connection", task_id)
-            if task is not None:
-                self.store.set_task(task_id, "Exception", "connection vanished")
-            return None
-        ini, tgt = self.inv.initiators[conn.initiator], self.inv.targets[conn.device]
-        if task.kind == "attach":
-            problem = self._attach_problem(task, self.store.device(conn.device))
-            if problem:
-                self.store.delete_connection(conn.id)
-            else:
-                bdf = conn.bdf or hosts.plan(ini)
-                self.store.set_connection(conn.id, bdf=bdf)
-                try:
-                    hosts.add(ini, tgt, bdf)
-                except OSError as exc:
-                    hosts.remove(ini, tgt, bdf)
-                    self.store.delete_connection(conn.id)
-                    problem = f"hot-add of {conn.device} on {ini.node} failed: {exc}"
-                else:
-                    self.store.set_connection(conn.id, state="Attached")
-        elif task.fail:
-            problem = f"injected failure: detach of {conn.device} from {ini.node} failed"
-            self.store.set_connection(conn.id, state="Attached")
-        else:
-            try:
-                hosts.remove(ini, tgt, conn.bdf)
-            except DeviceError as exc:  # the host refused: still attached, say why
-                problem = str(exc)
-                self.store.set_connection(conn.id, state="Attached")
-            else:
-                self.store.delete_connection(conn.id)
-                problem = ""
-        self.store.set_task(task_id, "Exception" if problem else "Completed", problem)
-        log.info("task %d (%s %s): %s", task_id, task.kind, conn.device, problem or "completed")
-        return problem
-
-    def _attach_problem(self, task: Task, dev: DeviceState) -> str:
-        ini = self.inv.initiators[task.initiator]
-        if task.fail:
-            return f"injected failure: attach of {task.device} to {ini.node} failed"
-        if dev.health == "Critical":
-            return f"{task.device} reports a critical fault"
-        return ""

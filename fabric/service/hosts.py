@@ -13,6 +13,10 @@ the hot-add (``plan``), and ``add`` does nothing if that address already
 exists on the host. A crash between the device appearing and its uevent
 being written can lose that one event; the device itself is never doubled.
 
+A hot-add that fails half-way is undone (``add_or_undo``); when the undo
+fails too, the caller learns it, since part of the device may still be on
+the host (the service then marks the connection failed: ``core.py``).
+
 Concurrency: called only from the service's worker thread; ``SimHost`` is
 not thread-safe and is opened per call (cheap: one small JSON file).
 """
@@ -59,6 +63,26 @@ def add(initiator: Initiator, target: Target, bdf: str) -> list[str]:
     bdfs = host.hot_add(initiator.adapter, _endpoint(target, bdf))
     log.info("hot-added %s on %s behind %s: %s", target.id, host.name, initiator.adapter, bdfs)
     return bdfs
+
+
+def add_or_undo(initiator: Initiator, target: Target, bdf: str) -> tuple[str, bool]:
+    """Hot-add ``target`` at ``bdf``, and hot-remove it again if that fails.
+
+    Returns ``(problem, undone)``: ``("", True)`` once added; a problem and
+    True when the add failed and nothing of it is left; a problem and False
+    when the undo failed too (part of the device may still be there)."""
+    try:
+        add(initiator, target, bdf)
+    except (OSError, DeviceError) as exc:
+        problem = f"hot-add of {target.id} on {initiator.node} failed: {exc}"
+    else:
+        return "", True
+    try:
+        remove(initiator, target, bdf)
+    except (OSError, DeviceError) as exc:
+        log.error("%s; undoing it failed too: %s", problem, exc)
+        return f"{problem}; undoing it failed too: {exc}", False
+    return problem, True
 
 
 def remove(initiator: Initiator, target: Target, bdf: str) -> list[str]:

@@ -18,10 +18,17 @@ import time
 from fabric.service import hardware, uris
 from fabric.service.errors import message
 from fabric.service.inventory import Initiator, Inventory, Target
-from fabric.service.store import Connection, DeviceState, Task
+from fabric.service.store import FAILED, Connection, DeviceState, Task
 from fabric.service.uris import Json, link
 
-CONN_STATE = {"Attaching": "Starting", "Attached": "Enabled", "Detaching": "Disabled"}
+# A connection's progress in Status.State; a failed one (outcomes.py) is
+# present but unusable: UnavailableOffline with Health Critical.
+CONN_STATE = {
+    "Attaching": "Starting",
+    "Attached": "Enabled",
+    "Detaching": "Disabled",
+    FAILED: "UnavailableOffline",
+}
 ENTITY_TYPE = {
     "gpu": "Processor",
     "nic": "NetworkController",
@@ -189,7 +196,10 @@ def connection(inv: Inventory, conn: Connection) -> Json:
         "@odata.type": "#Connection.v1_4_0.Connection",
         "Id": str(conn.id),
         "Name": f"{conn.device} to {conn.initiator}",
-        "Status": {"State": CONN_STATE[conn.state], "Health": "OK"},
+        "Status": {
+            "State": CONN_STATE[conn.state],
+            "Health": "Critical" if conn.state == FAILED else "OK",
+        },
         "Links": {
             "InitiatorEndpoints": [link(uris.endpoint_uri(ini.fabric, ini.id))],
             "TargetEndpoints": [link(uris.endpoint_uri(tgt.fabric, tgt.id))],
@@ -207,7 +217,8 @@ def connection(inv: Inventory, conn: Connection) -> Json:
 
 
 def zone_members(ini: Initiator, conns: list[Connection]) -> list[str]:
-    """The zone of ``ini``: the initiator, then every target attached or attaching to it."""
+    """The zone of ``ini``: the initiator, then every target attached, attaching or
+    failed (its connection's ``Status`` tells which) to it."""
     targets = sorted(c.device for c in conns if c.initiator == ini.id and c.state != "Detaching")
     return [uris.endpoint_uri(ini.fabric, ini.id)] + [
         uris.endpoint_uri(ini.fabric, t) for t in targets
@@ -219,7 +230,9 @@ def zone_etag(members: list[str]) -> str:
 
 
 def zone(ini: Initiator, conns: list[Connection]) -> Json:
+    """The zone of ``ini``; a member whose connection failed makes its ``HealthRollup`` Critical."""
     members = zone_members(ini, conns)
+    failed = any(c.initiator == ini.id and c.state == FAILED for c in conns)
     return {
         "@odata.id": uris.zone_uri(ini.fabric, ini.id),
         "@odata.type": "#Zone.v1_6_3.Zone",
@@ -227,7 +240,11 @@ def zone(ini: Initiator, conns: list[Connection]) -> Json:
         "Id": ini.id,
         "Name": f"zone of {ini.node} adapter {ini.adapter}",
         "ZoneType": "ZoneOfEndpoints",
-        "Status": {"State": "Enabled", "Health": "OK"},
+        "Status": {
+            "State": "Enabled",
+            "Health": "OK",
+            "HealthRollup": "Critical" if failed else "OK",
+        },
         "Links": {"Endpoints": [link(m) for m in members]},
     }
 

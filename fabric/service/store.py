@@ -28,7 +28,7 @@ CREATE TABLE IF NOT EXISTS connections (
   id INTEGER PRIMARY KEY AUTOINCREMENT,
   device TEXT NOT NULL UNIQUE,
   initiator TEXT NOT NULL,
-  state TEXT NOT NULL,            -- Attaching | Attached | Detaching
+  state TEXT NOT NULL,            -- Attaching | Attached | Detaching | Failed
   bdf TEXT NOT NULL DEFAULT '',   -- planned before hot-add, so a resumed task is idempotent
   created REAL NOT NULL
 );
@@ -62,6 +62,7 @@ CREATE TABLE IF NOT EXISTS answers (  -- first answer per Idempotency-Key (idemp
 """
 
 OPEN_STATES = ("New", "Running")
+FAILED = "Failed"  # a connection whose task failed half-way (outcomes.py): it holds nothing
 KNOBS = ("fail_attaches", "fail_detaches", "attach_latency", "detach_latency")
 
 

@@ -13,6 +13,11 @@ Rules: one target added or removed per PATCH (400 otherwise); the zone's
 own initiator must stay (400); ``If-Match`` with a stale ETag is 412 (no
 ``If-Match``: accepted); the answer is ``202`` + ``Location`` (task
 monitor) + the Task, or ``200`` + the zone when nothing was to be done.
+A member whose connection failed (``outcomes.py``) stays listed, its
+connection (the endpoint's ``Links.Connections``) ``UnavailableOffline``
+and ``Critical``: a PATCH without it detaches what is left, and a PATCH
+that changes nothing but lists it asks for its attach again (the first
+such member).
 ETag check and change run under one lock, so two PATCHes built on the same
 ETag cannot both act. ``Idempotency-Key`` is honoured as on POST Connections.
 """
@@ -26,7 +31,7 @@ from fabric.service.answers import ONCE, ZONE_LOCK, answer, expand, fabric_of
 from fabric.service.core import Fabric
 from fabric.service.errors import RedfishError, bad_property, not_found
 from fabric.service.inventory import Initiator
-from fabric.service.store import Connection
+from fabric.service.store import FAILED, Connection
 
 FIELD = "Links.Endpoints"
 
@@ -92,8 +97,10 @@ async def _patch(request: web.Request) -> web.Response:
             raise RedfishError(
                 412, "PreconditionFailed", f"If-Match {sent}: the zone is now at ETag {etag}"
             )
-        have = {c.device for c in conns if c.initiator == ini.id and c.state != "Detaching"}
-        added, removed = sorted(wanted - have), sorted(have - wanted)
+        have = {c.device: c for c in conns if c.initiator == ini.id and c.state != "Detaching"}
+        added, removed = sorted(wanted - set(have)), sorted(set(have) - wanted)
+        if not added and not removed:  # listing a failed member again asks for it again
+            added = sorted(d for d in wanted if have[d].state == FAILED)[:1]
         if len(added) + len(removed) > 1:
             raise bad_property(
                 FIELD,
