@@ -39,6 +39,7 @@ import uuid as uuidlib
 from pathlib import Path
 
 from driver.errors import DeviceError
+from fabric.simhost import violations
 from fabric.simhost.cxl_sysfs import CxlSysfs
 from fabric.simhost.effects import EffectsWatcher, SysfsEffects
 from fabric.simhost.hostlock import HostLock
@@ -336,6 +337,8 @@ class SimHost:
         info = {b: (self.devpath(b), *self._ids(b)) for b in gone}
         uuid = self.gpu_uuids().get(bdf)
         if uuid:
+            # Not refused, as on a real host (XID 79), but recorded: tests fail on it.
+            violations.record_gpu_removal(self.dir, self.name, bdf, self.nvml.read())
             self.nvml.remove_gpu(uuid)
         self.nvme.remove(pf)
         self.cxl.remove(pf)
