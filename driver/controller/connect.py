@@ -149,8 +149,10 @@ class Connector:
         """True once an earlier request for this attach ended well; False: ask.
 
         The earlier request is this allocation's recorded operation, or a
-        connection of the device to this node and adapter (attached, or on
-        its way with or without a task to follow).
+        connection of the device to this node and adapter: attached, or on
+        its way with or without a task to follow (followed, or watched until
+        it is done: a connection that is not done is never adopted). A
+        failed one is asked again (the fabric clears it).
         """
         fabric = self._fabric
         if a.operation:
@@ -167,6 +169,9 @@ class Connector:
             if conn.state == "Attached":
                 log.info("%s: already attached to %s via %s", v.device_id, v.node, v.adapter)
                 return True
+            if conn.state == "Failed":
+                log.info("%s: its connection %s failed: asking again", v.device_id, conn.uri)
+                return False
             if conn.state != "Attaching":
                 return False  # leaving: ask again once it is gone
             if conn.task_uri:

@@ -94,7 +94,7 @@ class ControllerEvents:
 
     def detach_failed(self, regarding: ObjectRef, device_id: str, why: str) -> None:
         if self.recorder is not None:
-            note = f"detaching fabric device {device_id} failed (retried): {why}"
+            note = f"detaching fabric device {device_id} failed (retried with backoff): {why}"
             self.recorder.warning(regarding, DETACH_FAILED, "Detach", note)
 
     def spare_attached(self, node: ObjectRef, v: Variant) -> None:

@@ -99,11 +99,12 @@ class SpareKeeper:
         self, inv: FabricInventory, reports: Mapping[str, NodeFabric], needed: set[str], now: float
     ) -> list[Spare]:
         """The devices attached or attaching that no allocation needs and no
-        prepared claim holds (a released one its node has not unprepared)."""
+        prepared claim holds (a released one its node has not unprepared).
+        A failed connection is no spare: the reconciler detaches it."""
         out = []
         for d in inv.devices:
             conn = d.connection
-            if d.id in needed or conn is None or conn.state == "Detaching":
+            if d.id in needed or conn is None or conn.state in ("Detaching", "Failed"):
                 continue
             if self._workers.arriving(d.id):  # listed as its spare attach, under way
                 continue

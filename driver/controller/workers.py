@@ -8,8 +8,11 @@ attach starts). How one attach is asked and followed (once per
 allocation, retried while the device leaves another node or the fabric is
 unusable) is ``driver.controller.connect``. A failed attach task, a
 foreign tenant, the timeout or the spent unreachable budget end in
-``FabricDeviceFailed`` and a hold on the device. A failed detach is
-retried by a later pass.
+``FabricDeviceFailed`` and a hold on the device. A failed or refused
+detach is asked again by a later pass once its device's backoff allows
+(``driver.controller.retries``: exponential, jittered, capped), and its
+DetachFailed Event carries the fabric's message (which names the
+connection in the way).
 
 The reconciler decides to detach (and the spare keeper to attach) from its
 last fabric inventory, and an operation's end triggers a pass at once, often
@@ -47,6 +50,7 @@ from driver.controller.events import ControllerEvents, claim_ref
 from driver.controller.holds import FailedHolds
 from driver.controller.pool import Variant
 from driver.controller.reports import NodeReports
+from driver.controller.retries import Retries
 from driver.controller.status import ClaimStatusWriter
 from driver.errors import (
     ApiError,
@@ -82,6 +86,7 @@ class Workers:
         events: ControllerEvents | None = None,
         unreachable_budget: float | None = None,
         published: Callable[[], Awaitable[None]] | None = None,
+        retries: Retries | None = None,
     ) -> None:
         self._fabric = fabric
         self._status = status
@@ -90,6 +95,8 @@ class Workers:
         self._timeout = attach_timeout
         self._connector = Connector(fabric, status, attach_timeout, unreachable_budget)
         self._on_done = on_done
+        # Refused detaches, per device: when each may be asked again (a pass then).
+        self._retries = retries or Retries(on_done)
         # Awaited after a hold and before the failure is written: the pool
         # without the held device is in the apiserver by then, so the
         # scheduler that clears the failed allocation cannot pick it again.
@@ -116,6 +123,7 @@ class Workers:
 
     async def stop(self) -> None:
         """Cancel every attach and detach under way and wait for them to end."""
+        self._retries.close()
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
@@ -183,8 +191,9 @@ class Workers:
     def detach(self, device_id: str, node: ObjectRef) -> None:
         """Detach ``device_id`` (attached to ``node``, where its Event goes
         when this incarnation did not attach it for a claim), unless an
-        operation on it runs or is settling."""
-        if not self.busy(device_id) and not self.settling(device_id):
+        operation on it runs or is settling, or its last detach was refused
+        and its backoff has not run out."""
+        if not (self.busy(device_id) or self.settling(device_id)) and self._retries.due(device_id):
             self._start(device_id, self._detach(device_id, node), f"detach-{device_id}")
 
     def attach_spare(self, v: Variant, node: ObjectRef, on_end: Callable[[str], None]) -> bool:
@@ -338,8 +347,9 @@ class Workers:
                 self._events.detached(regarding, device_id, node.name)
             observe("detach", "ok", started)
             self._holder.pop(device_id, None)
+            self._retries.succeeded(device_id)
         except (FabricApiError, FabricUnavailable, TimeoutError, AttachFailed) as exc:
             observe("detach", "failed", started)
-            log.info("detaching %s failed (retried later): %s", device_id, exc)
+            delay = self._retries.refused(device_id)
+            log.info("detaching %s failed (asked again in %.1fs): %s", device_id, delay, exc)
             self._events.detach_failed(regarding, device_id, str(exc))
-            await asyncio.sleep(1.0)
