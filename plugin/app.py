@@ -31,6 +31,7 @@ from driver.devices.kind import DeviceType, all_handlers, scan_all
 from driver.devices.model import CounterSet
 from driver.errors import Stopped
 from driver.fabric_devices.node import AnnotationPublisher, FabricNodeView
+from driver.fabric_devices.usage import FabricUsage, nvml_probe
 from driver.gpu.kind import GpuType
 from driver.health.monitor import HealthMonitor
 from driver.httpendpoint import serve_http
@@ -107,8 +108,14 @@ class NodePlugin:
         self.fabric: FabricNodeView | None = None
         self.fabric_report: AnnotationPublisher | None = None
         self.fabric = fabric_view(settings)
+        # What NVML says of attached fabric GPUs no claim holds (busy report).
+        self.fabric_usage: FabricUsage | None = None
         if self.fabric is not None:
             self.fabric_report = AnnotationPublisher(api, settings.node_name)
+            probe = nvml_probe(self.device_types)
+            if probe is not None:
+                self.fabric_usage = FabricUsage(probe)
+                self.fabric_usage.on_change = self.report_fabric
 
     async def rescan(self) -> None:
         """Re-enumerate the node's devices and republish if anything changed."""
@@ -163,7 +170,7 @@ class NodePlugin:
             return
         attached = self.inventory.devices(self.settings.fabric_pool)
         held = self.preparer.prepared_devices()
-        self.fabric_report.set(self.fabric.report(attached, held))
+        self.fabric_report.set(self.fabric.report(attached, held, self.fabric_usage))
 
     def claim_serving(self) -> tuple[SocketPaths, ClaimPreparer]:
         """The kubelet sockets and the claim preparer with its one lock, both
@@ -272,6 +279,8 @@ class NodePlugin:
                 group.create_task(self.recorder.run(), name="events")
                 if self.fabric_report is not None:
                     group.create_task(self.fabric_report.run(), name="fabric-report")
+                if self.fabric_usage is not None:
+                    group.create_task(self.fabric_usage.run(), name="fabric-usage")
                 group.create_task(serve(), name="grpc-servers")
                 if s.metrics_port:
                     group.create_task(

@@ -14,10 +14,16 @@ annotation, together with the UUIDs of the attached GPUs, the permanent
 MAC addresses of the attached NICs' PFs and the serials of the attached
 NVMe drives and CXL memory devices, and each attached GPU's board serial
 (NVML's, the only name a count-based fabric manager gives what it attached).
+A GPU is busy in that report while a claim holds it or any part of it (a
+MIG placement, a share), or while NVML shows a MIG instance or a process on
+it (:mod:`driver.fabric_devices.usage`): the controller detaches nothing
+busy, and a real host hot-removes a GPU in use without refusing (issue 34).
+A fabric GPU's MIG placements and shares are offered nowhere.
 
 Concurrency: :meth:`FabricNodeView.split` reads sysfs (adapter roots
 included) and runs in the scan's worker thread; :meth:`FabricNodeView.report`
-reuses those roots and runs on the loop after every prepare/unprepare;
+reuses those roots and runs on the loop after every prepare/unprepare (and
+after each NVML probe that changed its answer);
 :class:`AnnotationPublisher` is one asyncio task that writes the annotation
 whenever it changed, retrying with backoff.
 """
@@ -35,6 +41,8 @@ from driver.cxl import KIND as CXL_MEMORY
 from driver.devices.model import ATTACHMENT, PCI_BUS_ID, Device
 from driver.errors import ApiError, ConfigError
 from driver.fabric_devices.naming import NODE_ANNOTATION, NodeFabric, identity, variant_name
+from driver.fabric_devices.usage import FabricUsage
+from driver.gpu.fraction import KIND as SHARED_GPU
 from driver.kube.client import KubeClient
 from driver.nvme import KIND as NVME
 from driver.pci import sysfs
@@ -44,6 +52,23 @@ log = logging.getLogger(__name__)
 IDENTITY = "fabricIdentity"  # GPU UUID, NIC MAC or serial, on the unpublished fabric devices
 # Device kinds offered as themselves when behind an adapter, named by their serial attribute.
 BY_SERIAL = (NVME, CXL_MEMORY)
+# Kinds that hold a GPU whole or in part ("mig": driver.mig.layout.KIND, a layer above).
+GPU_KINDS = ("gpu", "mig", SHARED_GPU)
+
+
+def gpu_of(device: Device) -> str | None:
+    """The UUID of the GPU a MIG placement (its ``parent``) or a shared twin
+    (same identity as its GPU) is carved from; None for any other device."""
+    if device.parent is not None:
+        return device.parent
+    return device.local_id if device.kind == SHARED_GPU else None
+
+
+def held_gpus(held: Collection[tuple[str, str]]) -> set[str]:
+    """UUIDs of the GPUs that ``held`` (kind, local id) holds whole or in part:
+    a MIG placement's local id starts with its GPU's (``<uuid>:<profile>:<start>``,
+    ``driver.mig.layout.local_id``), a share's is its GPU's."""
+    return {local_id.partition(":")[0] for kind, local_id in held if kind in GPU_KINDS}
 
 
 def parse_adapters(spec: str) -> dict[str, str]:
@@ -149,12 +174,24 @@ class FabricNodeView:
         return None
 
     def split(self, devices: Sequence[Device]) -> tuple[list[Device], list[Device]]:
-        """(local devices, fabric devices renamed to their fabric pool variant)."""
+        """(local devices, fabric devices renamed to their fabric pool variant).
+
+        A fabric GPU's MIG placements and shared twin are offered nowhere:
+        offered locally, they drew on counters the fabric pool cannot see,
+        and the scheduler gave one GPU whole to a fabric claim and in parts
+        to local claims (issue 34). A placement names no PCI address (the
+        lean slices), so it follows its GPU (:func:`gpu_of`), kept in the
+        node's order.
+        """
         self._roots = self.adapter_roots()
-        local: list[Device] = []
+        kept: list[Device] = []  # local candidates, in the scan's order
         fabric: list[Device] = []
+        not_local: set[str] = set()  # GPUs behind an adapter or gone: none of their parts
         for device in devices:
             bdf = device.attributes.get(PCI_BUS_ID)
+            if gpu_of(device) is not None:
+                kept.append(device)  # decided by its GPU, below
+                continue
             # One look at sysfs decides both whether the device is still there
             # and where it sits: with two, a detach that hot-removes it in
             # between made a present device "behind no adapter", a local one.
@@ -164,12 +201,15 @@ class FabricNodeView:
                 # hot-removes it): where it sat is unknown, so it is not
                 # offered as local; the removal's rescan settles it.
                 log.info("%s (%s) is gone from sysfs: not offered", device.name, bdf)
+                not_local.add(device.local_id)
                 continue
             adapter = self._adapter_above(path) if path is not None else None
             named = self._fabric_name(device, adapter) if adapter is not None else None
             if adapter is None:
-                local.append(device)
-            elif named is not None:
+                kept.append(device)
+                continue
+            not_local.add(device.local_id)
+            if named is not None:
                 attrs = {
                     **device.attributes,
                     ATTACHMENT: "fabric",
@@ -179,14 +219,30 @@ class FabricNodeView:
                 fabric.append(dataclasses.replace(device, name=named[0], attributes=attrs))
             else:
                 log.debug("%s is behind fabric adapter %s: not offered", device.name, adapter)
+        local = [d for d in kept if gpu_of(d) not in not_local]
+        if len(local) < len(kept):
+            log.debug("%d MIG placements or shares of fabric GPUs not offered",
+                      len(kept) - len(local))  # fmt: skip
         return local, fabric
 
     def report(
-        self, fabric: Sequence[Device], held: Collection[tuple[str, str]] = ()
+        self,
+        fabric: Sequence[Device],
+        held: Collection[tuple[str, str]] = (),
+        usage: FabricUsage | None = None,
     ) -> NodeFabric:
-        """The node's report; ``held``: (kind, local id) of the devices claims hold."""
+        """The node's report; ``held``: (kind, local id) of the devices claims
+        hold; ``usage``: what NVML says of the GPUs no claim holds.
+
+        A GPU is busy, not to be detached, while a claim holds it whole, one
+        of its MIG placements or a share of it, or while NVML shows a MIG
+        instance or a process on it.
+        """
         seen: dict[str, dict[str, str]] = {k: {} for k in ("gpu", "nic", *BY_SERIAL)}
         busy: set[str] = set()
+        gpus_in_use = held_gpus(held)
+        if usage is not None:
+            gpus_in_use |= usage.busy([d.local_id for d in fabric if d.kind == "gpu"], gpus_in_use)
         serials: dict[str, str] = {}
         for d in fabric:
             ident = str(d.attributes[IDENTITY])
@@ -196,7 +252,7 @@ class FabricNodeView:
             seen["nic" if d.kind == "vf" else d.kind][ident] = str(
                 d.attributes.get("fabricAdapter", "")
             )
-            if (d.kind, d.local_id) in held:
+            if (d.kind, d.local_id) in held or (d.kind == "gpu" and d.local_id in gpus_in_use):
                 busy.add(ident)
         # The roots of the last scan: a report after each prepare reads no sysfs.
         roots = self._roots if self._roots is not None else self.adapter_roots()
