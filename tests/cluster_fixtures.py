@@ -17,12 +17,12 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from tests import figures
 from tests.e2e.helpers import unique, wait_for
 from tests.harness import cluster as localk8s
 from tests.harness.cluster_proc import pid_alive
@@ -34,9 +34,15 @@ REPO = Path(__file__).resolve().parents[1]
 # stay under 107 bytes wherever the checkout is. One per test session (the
 # pid), so two sessions on one machine never stop each other's cluster; a
 # dead session's directory is removed by the next one (_remove_stale).
+# Under pytest-xdist each worker is a session of its own, with its own pid,
+# control plane and directory (a fixed PATCHBAY_E2E_RUN_DIR gets the worker's
+# name appended).
 RUN_PREFIX = "/tmp/pbe-"
-RUN_DIR = Path(os.environ.get("PATCHBAY_E2E_RUN_DIR", f"{RUN_PREFIX}{os.getpid()}"))
-_STARTUP: dict[str, float] = {}
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_FIXED = os.environ.get("PATCHBAY_E2E_RUN_DIR", "")
+RUN_DIR = Path(
+    (f"{_FIXED}-{_WORKER}" if _WORKER else _FIXED) if _FIXED else f"{RUN_PREFIX}{os.getpid()}"
+)
 
 
 def missing_prerequisite(reason: str) -> None:
@@ -72,7 +78,7 @@ def local_cluster() -> Iterator[localk8s.LocalCluster]:
     except localk8s.ComponentError as err:
         pytest.fail(f"local control plane did not start: {err}", pytrace=False)
     assert cluster.startup_seconds is not None
-    _STARTUP["session"] = cluster.startup_seconds
+    record_startup("session", cluster.startup_seconds)
     yield cluster
     cluster.down()
 
@@ -87,13 +93,10 @@ def _remove_stale() -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    for name, seconds in _STARTUP.items():
-        terminalreporter.write_line(f"local control plane ({name}) start-to-ready: {seconds:.1f}s")
-
-
 def record_startup(name: str, seconds: float) -> None:
-    _STARTUP[name] = seconds
+    """A control plane's start-to-ready time, in the run's summary (tests.figures)."""
+    who = f", {_WORKER}" if _WORKER else ""
+    figures.keep(f"local control plane ({name}{who}) start-to-ready: {seconds:.1f}s")
 
 
 @pytest.fixture(scope="session")

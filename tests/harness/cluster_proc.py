@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -24,6 +23,8 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from tests.harness.ports import free_port as free_port  # where the harness takes ports
+
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
@@ -31,13 +32,6 @@ PR_SET_PDEATHSIG = 1
 
 class ComponentError(RuntimeError):
     """A component exited or did not become ready; the message holds its log tail."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _die_with_parent() -> None:

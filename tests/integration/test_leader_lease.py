@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -30,6 +29,7 @@ from driver.controller.leader import LeaderLease, LeaseTiming
 from driver.kube.api import KubeApi
 from tests.e2e.helpers import wait_for
 from tests.harness.cluster import LocalCluster
+from tests.harness.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -101,12 +101,6 @@ async def test_the_apiserver_stores_takeover_renewal_and_release(
     lease = await api.get(path)
     assert lease["spec"]["holderIdentity"] == "c"
     assert lease["spec"]["leaseTransitions"] == 2
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
