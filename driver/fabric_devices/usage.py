@@ -58,6 +58,7 @@ class FabricUsage:
         self._held: set[str] = set()
         self._idle: set[str] = set()  # attached, held by no claim: what a probe asks about
         self._unconfirmed: set[str] = set()  # released, no probe since: busy
+        self._checking: set[str] = set()  # unconfirmed ones the running probe started after
         self._wake = asyncio.Event()
 
     def busy(self, attached: Collection[str], held: Collection[str]) -> set[str]:
@@ -68,6 +69,7 @@ class FabricUsage:
         released = self._held - held
         if released & idle:
             self._unconfirmed |= released & idle
+            self._checking -= released  # released again while a probe runs: not its answer
         if released & idle or idle - self._idle:
             self._wake.set()
         self._held, self._idle = held, idle
@@ -87,8 +89,9 @@ class FabricUsage:
 
     async def probe_once(self) -> None:
         """Ask NVML about the idle GPUs now; ``on_change`` if the answer changed."""
-        idle, checking = sorted(self._idle), set(self._unconfirmed)
+        idle, self._checking = sorted(self._idle), set(self._unconfirmed)
         found = dict(await asyncio.to_thread(self._probe, idle)) if idle else {}
+        checking, self._checking = self._checking, set()
         for uuid in found.keys() - self._in_use.keys():
             log.info("fabric GPU %s is in use (%s): reported busy", uuid, found[uuid])
         for uuid in self._in_use.keys() - found.keys():

@@ -6,6 +6,7 @@ detached")."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Collection, Mapping
 from pathlib import Path
 
@@ -145,6 +146,28 @@ async def test_a_released_gpu_stays_busy_until_nvml_says_it_is_free() -> None:
     await usage.probe_once()
     assert usage.busy(["G1", "G2"], ["G2"]) == set()
     assert len(changes) == 2
+
+
+async def test_a_gpu_released_again_while_nvml_is_asked_waits_for_the_next_answer() -> None:
+    asked, answer = threading.Event(), threading.Event()
+
+    def slow_probe(uuids: Collection[str]) -> Mapping[str, str]:
+        asked.set()
+        answer.wait(5)
+        return {}
+
+    usage = FabricUsage(slow_probe)
+    usage.busy(["G1"], ["G1"])
+    assert usage.busy(["G1"], []) == {"G1"}
+    probing = asyncio.create_task(usage.probe_once())
+    await asyncio.to_thread(asked.wait, 5)
+    usage.busy(["G1"], ["G1"])  # held and released again while NVML is asked
+    assert usage.busy(["G1"], []) == {"G1"}
+    answer.set()
+    await probing
+    assert usage.busy(["G1"], []) == {"G1"}  # that answer predates this release
+    await usage.probe_once()
+    assert usage.busy(["G1"], []) == set()
 
 
 async def test_a_process_ending_is_seen_by_the_periodic_probe() -> None:
