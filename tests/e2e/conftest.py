@@ -14,6 +14,10 @@ The controller attaches in the ``connections`` dialect; a module that sets
 ``FABRIC_DIALECTS = DIALECTS`` runs once per dialect (its tests get an id
 ``[connections]`` / ``[zones]``, and a fresh env each). Only modules whose
 subject is the attach itself do: the rest do not depend on the dialect.
+
+A module may add flags to the node plugins (``plugin_args``) and to the
+controller (``controller_args``). Every test that uses the env fails if one
+of its hosts hot-removed a GPU still in use meanwhile (issue 34).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from fabric.simhost import violations
 from tests.e2e.chart import Applier, cached_tool
 from tests.e2e.fabric_helpers import (
     ADAPTERS,
@@ -84,9 +89,30 @@ def controller_args() -> tuple[str, ...]:
 
 
 @pytest.fixture(scope="module")
+def plugin_args() -> tuple[str, ...]:
+    """More flags for this module's node plugins (override in a module)."""
+    return ()
+
+
+@pytest.fixture(autouse=True)
+def no_gpu_removed_in_use(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fails a test during which a fabric env's host hot-removed a GPU still in
+    use (a MIG instance or a process on it): a real host does not refuse that
+    remove, so the simulated one records it (fabric/simhost/violations.py)."""
+    if "env" not in request.fixturenames:
+        yield
+        return
+    hosts = [n.host.dir for n in request.getfixturevalue("env").nodes]
+    before = {h: len(violations.read(h)) for h in hosts}
+    yield
+    found = [v for h in hosts for v in violations.read(h)[before[h] :]]
+    assert found == [], f"GPUs hot-removed while in use: {found}"
+
+
+@pytest.fixture(scope="module")
 def env(  # type: ignore[no-untyped-def]
     local_cluster, resource_api, core, tmp_path_factory, fabric_dialect: str,
-    fabric_layout: FabricLayout, controller_args: tuple[str, ...],
+    fabric_layout: FabricLayout, controller_args: tuple[str, ...], plugin_args: tuple[str, ...],
 ) -> Iterator[Env]:  # fmt: skip
     build_nvml_mock()
     apply_rbac(local_cluster.kubeconfig, "plugin.yaml")
@@ -102,12 +128,8 @@ def env(  # type: ignore[no-untyped-def]
         "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
     )
     names = [unique("fab"), unique("fab")]
-    nodes = [
-        SimNode(
-            local_cluster, n, "fabric-adapters", plugin_kc, (ADAPTERS, f"--vf-config={vf_config}")
-        )
-        for n in names
-    ]
+    args = (ADAPTERS, f"--vf-config={vf_config}", *plugin_args)
+    nodes = [SimNode(local_cluster, n, "fabric-adapters", plugin_kc, args) for n in names]
     run = Path(local_cluster.run_dir)
     fabric = FabricService(run / "fabric", fabric_layout.spec(nodes))
     ctl_kc = local_cluster.kubeconfig_for(

@@ -151,6 +151,22 @@ def runs_with(
     wait_for(f"{device} detached", lambda: device not in env.fabric.connections(), timeout=60)
 
 
+def kept_attached(env: Env, device: str, node: str, start: int, why: str) -> None:
+    """Wait for a controller pass that would have detached ``device`` from
+    ``node`` and logged that the detach waits (the node reports it busy);
+    ``start``: the controller log's size before the release. Fails at once if
+    the device is detached meanwhile."""
+    waits = f"{device} still prepared on {node}: detach waits"
+
+    def decided() -> bool:
+        assert device in env.fabric.connections(), f"{device} detached while {why}"
+        with env.ctl.log_path.open(encoding="utf-8", errors="replace") as log:
+            log.seek(start)
+            return waits in log.read()
+
+    wait_for(f"a controller pass keeping {device} attached", decided, timeout=60)
+
+
 def running(env: Env, core: Any, ns: str, name: str, timeout: float = 120) -> None:
     """Wait until the pod runs, failing at once if a node or the controller died."""
     pods.running(core, ns, name, timeout, alive=env.check_alive)
