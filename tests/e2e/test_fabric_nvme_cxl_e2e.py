@@ -107,15 +107,25 @@ def attached_and_running(
 
 
 def released(env: Env, resource_api: Any, core: Any, node: str, device: str) -> None:
-    """``device`` detached, the node no longer reports it, the pool whole again."""
+    """``device`` detached, the node no longer reports it, the pool whole again.
+
+    The node's report follows the host's remove uevent and the plugin's rescan,
+    the pool the controller's detach: neither waits for the other, so each is
+    waited for."""
     wait_for(f"{device} detached", lambda: device not in env.fabric.connections(), timeout=60)
     wait_for(
         "the pool whole again",
         lambda: len(fabric_pool(resource_api)) == env.pool_size,
         timeout=60,
     )
-    seen = report(core, node)
-    assert (dict(seen.nvme), dict(seen.cxlmem), set(seen.busy)) == ({}, {}, set())
+
+    def clean() -> bool:
+        seen = report(core, node)
+        return (dict(seen.nvme), dict(seen.cxlmem), set(seen.busy)) == ({}, {}, set())
+
+    wait_for(
+        f"{node} no longer reports {device}", lambda: env.check_alive() and clean(), timeout=60
+    )
 
 
 def test_an_nvme_drive_from_the_fabric(
