@@ -39,7 +39,7 @@ MPS_POINTS = (
     "mps-ready-unwritten",  # the daemon is configured, ready.json not written
     "mps-daemon-stopped",  # the daemon quit, its directory not removed
 )
-# Inside the controller's attach worker (driver.controller.workers).
+# Inside the controller's attach worker (driver.controller.attach.workers).
 CONTROLLER_POINTS = (
     "fabric-attach-answered",  # the fabric answered the attach request, nothing recorded
     "fabric-attach-waiting",  # the operation handle is on the claim, its task runs

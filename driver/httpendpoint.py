@@ -8,7 +8,7 @@ process's asyncio loop with aiohttp, which the Kubernetes aio client loads
 anyway, so the endpoint costs no extra import; a scrape renders the registry
 on the loop, where the state the sampled gauges read lives. :func:`serve_app`
 is the serving part alone, which the controller's admission webhook
-(``driver.controller.webhook``) uses with its TLS context.
+(``driver.controller.process.webhook``) uses with its TLS context.
 """
 
 from __future__ import annotations

@@ -11,8 +11,9 @@ lost, 1 any other). A vital task that fails ends its supervising task group
 with an ``ExceptionGroup``; the code comes from the errors inside it, not
 from the group. Anything that is not one of our errors (a bug) keeps its
 traceback. SIGUSR2 logs a heap summary (``driver.heapsummary``). Shared by
-``patchbay-plugin``, ``patchbay-controller`` and ``patchbay-fabric`` so the
-three binaries behave alike.
+``patchbay-plugin``, ``patchbay-mps-supervisor``, ``patchbay-controller`` and
+``patchbay-fabric`` so the four daemons behave alike (``kubectl-patchbay``
+is a CLI, not a daemon).
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ class FabricAllocation:
     # the rename, so that a failed attach still fails the binding at once.
     failure_condition: str = FAILED_CONDITION
     # The fabric device its status data names (``fabricDevice``): for a
-    # count-based manager's slot, the device that arrived (count_attach).
+    # count-based manager's slot, the device that arrived (attach.slot_attach).
     served: str = ""
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from driver.controller.claims import FabricAllocation
-from driver.controller.pool import Variant
+from driver.controller.pool.variant import Variant
 from driver.fabric_devices.naming import NodeFabric
 from driver.kube.events import EventRecorder, ObjectRef
 

@@ -16,7 +16,7 @@ restart rebuilds its view and finishes or rolls back what was in flight.
 Concurrency: one asyncio loop. :meth:`Reconciler.run` runs the two watches,
 the slice publisher, the fabric refresher and the reconcile loop in one
 TaskGroup; each attach or detach is its own task, at most one per fabric
-device (``driver.controller.workers``), so two operations never race on one
+device (``driver.controller.attach.workers``), so two operations never race on one
 device. The workers get their collaborators from here (claim-status
 writer, node reports, failed-device holds) and never see the reconciler.
 """
@@ -28,22 +28,21 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from driver.backoff import Backoff
 from driver.controller import claims as cl
-from driver.controller.count_attach import take_up
-from driver.controller.count_nodes import counts_models, learn_machines
-from driver.controller.count_pool import build_count_pool
-from driver.controller.count_spares import shortfall, slot_models, spare_variants, stored_spares
+from driver.controller.attach.holds import FailedHolds
+from driver.controller.attach.reports import NodeReports
+from driver.controller.attach.status import ClaimStatusWriter
+from driver.controller.attach.workers import Workers
 from driver.controller.events import CONTROLLER, ControllerEvents, gone_adapters, node_ref
-from driver.controller.holds import FailedHolds
-from driver.controller.pool import Variant, build_pool, device_states, mark_spares
-from driver.controller.reports import NodeReports
-from driver.controller.settings import ControllerSettings
-from driver.controller.spare_keeper import SpareKeeper
-from driver.controller.status import ClaimStatusWriter
-from driver.controller.workers import Workers
+from driver.controller.pool.layout import mark_spares
+from driver.controller.pool.model import pool_model
+from driver.controller.pool.states import device_states, published_devices
+from driver.controller.pool.variant import Variant
+from driver.controller.spares.keeper import SpareKeeper
+from driver.controller.spares.policy import SpareRules
 from driver.devices.model import Device
 from driver.errors import FabricApiError, FabricUnavailable
 from driver.fabric_devices.naming import NodeFabric
@@ -61,12 +60,32 @@ log = logging.getLogger(__name__)
 PUBLISH_WAIT_S = 10.0
 
 
+class Settings(Protocol):
+    """What the reconciler reads of ``process.settings.ControllerSettings``
+    (each one setting there: flag, env var and Helm value)."""
+
+    @property
+    def fabric_pool(self) -> str: ...
+    @property
+    def fabric_refresh(self) -> float: ...
+    @property
+    def attach_timeout(self) -> float: ...
+    @property
+    def fabric_unreachable_budget(self) -> float: ...
+    @property
+    def failed_device_hold(self) -> float: ...
+    @property
+    def identity(self) -> str: ...
+    def spare_rules(self) -> SpareRules: ...
+
+
 class Reconciler:
-    def __init__(self, api: KubeClient, fabric: FabricApi, settings: ControllerSettings) -> None:
+    def __init__(self, api: KubeClient, fabric: FabricApi, settings: Settings) -> None:
         self.api = api
         self.fabric = fabric
         self.settings = settings
         self.pool = settings.fabric_pool
+        self.model = pool_model(fabric.picks_devices)  # devices, or a count manager's slots
         self._dirty = asyncio.Event()
         self._refresh = asyncio.Event()
         self.claims = ObjectCache(api, f"{RESOURCE_V1}/resourceclaims", self.mark)
@@ -198,7 +217,7 @@ class Reconciler:
             log.debug("reconcile waits for: %s", ", ".join(waiting))
             return
         self._learn_node_uuids()
-        learn_machines(self.fabric, self.nodes.objects.values())  # count fabrics (count_nodes)
+        self.fabric.set_nodes(self.nodes.objects.values())  # a count fabric's machine ids
         inv = self.inventory
         assert inv is not None
         reports = self.reports.refresh(self.nodes.objects)  # wakes attaches waiting on a node
@@ -209,32 +228,23 @@ class Reconciler:
         allocs = cl.all_allocations(list(self.claims.objects.values()), self.pool)
         pinned = {a.device for a in allocs}
         carried = {n: self.published[n] for n in pinned if n in self.published}
-        held, count = self.holds.held(), counts_models(self.fabric)
-        if count:  # a slot is charged to the switch of the device that arrived for it
-            served = {a.device: self._device_of(a) for a in allocs if a.device in self.variants}
-            spec, variants = build_count_pool(
-                self.pool, inv, reports, held, pinned, carried, served
-            )
-        else:
-            spec, variants = build_pool(self.pool, inv, reports, held, pinned, carried)
+        served = {a.device: self._device_of(a) for a in allocs if a.device in self.variants}
+        model, held, w = self.model, self.holds.held(), self.workers
+        spec, variants = model.build(self.pool, inv, reports, held, pinned, carried, served)
         self.variants.update(variants)
-        last = self.spares.last.keep
-        if count:  # what arrived before a restart is followed, not detached; spares are not
-            spare_ids = stored_spares(self.publisher.stored().values())
-            spare_ids |= {s.device_id for s in last}
-            take_up(inv, reports, allocs, self.variants, self.workers, spare_ids)
+        stored = self.publisher.stored().values()
+        kept = {s.device_id for s in self.spares.last.keep}
+        model.take_up(inv, reports, allocs, self.variants, w, stored, kept)
         now, models = self.clock(), {d.id: d.model for d in inv.devices}
-        models |= slot_models(self.variants.values()) if count else {}
+        models |= model.models(self.variants.values())
         self.spares.note_allocations(allocs, self.variants, models, self.nodes.objects, now)
         in_use = {self._device_of(a) for a in allocs if a.device in self.variants}
-        w = self.workers
-        short = shortfall(inv, allocs, self.variants, w.served, in_use, w.busy) if count else None
+        reserved, reclaim = model.shortfall(inv, allocs, self.variants, w.served, in_use, w.busy)
         spares = self.spares.reconcile(
-            inv, reports, self.nodes.objects, in_use, self.holds.held(), now, *(short or ((), ()))
+            inv, reports, self.nodes.objects, in_use, self.holds.held(), now, reserved, reclaim
         )
-        if count:  # a count pool has no device variants: a ready spare's is added
-            spec, shown = spare_variants(spec, inv, reports, spares.variants)
-            self.variants.update(shown)
+        spec, shown = model.with_spares(spec, inv, reports, spares.variants)
+        self.variants.update(shown)
         self.published.update({d.name: d for d in spec.devices})
         self.publisher.set_pool(mark_spares(spec, spares.variants))
         FABRIC_POOL_DEVICES.set(len(spec.devices))
@@ -293,8 +303,7 @@ class Reconciler:
     def _device_of(self, a: cl.FabricAllocation) -> str:
         """The fabric device allocation ``a`` holds: its variant's, or for a
         count-based manager's slot the one that arrived ("" before)."""
-        v = self.variants[a.device]
-        return self.workers.served(a) if v.count else v.device_id
+        return self.model.device_of(self.variants[a.device], self.workers.served(a))
 
     def _when_stored(self) -> None:
         """A pass once the pool as now declared is stored."""
@@ -336,14 +345,3 @@ def node_uuids(nodes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
         if uuid and name:
             seen.setdefault(uuid.lower(), []).append(name)
     return {uuid: names[0] for uuid, names in seen.items() if len(names) == 1}
-
-
-def published_devices(slices: Iterable[Mapping[str, Any]]) -> dict[str, Device]:
-    """The devices of stored fabric pool slices, by name (malformed ones skipped)."""
-    out = {}
-    for obj in slices:
-        for raw in (obj.get("spec") or {}).get("devices") or ():
-            with contextlib.suppress(KeyError, TypeError, ValueError, AttributeError):
-                device = Device.from_json(raw)
-                out[device.name] = device
-    return out

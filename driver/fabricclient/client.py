@@ -18,8 +18,9 @@ from __future__ import annotations
 import json
 import logging
 import ssl
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Iterable, Mapping
 from types import TracebackType
+from typing import Any
 
 import aiohttp
 
@@ -73,6 +74,13 @@ class FabricClient:
         self._root: wire.ServiceRoot | None = None
         self._caps = Capabilities()
         self._asked: dict[tuple[str, str, str, str], tuple[int, str | None]] = {}
+
+    @property
+    def picks_devices(self) -> bool:
+        return self.dialect.picks_devices
+
+    def set_nodes(self, nodes: Iterable[Mapping[str, Any]]) -> None:
+        self.dialect.set_nodes(nodes)
 
     def set_node_uuids(self, uuids: Mapping[str, str]) -> None:
         """System UUID -> node, for systems with neither a mapping nor a HostName."""

@@ -21,8 +21,8 @@ later allocation of the same device does not.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
-from typing import Literal, Protocol
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -48,6 +48,13 @@ def idempotency_key(device: str, node: str, adapter: str, key: str = "") -> str:
 
 class Dialect(Protocol):
     name: str
+    # Whether the manager picks which device of a model it attaches (then the
+    # controller's pool offers model slots, driver.controller.pool.model).
+    picks_devices: bool
+
+    def set_nodes(self, nodes: Iterable[Mapping[str, Any]]) -> None:
+        """The cluster's Nodes as the apiserver lists them, on every pass."""
+        ...
 
     async def connections(
         self, links: Links, fabric: wire.Fabric, initiators: Mapping[str, HostAdapter]

@@ -14,7 +14,7 @@ usable) or else ``Health`` ``Critical`` failed, anything else attached.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from driver.fabricclient import wire
@@ -73,6 +73,10 @@ async def memory_chunks(links: Links, dev: FabricDevice) -> list[str]:
 
 class ConnectionsDialect:
     name = "connections"
+    picks_devices = False  # it attaches the device it is asked for
+
+    def set_nodes(self, nodes: Iterable[Mapping[str, Any]]) -> None:
+        return None  # a system names its node (HostName, a mapping or a systemUUID)
 
     async def connections(
         self, links: Links, fabric: wire.Fabric, initiators: Mapping[str, HostAdapter]

@@ -19,8 +19,8 @@ serial to what the node reports. What arrived of another type or model, or
 Critical, is scaled down again and the attach fails naming it
 (:class:`CountAttachFailed`); nothing arriving fails it too. The
 controller publishes model slots for such a fabric and follows whatever
-device of the model arrives (``driver.controller.count_pool``,
-``count_attach``); ``exact`` (off there) fails the same way when the manager
+device of the model arrives (``driver.controller.pool.slots``,
+``driver.controller.attach.slot_attach``); ``exact`` (off there) fails the same way when the manager
 chose another device than the one asked for through, for a caller that
 serves only the device it named. The inventory
 (what exists, its model and serial) is read from the manager's Redfish
@@ -35,7 +35,7 @@ else the value of the Node label or annotation ``fabric_machine_key``
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Self
 from urllib.parse import quote
@@ -168,6 +168,17 @@ def machine_pairs(text: str) -> dict[str, str]:
     return out
 
 
+def node_metadata(nodes: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+    """Node name -> its labels and annotations (an annotation wins a clash)."""
+    out: dict[str, dict[str, str]] = {}
+    for node in nodes:
+        meta = node.get("metadata") or {}
+        name = meta.get("name")
+        if name:
+            out[str(name)] = {**(meta.get("labels") or {}), **(meta.get("annotations") or {})}
+    return out
+
+
 class Machines:
     """Node -> the manager's machine id: the static setting, else the Nodes' key."""
 
@@ -200,6 +211,14 @@ class Machines:
 
 class CountDialect:
     name = "count"
+    picks_devices = True  # "one of model X": the manager picks which
+
+    def set_nodes(self, nodes: Iterable[Mapping[str, Any]]) -> None:
+        """Read each Node's machine id off its labels and annotations
+        (``fabric_machine_key``), so a Node labelled later is served from the
+        next pass on."""
+        if self.machines.key:
+            self.machines.set_nodes(node_metadata(nodes))
 
     def __init__(self, machines: Machines, tenant: str, exact: bool = False) -> None:
         self.machines, self.tenant, self.exact = machines, tenant, exact

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from driver.errors import FabricApiError, FabricNotFound
 from driver.fabricclient import wire
@@ -61,6 +62,10 @@ async def member_state(links: Links, member: str, initiator: str, zone: str) -> 
 
 class ZonesDialect:
     name = "zones"
+    picks_devices = False  # it attaches the device it is asked for
+
+    def set_nodes(self, nodes: Iterable[Mapping[str, Any]]) -> None:
+        return None  # a system names its node (HostName, a mapping or a systemUUID)
 
     async def connections(
         self, links: Links, fabric: wire.Fabric, initiators: Mapping[str, HostAdapter]

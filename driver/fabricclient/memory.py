@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from driver.errors import FabricConflict, FabricNotFound, PatchbayError
 from driver.fabricclient.model import (
@@ -93,6 +94,11 @@ class MemoryFabric:
         self.notify(task_uri)
 
     # -- FabricApi ----------------------------------------------------------
+
+    picks_devices = False  # it attaches the device it is asked for
+
+    def set_nodes(self, nodes: Iterable[Mapping[str, Any]]) -> None:
+        return None  # adapters name their nodes
 
     def set_node_uuids(self, uuids: Mapping[str, str]) -> None:
         """Adapters without a node are named by their system UUID (as the client does)."""

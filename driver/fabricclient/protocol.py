@@ -8,16 +8,27 @@ benchmarks). Failures raise the fabric errors of :mod:`driver.errors`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
-from typing import Protocol
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any, Protocol
 
 from driver.fabricclient.model import AttachResult, FabricDevice, FabricInventory, FabricTask
 
 
 class FabricApi(Protocol):
+    @property
+    def picks_devices(self) -> bool:
+        """Whether the manager picks which device of a model it attaches (a
+        count-based manager): the controller's pool then offers model slots."""
+        ...
+
     async def inventory(self) -> FabricInventory: ...
     def set_node_uuids(self, uuids: Mapping[str, str]) -> None:
         """The Nodes' ``systemUUID``s (unique ones), to name a system's node by."""
+        ...
+
+    def set_nodes(self, nodes: Iterable[Mapping[str, Any]]) -> None:
+        """The cluster's Nodes as listed, on every controller pass (a count-based
+        manager's machine id may be a Node label or annotation)."""
         ...
 
     async def device(self, device_id: str) -> FabricDevice: ...

@@ -132,7 +132,7 @@ def fabric_view(
     variants = [d for d in build(slices, claims).devices if d.pool == pool]
     by_id: dict[str, dict[str, Any]] = {}
     for v in sorted(variants, key=lambda v: (v.node, str(v.attr("fabricAdapter")))):
-        # A count-based manager's model slot stands for no one device (count_pool).
+        # A count-based manager's model slot stands for no one device (controller.pool.slots).
         dev_id = str(v.attr("fabricDevice") or v.attr("fabricSlot"))
         adapter = str(v.attr("fabricAdapter"))
         d = by_id.setdefault(dev_id, _blank(dev_id))

@@ -18,7 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from driver import DRIVER_NAME
-from driver.controller.pool import build_pool
+from driver.controller.pool.devices import build_pool
 from driver.devices.model import ATTACHMENT, PCI_BUS_ID, PCIE_ROOT, AttributeValue, Device
 from driver.fabric_devices.naming import NodeFabric
 from driver.fabricclient.model import FabricDevice, FabricInventory, HostAdapter

@@ -219,7 +219,7 @@ class ControllerProcess(_Proc):
     def start(self, identity: str = "controller-0") -> ControllerProcess:
         self._spawn(
             [
-                sys.executable, "-m", "driver.controller.main",
+                sys.executable, "-m", "driver.controller.process.main",
                 f"--kubeconfig={self.kubeconfig}", f"--fabric-url={self.fabric.url}",
                 f"--fabric-token-file={self.fabric.token_file}", *self.fabric.tls_args(),
                 "--lease-namespace=default",

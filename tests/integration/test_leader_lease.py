@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, watch
 
-from driver.controller.leader import LeaderLease, LeaseTiming
+from driver.controller.process.leader import LeaderLease, LeaseTiming
 from driver.kube.api import KubeApi
 from tests.e2e.helpers import wait_for
 from tests.harness.cluster import LocalCluster
@@ -129,7 +129,7 @@ def start_controller(
     def start(identity: str) -> Controller:
         log = tmp_path / f"{identity}.log"
         argv = [
-            sys.executable, "-m", "driver.controller.main",
+            sys.executable, "-m", "driver.controller.process.main",
             f"--kubeconfig={local_cluster.kubeconfig}", f"--fabric-url={fabric}",
             "--fabric-insecure=true", "--fabric-token=t", f"--lease-namespace={namespace}",
             "--lease-name=ctl", f"--identity={identity}", "--fabric-refresh=300",

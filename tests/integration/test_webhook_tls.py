@@ -1,4 +1,4 @@
-"""The controller's webhook endpoint over TLS (driver.controller.webhook):
+"""The controller's webhook endpoint over TLS (driver.controller.process.webhook):
 served on loopback with a certificate from a CA the test makes
 (tests/harness/cluster_pki), answering an AdmissionReview; a rotated certificate
 (its files rewritten, as the kubelet swaps a Secret volume) is served from
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from driver.controller.webhook import PATH, WebhookSettings, serve_webhook
+from driver.controller.process.webhook import PATH, WebhookSettings, serve_webhook
 from tests.harness.cluster_pki import KeyPair, Pki
 from tests.harness.cluster_proc import free_port
 

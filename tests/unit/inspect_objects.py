@@ -1,6 +1,6 @@
 """Recorded API objects for the ``kubectl patchbay`` claims and fabric views.
 
-The fabric pool as the controller publishes it (``driver.controller.pool``):
+The fabric pool as the controller publishes it (``driver.controller.pool.devices``):
 one variant per (device, node, adapter) with ``fabricDevice``,
 ``fabricAdapter``, the adapter's ``pcieRoot`` and the binding conditions,
 one counter per physical device in a counter-only slice; claims as the

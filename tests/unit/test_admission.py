@@ -1,4 +1,4 @@
-"""The admission check of our opaque configs (driver.controller.admission):
+"""The admission check of our opaque configs (driver.controller.process.admission):
 an AdmissionReview in, its answer out, with the plugin's own decoder.
 
 The served endpoint (TLS, certificate rotation) is checked in
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from driver.controller.admission import review
-from driver.controller.settings import ControllerSettings
+from driver.controller.process.admission import review
+from driver.controller.process.settings import ControllerSettings
 from driver.errors import ConfigError
 from driver.settingsflags import parse_settings
 

@@ -60,7 +60,7 @@ def test_chart_deviceclass_files_hold_only_deviceclasses() -> None:
 
 
 def _settings_models() -> list[tuple[str, type[BaseModel]]]:
-    from driver.controller.settings import ControllerSettings
+    from driver.controller.process.settings import ControllerSettings
     from fabric.service.settings import FabricSettings
 
     return [

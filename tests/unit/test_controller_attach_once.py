@@ -15,10 +15,10 @@ from dataclasses import replace
 from typing import Any
 
 from driver.controller import claims as cl
-from driver.controller.holds import FailedHolds
-from driver.controller.reports import NodeReports
-from driver.controller.status import ClaimStatusWriter
-from driver.controller.workers import Workers
+from driver.controller.attach.holds import FailedHolds
+from driver.controller.attach.reports import NodeReports
+from driver.controller.attach.status import ClaimStatusWriter
+from driver.controller.attach.workers import Workers
 from driver.fabric_devices.naming import NODE_ANNOTATION, READY_CONDITION, NodeFabric
 from driver.fabricclient.memory import MemoryFabric
 from driver.fabricclient.model import AttachResult

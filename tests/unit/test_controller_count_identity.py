@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 
 from driver.controller import claims as cl
-from driver.controller.count_identity import serial_data
-from driver.controller.holds import FailedHolds
-from driver.controller.pool import Variant
-from driver.controller.reports import NodeReports
-from driver.controller.status import ClaimStatusWriter
-from driver.controller.workers import Workers
+from driver.controller.attach.holds import FailedHolds
+from driver.controller.attach.reports import NodeReports
+from driver.controller.attach.serials import serial_data
+from driver.controller.attach.status import ClaimStatusWriter
+from driver.controller.attach.workers import Workers
+from driver.controller.pool.variant import Variant
 from driver.fabric_devices.naming import NODE_ANNOTATION, NodeFabric
 from driver.fabricclient.memory import MemoryFabric
 from driver.fabricclient.model import FabricDevice, HostAdapter

@@ -20,15 +20,13 @@ from typing import Any
 import pytest
 
 from driver.controller import claims as cl
-from driver.controller.count_attach import take_up
-from driver.controller.count_pool import build_count_pool, slot_id
+from driver.controller.pool.slot_serving import take_up
+from driver.controller.pool.slots import build_count_pool, slot_id
 from driver.controller.reconciler import Reconciler
 from driver.fabric_devices.naming import NODE_ANNOTATION, READY_CONDITION, NodeFabric, variant_name
 from driver.fabricclient.dialect_count import (
     CountAttachResult,
-    CountDialect,
     CountResource,
-    Machines,
 )
 from driver.fabricclient.memory import MemoryFabric
 from driver.fabricclient.model import (
@@ -112,7 +110,7 @@ class Manager(MemoryFabric):
     asked through); ``lose_answers``: the controller dies before it reads the
     answer."""
 
-    dialect = CountDialect(Machines({}), "tenant")
+    picks_devices = True  # as a count dialect: the manager picks the device
 
     def __init__(self, devices: list[FabricDevice], world: World) -> None:
         super().__init__(devices)

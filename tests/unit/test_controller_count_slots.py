@@ -23,18 +23,18 @@ from driver.claims.allocation import parse_allocation
 from driver.claims.model import ClaimRef
 from driver.claims.plan import plan_claim
 from driver.controller import claims as cl
-from driver.controller.count_nodes import counts_models
-from driver.controller.count_pool import (
+from driver.controller.attach.holds import FailedHolds
+from driver.controller.attach.reports import NodeReports
+from driver.controller.attach.status import ClaimStatusWriter
+from driver.controller.attach.workers import Workers
+from driver.controller.pool.model import DevicePool, SlotPool, pool_model
+from driver.controller.pool.slots import (
     SLOT_ATTRIBUTE,
     build_count_pool,
     slot_group,
     slot_id,
     slot_variant,
 )
-from driver.controller.holds import FailedHolds
-from driver.controller.reports import NodeReports
-from driver.controller.status import ClaimStatusWriter
-from driver.controller.workers import Workers
 from driver.devices.model import Device
 from driver.errors import ClaimError
 from driver.fabric_devices.naming import (
@@ -125,6 +125,8 @@ def test_a_held_slot_is_left_out_and_an_allocated_slot_stays_published() -> None
 
 class PickingFabric(MemoryFabric):
     """A count-based manager: whatever device is asked through, it attaches ``picks``."""
+
+    picks_devices = True
 
     def __init__(self, devices: list[FabricDevice], picks: str) -> None:
         super().__init__(devices)
@@ -282,8 +284,10 @@ async def test_only_a_count_fabric_gets_model_slots() -> None:
     count = FabricClient("http://fm.example", "token", dialect=dialect)
     redfish = FabricClient("http://fm.example", "token")
     try:
-        assert counts_models(count) and not counts_models(redfish)
-        assert not counts_models(MemoryFabric([gpu(0)]))
+        assert count.picks_devices and not redfish.picks_devices
+        assert not MemoryFabric([gpu(0)]).picks_devices
+        assert isinstance(pool_model(count.picks_devices), SlotPool)
+        assert isinstance(pool_model(redfish.picks_devices), DevicePool)
     finally:
         await count.close()
         await redfish.close()

@@ -17,7 +17,7 @@ import dataclasses
 from typing import Any
 
 from driver.controller import claims as cl
-from driver.controller.count_pool import slot_id
+from driver.controller.pool.slots import slot_id
 from driver.controller.reconciler import Reconciler
 from driver.fabric_devices.naming import READY_CONDITION, counter_name, variant_name
 from driver.fabricclient.model import HostAdapter

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from driver.controller.count_pool import slot_id
+from driver.controller.pool.slots import slot_id
 from driver.controller.reconciler import Reconciler
 from driver.fabric_devices.naming import counter_name, variant_name
 from driver.fabricclient.model import HostAdapter

@@ -24,12 +24,12 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
 
+from driver.controller.attach.holds import FailedHolds
+from driver.controller.attach.reports import NodeReports
+from driver.controller.attach.retries import Retries
+from driver.controller.attach.status import ClaimStatusWriter
+from driver.controller.attach.workers import Workers
 from driver.controller.events import ControllerEvents
-from driver.controller.holds import FailedHolds
-from driver.controller.reports import NodeReports
-from driver.controller.retries import Retries
-from driver.controller.status import ClaimStatusWriter
-from driver.controller.workers import Workers
 from driver.errors import FabricConflict
 from driver.fabricclient import FabricClient
 from driver.fabricclient.dialect import DialectName

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from driver.controller.attach.holds import FailedHolds
+from driver.controller.attach.reports import NodeReports
+from driver.controller.attach.status import ClaimStatusWriter
+from driver.controller.attach.workers import Workers
 from driver.controller.events import ControllerEvents, gone_adapters, node_ref
-from driver.controller.holds import FailedHolds
-from driver.controller.reports import NodeReports
-from driver.controller.status import ClaimStatusWriter
-from driver.controller.workers import Workers
 from driver.fabric_devices.naming import NodeFabric
 from driver.fabricclient.memory import MemoryFabric
 from driver.kube.api import RESOURCE_V1

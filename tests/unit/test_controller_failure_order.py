@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from driver.controller.process.settings import ControllerSettings
 from driver.controller.reconciler import Reconciler
-from driver.controller.settings import ControllerSettings
 from driver.errors import FabricApiError
 from driver.fabric_devices.naming import FAILED_CONDITION, variant_name
 from driver.fabricclient.memory import MemoryFabric

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from driver.controller.pool import Variant, build_pool
-from driver.controller.reconciler import published_devices
+from driver.controller.pool.devices import build_pool
+from driver.controller.pool.states import published_devices
+from driver.controller.pool.variant import Variant
 from driver.devices.model import Device
 from driver.devices.quantity import of_bytes
 from driver.fabric_devices.naming import FAILED_CONDITION, NodeFabric, counter_name, variant_name

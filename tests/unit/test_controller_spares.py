@@ -1,4 +1,4 @@
-"""The warm-spare policy (``driver.controller.spares``) over fake pool states."""
+"""The warm-spare policy (``driver.controller.spares.policy``) over fake pool states."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
-from driver.controller.pool import build_pool, mark_spares
-from driver.controller.spare_settings import SpareSettings
-from driver.controller.spares import Free, Spare, SpareRules, parse_counts, plan
+from driver.controller.pool.devices import build_pool
+from driver.controller.pool.layout import mark_spares
+from driver.controller.spares.policy import Free, Spare, SpareRules, parse_counts, plan
+from driver.controller.spares.settings import SpareSettings
 from driver.fabric_devices.naming import NodeFabric
 from driver.fabricclient.model import FabricInventory
 from driver.inspect.fabric import fabric_view, render_fabric

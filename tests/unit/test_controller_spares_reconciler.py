@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
+from driver.controller.process.settings import ControllerSettings
 from driver.controller.reconciler import Reconciler
-from driver.controller.settings import ControllerSettings
 from driver.fabric_devices.naming import NODE_ANNOTATION, NodeFabric, variant_name
 from driver.fabricclient.memory import MemoryFabric
 from driver.fabricclient.model import AttachResult, FabricDevice, HostAdapter

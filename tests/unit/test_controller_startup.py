@@ -13,8 +13,8 @@ import asyncio
 
 import pytest
 
+from driver.controller.process.settings import ControllerSettings
 from driver.controller.reconciler import Reconciler, node_uuids
-from driver.controller.settings import ControllerSettings
 from driver.fabric_devices.naming import NodeFabric
 from driver.fabricclient.memory import MemoryFabric
 from driver.fabricclient.model import FabricDevice, HostAdapter

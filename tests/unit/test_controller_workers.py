@@ -14,11 +14,11 @@ import dataclasses
 from typing import Any
 
 from driver.controller import claims as cl
-from driver.controller.holds import FailedHolds
-from driver.controller.pool import Variant
-from driver.controller.reports import NodeReports
-from driver.controller.status import ClaimStatusWriter
-from driver.controller.workers import Workers
+from driver.controller.attach.holds import FailedHolds
+from driver.controller.attach.reports import NodeReports
+from driver.controller.attach.status import ClaimStatusWriter
+from driver.controller.attach.workers import Workers
+from driver.controller.pool.variant import Variant
 from driver.fabric_devices.naming import (
     FAILED_CONDITION,
     LEGACY_FAILED_CONDITION,

@@ -23,8 +23,8 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from driver.controller import claims as cl
-from driver.controller.connect import Connector
-from driver.controller.status import ClaimStatusWriter
+from driver.controller.attach.connect import Connector
+from driver.controller.attach.status import ClaimStatusWriter
 from driver.fabricclient import FabricClient
 from driver.fabricclient.model import FabricInventory
 from driver.fabricclient.protocol import FabricApi

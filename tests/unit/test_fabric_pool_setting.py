@@ -10,7 +10,7 @@ from typing import cast
 
 import pytest
 
-from driver.controller.settings import ControllerSettings
+from driver.controller.process.settings import ControllerSettings
 from driver.devices.handler import DeviceHandler
 from driver.devices.kind import Discovery
 from driver.devices.model import PCI_BUS_ID, Device

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from driver.controller.settings import ControllerSettings
+from driver.controller.process.settings import ControllerSettings
 from driver.errors import ConfigError
 from driver.settingsflags import parse_settings
 from fabric.service.settings import FabricSettings

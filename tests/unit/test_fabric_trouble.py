@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from driver.controller import claims as cl
-from driver.controller import connect as w
-from driver.controller.holds import FailedHolds
-from driver.controller.reports import NodeReports
-from driver.controller.status import ClaimStatusWriter
-from driver.controller.workers import Workers
+from driver.controller.attach import connect as w
+from driver.controller.attach.holds import FailedHolds
+from driver.controller.attach.reports import NodeReports
+from driver.controller.attach.status import ClaimStatusWriter
+from driver.controller.attach.workers import Workers
 from driver.errors import FabricConflict, FabricMalformed, FabricUnavailable
 from driver.fabric_devices.naming import FAILED_CONDITION, READY_CONDITION
 from driver.fabricclient.memory import MemoryFabric

@@ -1,4 +1,4 @@
-"""Leader election (``driver.controller.leader``) between replicas whose clocks
+"""Leader election (``driver.controller.process.leader``) between replicas whose clocks
 disagree, on a simulated timeline against the in-memory API.
 
 Why: only one controller may attach and detach at a time. Each replica
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from driver.controller.leader import JITTER_FACTOR, LeaderLease, LeaseTiming
+from driver.controller.process.leader import JITTER_FACTOR, LeaderLease, LeaseTiming
 from driver.errors import ApiError
 from driver.kube.client import JsonObj
 from driver.kube.memory import MemoryKube
@@ -293,7 +293,7 @@ def test_a_lease_too_short_for_the_retry_period_is_refused() -> None:
 
 
 def test_the_controller_refuses_such_a_lease_naming_the_setting() -> None:
-    from driver.controller.settings import ControllerSettings
+    from driver.controller.process.settings import ControllerSettings
     from driver.errors import ConfigError
     from driver.settingsflags import parse_settings
 

@@ -1,4 +1,4 @@
-"""The controller's leader wiring (``driver.controller.main``): a stopped
+"""The controller's leader wiring (``driver.controller.process.main``): a stopped
 leader cancels its attach and detach tasks (the reconciler stops its
 workers) before it gives the Lease up, and a lost lease still ends the
 process with exit code 5 without a release.
@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from driver.controller import main
-from driver.controller.leader import LeaseTiming
+from driver.controller.process import main
+from driver.controller.process.leader import LeaseTiming
+from driver.controller.process.settings import ControllerSettings
 from driver.controller.reconciler import Reconciler
-from driver.controller.settings import ControllerSettings
 from driver.errors import LeaseLost
 from driver.fabricclient.memory import MemoryFabric
 from driver.kube.memory import MemoryKube

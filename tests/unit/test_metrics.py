@@ -23,11 +23,12 @@ from driver.cdi import CdiRegistry
 from driver.checkpoint import CheckpointStore
 from driver.claims.preparer import ClaimPreparer
 from driver.controller import claims as cl
-from driver.controller.holds import FailedHolds
-from driver.controller.pool import Variant, device_states
-from driver.controller.reports import NodeReports
-from driver.controller.status import ClaimStatusWriter
-from driver.controller.workers import Workers
+from driver.controller.attach.holds import FailedHolds
+from driver.controller.attach.reports import NodeReports
+from driver.controller.attach.status import ClaimStatusWriter
+from driver.controller.attach.workers import Workers
+from driver.controller.pool.states import device_states
+from driver.controller.pool.variant import Variant
 from driver.devices.inventory import NodeInventory
 from driver.devices.model import Device, DeviceTaint
 from driver.errors import HotplugError, NvmlError

@@ -45,7 +45,7 @@ def test_json_log_lines() -> None:
 
 def test_model_level_error_names_the_settings() -> None:
     # A check across settings has no location: its message still names them.
-    from driver.controller.settings import ControllerSettings
+    from driver.controller.process.settings import ControllerSettings
 
     with pytest.raises(ConfigError) as info:
         parse_settings(ControllerSettings, ["--fabric-url=http://fabric"], {})

@@ -1,6 +1,6 @@
 """Attach for a count-based manager's slot: ask for one of the model, follow what arrives.
 
-Why a module: an allocated slot (``driver.controller.count_pool``) names a
+Why a module: an allocated slot (``driver.controller.pool.slots``) names a
 switch, model, node and adapter, not a device. The controller asks the
 manager for one device of that model on the node's machine (the ``count``
 dialect's scale-up, through any free device of the slot's group as the
@@ -20,22 +20,28 @@ follows that device instead of asking again. For the moment between the
 answer and that write (or an answer the controller never read),
 :func:`take_up` gives a waiting allocation a device of its model already
 attached to its node that nothing needs, instead of it being detached as a
-leftover and asked for again.
+leftover and asked for again (``driver.controller.pool.slot_serving``).
+
+:class:`SlotAttach` is this fabric's attach model
+(``driver.controller.attach.model``); a ready spare's device variant,
+published in a count pool too, is attached as any device is
+(``driver.controller.attach.device_attach``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
-from typing import Protocol
+from collections.abc import Awaitable, Callable
 
 from driver.backoff import Backoff
 from driver.controller import claims as cl
-from driver.controller.count_identity import serial_data
-from driver.controller.count_pool import slot_group
-from driver.controller.pool import Variant, offered
-from driver.controller.reports import NodeReports
+from driver.controller.attach.device_attach import DeviceAttach
+from driver.controller.attach.reports import NodeReports
+from driver.controller.attach.serials import serial_data
+from driver.controller.pool.slots import slot_group
+from driver.controller.pool.variant import Variant
 from driver.errors import AttachFailed, FabricUnavailable
 from driver.fabric_devices.naming import (
     IDENTITY_ATTRIBUTE,
@@ -143,55 +149,45 @@ def answered(inv: FabricInventory, result: AttachResult, what: str) -> tuple[Fab
 async def ask_spare(fabric: FabricApi, v: Variant, key: str) -> FabricDevice:
     """One scale-up for a warm spare of ``v``'s model on ``v``'s node (asked
     through ``v``'s free device, which names the model): the device that
-    arrived, which the spare keeper keeps (``driver.controller.count_spares``)."""
+    arrived, which the spare keeper keeps (``driver.controller.pool.slot_spares``)."""
     result = await fabric.attach(v.device_id, v.node, v.adapter, key)
     return answered(await fabric.inventory(), result, f"spare for {v.node}")[0]
 
 
-class Serving(Protocol):
-    """What :func:`take_up` reads of the workers (``driver.controller.workers``)."""
+class SlotAttach:
+    """:class:`~driver.controller.attach.model.AttachModel` for a count pool."""
 
-    def served(self, a: cl.FabricAllocation) -> str: ...
-    def busy(self, device_id: str) -> bool: ...
-    def settling(self, device_id: str) -> bool: ...
-    def settled(self, a: cl.FabricAllocation) -> bool: ...
-    def adopt(self, a: cl.FabricAllocation, device_id: str) -> None: ...
+    def __init__(self, fabric: FabricApi, reports: NodeReports, devices: DeviceAttach) -> None:
+        self._fabric = fabric
+        self._reports = reports
+        self._devices = devices
 
+    async def attach(
+        self,
+        a: cl.FabricAllocation,
+        v: Variant,
+        deadline: float,
+        served: str,
+        arrived: Callable[[str], Awaitable[None]],
+    ) -> tuple[str, dict[str, str]]:
+        if not v.count:  # a ready spare's own variant: its device is named
+            return await self._devices.attach(a, v, deadline, served, arrived)
+        got, data = await attach_slot(self._fabric, self._reports, a, v, deadline, served, arrived)
+        return f"{got} attached to {v.node} via {data['adapter']} for {v.device_id}", data
 
-def take_up(
-    inv: FabricInventory,
-    reports: Mapping[str, NodeFabric],
-    allocs: Iterable[cl.FabricAllocation],
-    variants: Mapping[str, Variant],
-    workers: Serving,
-    spares: Collection[str] = (),
-) -> None:
-    """Give each waiting slot allocation that holds no device yet (and whose
-    attach has not started) a device of its model already attached to its
-    node that nothing needs: what the manager attached for it before a
-    restart lost the answer, or a released claim's leftover. It is followed
-    instead of detached, and no scale-up is asked for the allocation. Never
-    a warm spare (``spares``): its own variant may be allocated at any time."""
-    allocs = list(allocs)
-    taken = {workers.served(a) for a in allocs} | set(spares)
-    taken |= {v.device_id for a in allocs if (v := variants.get(a.device)) and not v.count}
-    for a in allocs:
-        v = variants.get(a.device)
-        if v is None or not v.count or a.ready or a.failed or workers.served(a):
-            continue
-        if workers.busy(v.device_id) or workers.settled(a):
-            continue  # its attach runs (or ended here): it asks or has asked itself
-        model, prepared = slot_group(v.device_id)[1], (reports.get(v.node) or NodeFabric()).busy
-        for d in sorted(inv.devices, key=lambda d: d.id):
-            conn = d.connection
-            if conn is None or conn.node != v.node or conn.state not in ("Attached", "Attaching"):
-                continue
-            if (d.kind, d.model) != (v.kind, model) or not offered(d) or d.identity in prepared:
-                continue
-            if d.id in taken or workers.busy(d.id) or workers.settling(d.id):
-                continue
-            log.info("claim %s/%s: taking up %s, attached to %s, for slot %s", a.namespace,
-                     a.name, d.id, v.node, v.device_id)  # fmt: skip
-            workers.adopt(a, d.id)
-            taken.add(d.id)
-            break
+    async def attach_spare(
+        self, a: cl.FabricAllocation, v: Variant, deadline: float, arrived: Callable[[str], None]
+    ) -> tuple[Variant, float]:
+        """The manager picks: the spare is what arrives (asked through ``v``'s device)."""
+        got = await ask_spare(self._fabric, v, a.claim_uid)
+        arrived(got.id)
+        adapter = got.connection.adapter if got.connection else v.adapter
+        name = variant_name(got.identity, v.node, adapter, got.kind)
+        got_v = dataclasses.replace(
+            v, name=name, device_id=got.id, identity=got.identity, adapter=adapter
+        )
+        return got_v, deadline
+
+    def failure_data(self, v: Variant) -> dict[str, str] | None:
+        """A slot's device that arrived is gone: its name leaves the claim."""
+        return {} if v.count else None

@@ -12,9 +12,9 @@ from typing import Self
 
 from pydantic import ConfigDict, Field, model_validator
 
-from driver.controller.leader import LeaseTiming
-from driver.controller.spare_settings import SpareSettings
-from driver.controller.webhook import WebhookSettings
+from driver.controller.process.leader import LeaseTiming
+from driver.controller.process.webhook import WebhookSettings
+from driver.controller.spares.settings import SpareSettings
 from driver.fabric_devices.settings import FabricPoolSettings
 from driver.fabricclient.auth import FabricAuthSettings
 from driver.fabricclient.dialect_count import FabricCountSettings

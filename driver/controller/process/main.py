@@ -5,7 +5,7 @@ Lease; once it holds it, the reconciler (watches, publisher, fabric refresh,
 attach/detach tasks) and the lease renewal run in one TaskGroup. The HTTP
 endpoint (``--metrics-port``: ``/metrics``, ``/healthz``) serves from the
 start, also while the replica waits as a follower, and so does the
-admission webhook (``--webhook-port``, ``driver.controller.webhook``): every
+admission webhook (``--webhook-port``, ``driver.controller.process.webhook``): every
 replica answers admission, so a leader change never interrupts it. Losing the
 lease ends the process with exit code 5 (``driver.errors.LeaseLost``) so
 its supervisor restarts it as a follower: state is rebuilt from the API and
@@ -23,8 +23,8 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from driver.controller.settings import ControllerSettings
-from driver.controller.webhook import serve_webhook
+from driver.controller.process.settings import ControllerSettings
+from driver.controller.process.webhook import serve_webhook
 from driver.errors import LeaseLost, Stopped
 from driver.httpendpoint import serve_http
 from driver.metrics import CONTROLLER, CONTROLLER_LEADER
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 
 
 async def _run(settings: ControllerSettings) -> None:
-    from driver.controller.leader import LeaderLease
+    from driver.controller.process.leader import LeaderLease
     from driver.controller.reconciler import Reconciler
     from driver.fabricclient.client import FabricClient
     from driver.kube.api import KubeApi

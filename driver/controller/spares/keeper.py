@@ -1,6 +1,6 @@
 """Carry out the warm-spare policy on each reconcile pass.
 
-Why: ``driver.controller.spares`` decides over plain values; this module
+Why: ``driver.controller.spares.policy`` decides over plain values; this module
 gathers them from the fabric inventory, the node reports and the claims,
 keeps what the policy needs to remember (when each spare became one, when
 each node last saw an allocation of a model, which allocations were
@@ -16,7 +16,7 @@ stays wanted, not more, for a demand window; allocations it finds re-open
 their nodes' windows) instead of detaching and attaching again.
 
 On a count-based manager's fabric the attach brings whatever device the
-manager chose: that one is the spare (``driver.controller.count_spares``
+manager chose: that one is the spare (``driver.controller.pool.slot_spares``
 publishes it and says which spares its waiting slots need back).
 
 Concurrency: the reconciler's asyncio loop only.
@@ -31,10 +31,10 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from driver.controller import claims as cl
+from driver.controller.attach.workers import Workers
 from driver.controller.events import ControllerEvents, node_ref
-from driver.controller.pool import Variant, offered, reachable
-from driver.controller.spares import Free, Key, Retire, Spare, SparePlan, SpareRules, plan
-from driver.controller.workers import Workers
+from driver.controller.pool.variant import Variant, offered, reachable
+from driver.controller.spares.policy import Free, Key, Retire, Spare, SparePlan, SpareRules, plan
 from driver.fabric_devices.naming import NodeFabric, variant_name
 from driver.fabricclient.model import FabricDevice, FabricInventory
 from driver.metrics import FABRIC_SPARE_ALLOCATIONS, FABRIC_SPARES
@@ -140,7 +140,7 @@ class SpareKeeper:
         """One pass: plan, start the attaches, and say what the pool shows.
 
         ``reserved``: free devices not to attach as spares; ``reclaim``: spares
-        to release for a claim (a count fabric's, ``count_spares.shortfall``)."""
+        to release for a claim (a count fabric's, ``pool.slot_spares.shortfall``)."""
         for dev in needed & set(self._attaching):
             self._workers.cancel_spare(dev)  # a claim needs it now
         if not self.rules.enabled and not self._since and not self._attaching:

@@ -4,13 +4,14 @@ Why: attaching takes seconds to minutes on real fabric managers, so each
 operation runs as its own task while the reconciler keeps reacting. Keying
 the tasks by fabric device makes operations on one device strictly
 sequential (a detach of the previous holder finishes before the next
-attach starts). How one attach is asked and followed (once per
+attach starts). How one attach is asked and followed is the
+fabric's attach model (``driver.controller.attach.model``: once per
 allocation, retried while the device leaves another node or the fabric is
-unusable) is ``driver.controller.connect``. A failed attach task, a
+unusable). A failed attach task, a
 foreign tenant, the timeout or the spent unreachable budget end in
 ``FabricDeviceFailed`` and a hold on the device. A failed or refused
 detach is asked again by a later pass once its device's backoff allows
-(``driver.controller.retries``: exponential, jittered, capped), and its
+(``driver.controller.attach.retries``: exponential, jittered, capped), and its
 DetachFailed Event carries the fabric's message (which names the
 connection in the way).
 
@@ -20,7 +21,9 @@ before the re-read it asked for is in: that inventory still shows the device
 as it was. A device therefore stays *settling* from its operation's end
 until an inventory requested after that end is in hand
 (:meth:`Workers.inventory_read`); nothing new starts on it meanwhile, so
-one detach is asked (and counted) once.
+one detach is asked (and counted) once. That, and an outcome written to a
+claim the claims cache does not show yet, are the workers' expectations
+(``driver.controller.attach.expectations``).
 
 The workers know nothing of the reconciler: they get the fabric client,
 the claim-status writer, the node reports (whose change signal ends the
@@ -33,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import logging
 import time
@@ -42,16 +44,17 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from driver.controller import claims as cl
-from driver.controller.connect import Connector
-from driver.controller.count_attach import ask_spare, attach_slot
-from driver.controller.count_identity import serial_data
-from driver.controller.count_nodes import counts_models
+from driver.controller.attach.connect import Connector
+from driver.controller.attach.device_attach import DeviceAttach
+from driver.controller.attach.expectations import Expectations
+from driver.controller.attach.holds import FailedHolds
+from driver.controller.attach.model import AttachModel
+from driver.controller.attach.reports import NodeReports
+from driver.controller.attach.retries import Retries
+from driver.controller.attach.slot_attach import SlotAttach
+from driver.controller.attach.status import ClaimStatusWriter
 from driver.controller.events import ControllerEvents, claim_ref
-from driver.controller.holds import FailedHolds
-from driver.controller.pool import Variant
-from driver.controller.reports import NodeReports
-from driver.controller.retries import Retries
-from driver.controller.status import ClaimStatusWriter
+from driver.controller.pool.variant import Variant
 from driver.errors import (
     ApiError,
     AttachFailed,
@@ -59,7 +62,7 @@ from driver.errors import (
     FabricUnavailable,
     SpareTaken,
 )
-from driver.fabric_devices.naming import IDENTITY_ATTRIBUTE, READY_CONDITION, variant_name
+from driver.fabric_devices.naming import READY_CONDITION
 from driver.fabricclient.protocol import FabricApi
 from driver.kube.events import ObjectRef
 from driver.logconfig import bind_log_context
@@ -93,7 +96,13 @@ class Workers:
         self._reports = reports
         self._holds = holds
         self._timeout = attach_timeout
-        self._connector = Connector(fabric, status, attach_timeout, unreachable_budget)
+        devices = DeviceAttach(
+            Connector(fabric, status, attach_timeout, unreachable_budget), reports
+        )
+        # The fabric's pool shape decides how an attach is asked (model.py).
+        self._model: AttachModel = (
+            SlotAttach(fabric, reports, devices) if fabric.picks_devices else devices
+        )
         self._on_done = on_done
         # Refused detaches, per device: when each may be asked again (a pass then).
         self._retries = retries or Retries(on_done)
@@ -101,25 +110,18 @@ class Workers:
         # without the held device is in the apiserver by then, so the
         # scheduler that clears the failed allocation cannot pick it again.
         self._published = published
+        self._expect = Expectations()
+        # Operations under way: the task per device, the allocation each
+        # attach is for, the devices whose spare attach runs, and the device
+        # a count-based manager attached for a spare attach still running
+        # (by the device it was asked through).
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._attaching: dict[str, tuple[str, str]] = {}  # device id -> (claim uid, variant)
+        self._attaching: dict[str, tuple[str, str]] = {}
+        self._sparing: set[str] = set()
+        self._spare_arrivals: dict[str, str] = {}
         self._events = events or ControllerEvents(None)
         # The claim each device was last attached for: its detach Event goes there.
         self._holder: dict[str, ObjectRef] = {}
-        # Allocations (claim uid, variant) whose attach ended and whose outcome
-        # was written to the claim. Until the claims cache shows that write, a
-        # pass still sees the allocation waiting: it must not ask again.
-        self._settled: set[tuple[str, str]] = set()
-        self._sparing: set[str] = set()  # devices whose spare attach runs
-        # Device id -> when its last operation ended (monotonic), until an
-        # inventory requested after then is in hand: see the module docstring.
-        self._ended: dict[str, float] = {}
-        # Allocation (claim uid, slot variant) -> the device a count-based manager
-        # attached for it, until the claims cache shows it (``served``).
-        self._serving: dict[tuple[str, str], str] = {}
-        # Device asked through -> the device a count-based manager attached as a
-        # spare for it, while that spare's attach runs.
-        self._spare_got: dict[str, str] = {}
 
     async def stop(self) -> None:
         """Cancel every attach and detach under way and wait for them to end."""
@@ -132,28 +134,28 @@ class Workers:
     def busy(self, device_id: str) -> bool:
         return (
             device_id in self._tasks
-            or device_id in self._serving.values()
-            or device_id in self._spare_got.values()
+            or self._expect.serving(device_id)
+            or device_id in self._spare_arrivals.values()
         )
 
     def arriving(self, device_id: str) -> bool:
         """Whether a count-based manager attached ``device_id`` for a spare
         attach that still runs (asked through another device)."""
-        return device_id in self._spare_got.values()
+        return device_id in self._spare_arrivals.values()
 
     def served(self, a: cl.FabricAllocation) -> str:
         """The device that arrived for ``a``'s slot ("" if none or not known yet)."""
-        return a.served or self._serving.get((a.claim_uid, a.device), "")
+        return a.served or self._expect.arrival((a.claim_uid, a.device))
 
     def settling(self, device_id: str) -> bool:
         """Whether an operation on ``device_id`` ended after the inventory in
         hand was requested: what that inventory says of the device is stale."""
-        return device_id in self._ended
+        return self._expect.settling(device_id)
 
     def inventory_read(self, requested: float) -> None:
         """The inventory now in hand was requested at ``requested``
         (``time.monotonic``): the operations that ended before then are in it."""
-        self._ended = {d: t for d, t in self._ended.items() if t >= requested}
+        self._expect.inventory_read(requested)
 
     def _start(self, device_id: str, coro: Coroutine[Any, Any, None], name: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=name)
@@ -166,7 +168,7 @@ class Workers:
             if self._tasks.get(device_id) is task:
                 del self._tasks[device_id]
                 self._attaching.pop(device_id, None)
-                self._ended[device_id] = time.monotonic()  # settling from now on
+                self._expect.operation_ended(device_id)  # settling from now on
             self._on_done()
 
         task.add_done_callback(done)
@@ -174,19 +176,18 @@ class Workers:
     def attach(self, a: cl.FabricAllocation, v: Variant) -> None:
         """Attach for allocation ``a`` unless an attach of it runs or has ended."""
         key = (a.claim_uid, a.device)
-        if not self.busy(v.device_id) and key not in self._settled:
+        if not self.busy(v.device_id) and not self._expect.outcome_pending(key):
             self._attaching[v.device_id] = key
             self._start(v.device_id, self._attach(a, v), f"attach-{v.device_id}")
 
     def settled(self, a: cl.FabricAllocation) -> bool:
         """Whether the attach of ``a`` ended here and its outcome is written."""
-        return (a.claim_uid, a.device) in self._settled
+        return self._expect.outcome_pending((a.claim_uid, a.device))
 
     def forget(self, waiting: set[tuple[str, str]]) -> None:
         """Keep only the settled allocations the claims cache still shows waiting
         (an outcome the cache shows, or an allocation gone, needs no memory)."""
-        self._settled &= waiting
-        self._serving = {k: d for k, d in self._serving.items() if k in waiting}
+        self._expect.claims_show(waiting)
 
     def detach(self, device_id: str, node: ObjectRef) -> None:
         """Detach ``device_id`` (attached to ``node``, where its Event goes
@@ -197,7 +198,7 @@ class Workers:
             self._start(device_id, self._detach(device_id, node), f"detach-{device_id}")
 
     def attach_spare(self, v: Variant, node: ObjectRef, on_end: Callable[[str], None]) -> bool:
-        """Attach ``v``'s device as a warm spare (``driver.controller.spares``):
+        """Attach ``v``'s device as a warm spare (``driver.controller.spares.policy``):
         the claim's attach path, with a key of its own; False if the device is busy.
         ``on_end(device)`` runs when it ends, cancelled included: the device
         attached as the spare (on a count fabric the one that arrived, not
@@ -232,27 +233,11 @@ class Workers:
         try:
             if v.device_id in self._holds:
                 raise AttachFailed(f"{v.device_id} is held after a failed attach")
-            if v.count:  # the manager picks the device: follow it (count_attach)
-                arrived = functools.partial(self._arrived, a, v)
-                served = self.served(a)
-                got, data = await attach_slot(
-                    self._fabric, self._reports, a, v, deadline, served, arrived
-                )
-                message = f"{got} attached to {v.node} via {data['adapter']} for {v.device_id}"
-            else:
-                deadline = await self._connector.connect(a, v, deadline)
-                if not await self._reports.wait_until(
-                    lambda: self._reports.sees(v.node, v.kind, v.identity, v.adapter), deadline
-                ):
-                    what = f"{v.kind} {v.identity}"
-                    raise AttachFailed(f"node {v.node} did not report {what} in time")
-                message = f"{v.device_id} attached to {v.node} via {v.adapter}"
-                key = IDENTITY_ATTRIBUTE[v.kind]
-                data = {"fabricDevice": v.device_id, key: v.identity, "adapter": v.adapter}
-                data |= serial_data(self._reports.get(v.node), v.kind, v.identity)
+            arrived = functools.partial(self._arrived, a, v)
+            message, data = await self._model.attach(a, v, deadline, self.served(a), arrived)
             cond = cl.condition(READY_CONDITION, "Attached", message, None)
             if await self._status.write(a, cond, data):
-                self._settled.add((a.claim_uid, a.device))
+                self._expect.outcome_written((a.claim_uid, a.device))
                 observe("attach", "ok", started)
                 self._events.attached(a, message)
                 log.info(
@@ -262,21 +247,21 @@ class Workers:
         except (AttachFailed, FabricApiError) as exc:
             observe("attach", "failed", started)
             log.warning("claim %s/%s: attaching %s failed: %s", a.namespace, a.name, v.name, exc)
-            self._serving.pop((a.claim_uid, a.device), None)  # arrived, not kept: detached
+            self._expect.dropped((a.claim_uid, a.device))  # arrived, not kept: detached
             self._holds.hold(v.device_id)
             if self._published is not None:
                 await self._published()
             self._events.attach_failed(a, v, str(exc))
             cond = cl.condition(a.failure_condition, "AttachFailed", str(exc), None)
             with contextlib.suppress(ApiError):  # a slot's device that arrived is gone
-                if await self._status.write(a, cond, {} if v.count else None):
-                    self._settled.add((a.claim_uid, a.device))
+                if await self._status.write(a, cond, self._model.failure_data(v)):
+                    self._expect.outcome_written((a.claim_uid, a.device))
 
     async def _arrived(self, a: cl.FabricAllocation, v: Variant, device_id: str) -> None:
         """A count-based manager named ``device_id`` for ``a``: this allocation's
         from now on, here and (once written) on the claim, so a restart follows
-        it instead of detaching it and asking again (``count_attach``)."""
-        self._serving[(a.claim_uid, a.device)] = device_id
+        it instead of detaching it and asking again (``slot_attach``)."""
+        self._expect.arrived((a.claim_uid, a.device), device_id)
         what = f"{device_id} arrived for {v.device_id}: waiting for {v.node} to report it"
         cond = cl.condition(READY_CONDITION, "Attaching", what, None, status="False")
         try:
@@ -286,8 +271,8 @@ class Workers:
 
     def adopt(self, a: cl.FabricAllocation, device_id: str) -> None:
         """``device_id``, attached to ``a``'s node, serves ``a``'s slot
-        (``count_attach.take_up``): its attach follows it, nothing detaches it."""
-        self._serving[(a.claim_uid, a.device)] = device_id
+        (``pool.slot_serving.take_up``): its attach follows it, nothing detaches it."""
+        self._expect.arrived((a.claim_uid, a.device), device_id)
 
     async def _attach_spare(
         self, asked: Variant, node: ObjectRef, on_end: Callable[[str], None]
@@ -300,16 +285,11 @@ class Workers:
             if v.device_id in self._holds:
                 raise AttachFailed(f"{v.device_id} is held after a failed attach")
             deadline = started + self._timeout
-            if counts_models(self._fabric):  # the manager picks: the spare is what arrives
-                got = await ask_spare(self._fabric, v, a.claim_uid)
-                self._spare_got[asked.device_id] = got.id
-                adapter = got.connection.adapter if got.connection else v.adapter
-                name = variant_name(got.identity, v.node, adapter, got.kind)
-                v = dataclasses.replace(
-                    v, name=name, device_id=got.id, identity=got.identity, adapter=adapter
-                )
-            else:
-                deadline = await self._connector.connect(a, v, deadline)
+
+            def arrived(device_id: str) -> None:
+                self._spare_arrivals[asked.device_id] = device_id
+
+            v, deadline = await self._model.attach_spare(a, v, deadline, arrived)
             if not await self._reports.wait_until(
                 lambda: self._reports.sees(v.node, v.kind, v.identity, v.adapter), deadline
             ):
@@ -328,9 +308,9 @@ class Workers:
             self._events.spare_failed(node, v, str(exc))
         finally:
             self._sparing.discard(asked.device_id)
-            arrived = self._spare_got.pop(asked.device_id, "")
-            if arrived and arrived != asked.device_id:  # settling too: see inventory_read
-                self._ended[arrived] = time.monotonic()
+            got = self._spare_arrivals.pop(asked.device_id, "")
+            if got and got != asked.device_id:  # settling too: see inventory_read
+                self._expect.operation_ended(got)
             on_end(attached)
 
     async def _detach(self, device_id: str, node: ObjectRef) -> None:

@@ -10,7 +10,7 @@ adapter A"); every slot of a switch and model consumes one unit of that
 switch-and-model's counter, whose value is the number of its free devices.
 So the scheduler never allocates more of a model behind a switch than the
 manager can still attach, whichever device it then picks. The attach
-follows the device that arrived (``driver.controller.count_attach``), and the
+follows the device that arrived (``driver.controller.attach.slot_attach``), and the
 node plugin prepares the allocated slot by the identity the controller wrote
 into the claim's status data (``naming.PREPARED_AS_KEY``).
 
@@ -20,12 +20,12 @@ arrived consumes the counter of that device's switch instead (``served``),
 so each counter's remainder stays what its switch still has free.
 
 A warm spare is published as its own device variant instead
-(``driver.controller.count_spares``); allocated, it is carried like a slot.
+(``driver.controller.pool.slot_spares``); allocated, it is carried like a slot.
 
 A slot is named like a device variant, from its slot id
 (``<switch>/<model>/<node>/<adapter>/<i>``) instead of an identity. Allocated slots stay
 published until deallocated, also once their switch has fewer free devices
-(taken from the devices published before, as :func:`build_pool` does).
+(taken from the devices published before, as ``driver.controller.pool.devices`` does).
 Pure functions.
 """
 
@@ -34,8 +34,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Collection, Mapping
 
-from driver import DRIVER_NAME
-from driver.controller.pool import Variant, counter_set_name, offered
+from driver.controller.pool.layout import node_major
+from driver.controller.pool.variant import Variant, counter_set_name, offered
 from driver.devices.model import (
     ATTACHMENT,
     PCIE_ROOT,
@@ -55,7 +55,7 @@ from driver.fabric_devices.naming import (
 )
 from driver.fabricclient.model import FabricDevice, FabricInventory
 from driver.slices import limits
-from driver.slices.build import PoolSpec, slice_name_prefix
+from driver.slices.build import PoolSpec
 
 SLOT_ATTRIBUTE = "fabricSlot"  # a count variant's slot id, instead of fabricDevice
 
@@ -120,7 +120,7 @@ def build_count_pool(
     carried: Mapping[str, Device] | None = None,
     served: Mapping[str, str] | None = None,
 ) -> tuple[PoolSpec, dict[str, Variant]]:
-    """The pool spec and its slot variants by name (arguments as :func:`build_pool`'s;
+    """The pool spec and its slot variants by name (arguments as ``devices.build_pool``'s;
     ``excluded`` holds slot ids after a failed attach; ``served``: allocated slot
     variant -> the device that arrived for it)."""
     free = _groups([d for d in inventory.devices if offered(d)])
@@ -177,22 +177,11 @@ def build_count_pool(
                 )
     for name in sorted(set(pinned) - set(variants)):  # allocated: stays published
         old = (carried or {}).get(name)
-        # A slot, or a warm spare's device variant (driver.controller.count_spares).
+        # A slot, or a warm spare's device variant (driver.controller.pool.slot_spares).
         kept = (slot_variant(old) or Variant.of(old)) if old is not None else None
         if old is not None and kept is not None and kept.device_id not in excluded:
             at = old.attributes
             group = (str(at.get("fabricSwitch")), kept.kind, str(at.get("productName")))
             devices.append(dataclasses.replace(old, consumes_counters=use(name, group)))
             variants[name] = kept
-    devices.sort(key=lambda d: (variants[d.name].node, d.name))
-    node_index = {n: i for i, n in enumerate(sorted({v.node for v in variants.values()}))}
-    spec = PoolSpec(
-        driver=DRIVER_NAME,
-        pool_name=pool,
-        name_prefix=slice_name_prefix(pool, DRIVER_NAME),
-        node_selection={"perDeviceNodeSelection": True},
-        devices=tuple(devices),
-        counter_sets=tuple(sets),
-        slice_of={d.name: node_index[variants[d.name].node] for d in devices},
-    )
-    return spec, variants
+    return node_major(pool, devices, sets), variants  # node-major, by name

@@ -2,7 +2,7 @@
 
 Why this module exists: a misspelt ``GpuConfig`` field was found only when
 the pod was already bound and stuck on its node (the plugin's prepare
-fails). The controller's webhook (``driver.controller.webhook``) asks this
+fails). The controller's webhook (``driver.controller.process.webhook``) asks this
 module about every ResourceClaim and ResourceClaimTemplate created or
 updated, and the apiserver refuses the object when one of its
 ``patchbay.dev`` configs does not decode. The decoding is the plugin's own

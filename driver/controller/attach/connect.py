@@ -1,6 +1,6 @@
 """One attach, asked of the fabric once per allocation, followed to its end.
 
-Why apart from ``driver.controller.workers``: the workers decide which
+Why apart from ``driver.controller.attach.workers``: the workers decide which
 operation runs on which device and what its outcome writes; this is how one
 attach gets done against a fabric that may be slow, busy or down. It asks
 only when no earlier request for the allocation is under way or done (a
@@ -20,8 +20,8 @@ import time
 
 from driver.backoff import Backoff
 from driver.controller import claims as cl
-from driver.controller.pool import Variant
-from driver.controller.status import ClaimStatusWriter
+from driver.controller.attach.status import ClaimStatusWriter
+from driver.controller.pool.variant import Variant
 from driver.errors import (
     ApiError,
     AttachFailed,

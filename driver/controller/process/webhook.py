@@ -1,7 +1,7 @@
 """The controller's admission webhook endpoint: HTTPS, its settings, its certificate.
 
 Why this module exists: the apiserver calls admission webhooks over TLS
-only, so the controller serves ``/validate`` (:mod:`driver.controller.admission`)
+only, so the controller serves ``/validate`` (:mod:`driver.controller.process.admission`)
 and ``/healthz`` (the readiness probe) on its own port
 (``--webhook-port``, 0: no webhook) with the certificate and key of
 ``--webhook-tls-cert``/``--webhook-tls-key``. Every replica serves, the
@@ -28,7 +28,7 @@ from typing import Self
 from aiohttp import web
 from pydantic import BaseModel, Field, model_validator
 
-from driver.controller import admission
+from driver.controller.process import admission
 from driver.errors import ConfigError
 from driver.httpendpoint import serve_app
 

@@ -1,11 +1,11 @@
 """Warm spares on a count-based manager's fabric: ask for a model, keep what arrives.
 
-Why a module: the spare policy (``driver.controller.spares``) works per node
+Why a module: the spare policy (``driver.controller.spares.policy``) works per node
 and model, which a count-based manager serves as is; what differs is the
 device. The keeper asks "one X for node N" through a free device of model X
 (which only names the model) and keeps whatever the manager attached
 (``count_attach.ask_spare``, ``Workers.attach_spare``). A count pool has no
-device variants, only model slots (``driver.controller.count_pool``); a
+device variants, only model slots (``driver.controller.pool.slots``); a
 ready spare is published as its own device variant on its node (the node
 plugin knows that name: the device is attached there), with ``spare: true``,
 no binding conditions, consuming one unit of its switch-and-model counter
@@ -28,8 +28,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from driver.controller import claims as cl
-from driver.controller.count_pool import Group, slot_group
-from driver.controller.pool import Variant, offered, reachable, variant_device
+from driver.controller.pool.layout import node_major
+from driver.controller.pool.slots import Group, slot_group
+from driver.controller.pool.variant import Variant, offered, reachable, variant_device
 from driver.devices.model import CounterConsumption, Device
 from driver.fabric_devices.naming import SPARE_ATTRIBUTE, NodeFabric, counter_name
 from driver.fabricclient.model import FabricInventory
@@ -62,10 +63,8 @@ def spare_variants(
             variants[v.name] = v
     if not added:
         return spec, variants
-    devices = sorted((*spec.devices, *added), key=lambda d: (d.node_name or "", d.name))
-    index = {n: i for i, n in enumerate(sorted({d.node_name or "" for d in devices}))}
-    slice_of = {d.name: index[d.node_name or ""] for d in devices}
-    return dataclasses.replace(spec, devices=tuple(devices), slice_of=slice_of), variants
+    laid = node_major(spec.pool_name, (*spec.devices, *added), spec.counter_sets)
+    return dataclasses.replace(spec, devices=laid.devices, slice_of=laid.slice_of), variants
 
 
 def stored_spares(slices: Iterable[Mapping[str, Any]]) -> set[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, field_validator
 
-from driver.controller.spares import SpareRules, parse_counts
+from driver.controller.spares.policy import SpareRules, parse_counts
 
 
 class SpareSettings(BaseModel):

@@ -16,7 +16,7 @@ policy (docs/fabric.md, "Warm spares"):
 - a cap: spares never number more than ``cap`` (a share) of the pool.
 
 Pure functions over the pool's state as the reconciler sees it
-(``driver.controller.spare_keeper`` gathers it and carries the plan out);
+(``driver.controller.spares.keeper`` gathers it and carries the plan out);
 ``now`` is the caller's monotonic clock.
 """
 
@@ -55,7 +55,7 @@ def parse_counts(text: str, name: str, wildcard: bool = False) -> dict[KindModel
 
 @dataclass(frozen=True)
 class SpareRules:
-    """The policy's values (``driver.controller.spare_settings`` reads them)."""
+    """The policy's values (``driver.controller.spares.settings`` reads them)."""
 
     fixed: Mapping[KindModel, int] = field(default_factory=dict)
     demand: Mapping[KindModel, int] = field(default_factory=dict)

@@ -1,0 +1,1 @@
+"""Attach and detach: one operation per fabric device, and what each writes."""

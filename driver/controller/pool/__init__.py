@@ -1,0 +1,1 @@
+"""The fabric pool: its two shapes behind one model (``model.py``), variants, layout."""

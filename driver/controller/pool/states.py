@@ -1,0 +1,50 @@
+"""What the fabric pool holds, read back: device states for a metric, devices published before.
+
+Why a module: the reconciler counts the fabric's devices by state for
+``patchbay_fabric_devices`` and, on its first pass, reads what a previous
+incarnation published (an allocated variant stays published from it). Both
+read the pool rather than build it. Pure functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
+
+from driver.devices.model import Device
+from driver.fabricclient.model import FabricInventory
+
+
+def device_states(
+    inventory: FabricInventory | None, held: Collection[str]
+) -> list[tuple[tuple[str, str], float]]:
+    """``patchbay_fabric_devices`` samples: (type, state) and a count, every
+    state of each type present. A device is attached (a connection, also one
+    on its way in or out), else held (after a failed attach), else
+    unavailable (another tenant's, or health Critical), else free."""
+    counts: dict[tuple[str, str], int] = {}
+    for d in inventory.devices if inventory is not None else ():
+        if d.connection is not None:
+            state = "attached"
+        elif d.id in held:
+            state = "held"
+        elif not d.available or d.health == "Critical":
+            state = "unavailable"
+        else:
+            state = "free"
+        counts[(d.kind, state)] = counts.get((d.kind, state), 0) + 1
+    kinds = sorted({k for k, _ in counts})
+    states = ("free", "attached", "held", "unavailable")
+    return [((k, s), float(counts.get((k, s), 0))) for k in kinds for s in states]
+
+
+def published_devices(slices: Iterable[Mapping[str, Any]]) -> dict[str, Device]:
+    """The devices of stored fabric pool slices, by name (malformed ones skipped)."""
+    out = {}
+    for obj in slices:
+        for raw in (obj.get("spec") or {}).get("devices") or ():
+            with contextlib.suppress(KeyError, TypeError, ValueError, AttributeError):
+                device = Device.from_json(raw)
+                out[device.name] = device
+    return out

@@ -1,0 +1,1 @@
+"""The controller process: entry point, settings, leader Lease, admission webhook."""
