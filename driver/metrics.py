@@ -17,7 +17,9 @@ as does the state they read.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -70,10 +72,16 @@ def histogram(
 
 
 Samples = Iterable[tuple[Sequence[str], float]]
+_Owner = TypeVar("_Owner")
 
 
 class Sampled(Collector):
-    """A gauge family read at scrape time from ``source`` (label values, value)."""
+    """A gauge family read at scrape time from its sources (label values, value).
+
+    A source is an object and how to read it (:meth:`add_source`), held
+    weakly: each object that lives contributes (samples of equal labels are
+    summed), one that is gone drops out, and a second instance (a restarted
+    reconciler, a test's) adds to the first instead of replacing it."""
 
     def __init__(
         self, name: str, doc: str, labels: Sequence[str], *registries: CollectorRegistry
@@ -81,8 +89,28 @@ class Sampled(Collector):
         self.name = name
         self.doc = doc
         self.labels = tuple(labels)
-        self.source: Callable[[], Samples] | None = None
+        self._sources: list[tuple[weakref.ref[Any], Callable[[Any], Samples]]] = []
         _registered(self, registries)
+
+    def add_source(self, owner: _Owner, read: Callable[[_Owner], Samples]) -> None:
+        """Read ``read(owner)`` at each scrape while ``owner`` lives (``read``
+        must not hold ``owner`` itself: an unbound method, a plain function)."""
+        self._sources.append((weakref.ref(owner), read))
+
+    def samples(self) -> dict[tuple[str, ...], float]:
+        """Every live source's samples, summed by label values."""
+        out: dict[tuple[str, ...], float] = {}
+        live = []
+        for ref, read in self._sources:
+            owner = ref()
+            if owner is None:
+                continue
+            live.append((ref, read))
+            for values, value in read(owner):
+                key = tuple(values)
+                out[key] = out.get(key, 0.0) + value
+        self._sources = live
+        return out
 
     def _family(self) -> GaugeMetricFamily:
         return GaugeMetricFamily(self.name, self.doc, labels=self.labels)
@@ -92,7 +120,7 @@ class Sampled(Collector):
 
     def collect(self) -> Iterator[Metric]:
         family = self._family()
-        for values, value in self.source() if self.source is not None else ():
+        for values, value in self.samples().items():
             family.add_metric(list(values), value)
         yield family
 

@@ -265,7 +265,7 @@ class NodePlugin:
         servers = PluginServers(paths, preparer, health, advertise_health=self.nvml_reached())
         self.servers = servers
         PLUGIN_REGISTERED.set_function(lambda: float(servers.registration.registered.is_set()))
-        export_device_counts(self.device_counts)
+        export_device_counts(self)
 
         async def serve() -> None:
             self._serving = True

@@ -12,7 +12,8 @@ instances that claims hold; fabric devices are those attached to this node.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Protocol
 
 from driver.devices.model import Device
 from driver.health.model import HealthStatus
@@ -65,8 +66,12 @@ class DeviceCounts:
         return self._of(self.prepared)
 
 
-def export_device_counts(counts: Callable[[], DeviceCounts]) -> None:
-    """Read the device gauges from ``counts`` at each scrape."""
-    DEVICES.source = lambda: counts().device_samples()
-    DEVICES_TAINTED.source = lambda: counts().tainted_samples()
-    DEVICES_PREPARED.source = lambda: counts().prepared_samples()
+class Counted(Protocol):
+    def device_counts(self) -> DeviceCounts: ...
+
+
+def export_device_counts(owner: Counted) -> None:
+    """Read the device gauges from ``owner.device_counts()`` at each scrape, while it lives."""
+    DEVICES.add_source(owner, lambda o: o.device_counts().device_samples())
+    DEVICES_TAINTED.add_source(owner, lambda o: o.device_counts().tainted_samples())
+    DEVICES_PREPARED.add_source(owner, lambda o: o.device_counts().prepared_samples())

@@ -8,7 +8,7 @@ client's errors (``FabricApiError`` and its kin) live in ``driver.errors``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from driver.errors import FabricNotFound
 
@@ -147,11 +147,22 @@ class FabricTask:
         return self.state in TASK_FAILED
 
 
+class Arrival(Protocol):
+    """The device a manager that picks devices (``FabricApi.picks_devices``)
+    attached, as it names it."""
+
+    @property
+    def serial(self) -> str: ...
+    def describe(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class AttachResult:
     """``task`` is None when the attach needs no waiting (already attached there, or
     the fabric answered it at once); else ``task.uri`` is the operation's handle (a
-    Task or a DSP0266 task monitor) that ``FabricApi.wait`` follows to its end."""
+    Task or a DSP0266 task monitor) that ``FabricApi.wait`` follows to its end.
+    ``arrived``: the device a manager that picks devices chose (None otherwise)."""
 
     connection_uri: str
     task: FabricTask | None
+    arrived: Arrival | None = None

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from driver.backoff import Backoff
+from driver.backoff import Backoff, jittered
 from driver.errors import ApiError, ApiStatusError
 from driver.kube.api import slice_path
 from driver.kube.cache import ObjectCache
@@ -33,6 +34,9 @@ BACKOFF_START = 0.2
 BACKOFF_MAX = 30.0
 REWRITES_BEFORE_BACKOFF = 3
 BACKOFF_STUCK_MAX = 300.0
+# Each wait is up to half longer at random (client-go's wait.Jitter): after an
+# apiserver outage every node's plugin retries, and not all in one instant.
+BACKOFF_JITTER = 0.5
 DEVICES_LEFT_OUT = "DevicesNotPublished"  # Event reasons (docs/events.md)
 SLICE_REFUSED = "SlicePublishFailed"
 
@@ -48,9 +52,12 @@ class SlicePublisher:
         field_manager: str = "patchbay",
         *,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rand: Callable[[], float] = random.random,
     ) -> None:
         self._api = api
-        self._sleep = sleep  # the back-off's wait before a rewrite (a test injects its own)
+        # The back-offs' waits and their jitter in [0, 1) (a test injects its own).
+        self._sleep = sleep
+        self._rand = rand
         self._query = dict(query)
         self._pool_name = pool_name
         self._field_manager = field_manager
@@ -107,7 +114,7 @@ class SlicePublisher:
 
     async def _reconcile_loop(self) -> None:
         await self.synced.wait()
-        backoff = Backoff(BACKOFF_START, BACKOFF_MAX)
+        backoff = Backoff(BACKOFF_START, BACKOFF_MAX, BACKOFF_JITTER, self._rand)
         while True:
             await self._dirty.wait()
             self._dirty.clear()
@@ -122,11 +129,12 @@ class SlicePublisher:
                 if isinstance(exc, ApiStatusError) and 400 <= exc.status < 500 and not exc.conflict:
                     self._warn(SLICE_REFUSED, f"pool {self._pool_name}: {exc}")
                 SLICE_FAILURES.labels(reason="api").inc()
+                delay = backoff.next()
                 log.warning(
                     "publishing pool %s failed, retrying in %.1fs: %s",
-                    self._pool_name, backoff.delay, exc,
+                    self._pool_name, delay, exc,
                 )  # fmt: skip
-                await backoff.sleep()
+                await self._sleep(delay)
                 self._dirty.set()
 
     async def _reconcile(self, pool: PoolSpec) -> None:
@@ -142,7 +150,9 @@ class SlicePublisher:
         self._last_written = pool
         if self._rewrites >= REWRITES_BEFORE_BACKOFF:
             SLICE_FAILURES.labels(reason="diverged").inc()
-            delay = min(2.0**self._rewrites, BACKOFF_STUCK_MAX)
+            delay = jittered(
+                min(2.0**self._rewrites, BACKOFF_STUCK_MAX), BACKOFF_JITTER, self._rand
+            )
             log.error(
                 "pool %s: the stored slices differ again after %d rewrites of the same pool"
                 " (a field the apiserver drops? DRA feature gates?); next write in %.0fs",

@@ -37,7 +37,7 @@ from driver.fabricclient.model import FabricConnection, FabricDevice, FabricInve
 from driver.health.monitor import HealthMonitor
 from driver.kube.api import slice_path
 from driver.kube.memory import MemoryKube
-from driver.metrics import CONTROLLER, PLUGIN, series_names
+from driver.metrics import CONTROLLER, PLUGIN, Sampled, series_names
 from driver.node import hotplug
 from driver.nvml.fake import FakeNvml
 from driver.nvml.fake_state import FakeMachine
@@ -210,6 +210,25 @@ def test_device_counts_by_health_taint_and_use() -> None:
     assert dict(counts.prepared_samples()) == {
         ("fabric", "gpu"): 1, ("local", "gpu"): 1, ("local", "vf"): 0,
     }  # fmt: skip
+
+
+class _Owner:
+    def __init__(self, n: float) -> None:
+        self.n = n
+
+
+def test_a_sampled_gauge_sums_its_live_sources_and_drops_the_gone() -> None:
+    """Two instances feed one family (a restarted reconciler, two plugins in
+    one test process): each counts while it lives, neither replaces the other."""
+    gauge = Sampled("patchbay_test_things", "things", ["kind"])
+    first, second = _Owner(2), _Owner(3)
+    gauge.add_source(first, lambda o: [(("gpu",), o.n)])
+    gauge.add_source(second, lambda o: [(("gpu",), o.n), (("vf",), 1.0)])
+    assert gauge.samples() == {("gpu",): 5.0, ("vf",): 1.0}
+    del second  # gone: it drops out
+    assert gauge.samples() == {("gpu",): 2.0}
+    del first
+    assert gauge.samples() == {}
 
 
 def _fabric_device(ident: str, **changes: Any) -> FabricDevice:

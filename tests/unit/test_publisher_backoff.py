@@ -60,7 +60,7 @@ class HeldSleeper:
 async def test_a_dropped_field_does_not_make_a_hot_write_loop() -> None:
     api = dropping_api()
     sleeper = HeldSleeper(api)
-    publisher = SlicePublisher(api, {}, "node-a", sleep=sleeper)
+    publisher = SlicePublisher(api, {}, "node-a", sleep=sleeper, rand=lambda: 0.5)
     taint = DeviceTaint("patchbay.dev/unhealthy", "xid-48", "NoSchedule", "2026-11-30T07:00:00Z")
     device = Device("gpu-0", "gpu", "GPU-0", taints=(taint,))
     spec = PoolSpec("patchbay.dev", "node-a", "node-a-patchbay", {"nodeName": "node-a"}, (device,))
@@ -69,12 +69,15 @@ async def test_a_dropped_field_does_not_make_a_hot_write_loop() -> None:
     try:
         # The first write and REWRITES_BEFORE_BACKOFF - 1 rewrites, each on the
         # watch echo of the one before; then a wait before every further write,
-        # doubling, and exactly one write after each wait.
-        assert await sleeper.next_wait() == (2.0**3, 3)
+        # doubling, jittered (rand 0.5: half the jitter), and exactly one write
+        # after each wait.
+        more = 1 + 0.5 * publisher_module.BACKOFF_JITTER
+        assert more > 1
+        assert await sleeper.next_wait() == (2.0**3 * more, 3)
         sleeper.release.set()
-        assert await sleeper.next_wait() == (2.0**4, 4)
+        assert await sleeper.next_wait() == (2.0**4 * more, 4)
         sleeper.release.set()
-        assert await sleeper.next_wait() == (2.0**5, 5)
+        assert await sleeper.next_wait() == (2.0**5 * more, 5)
         assert api.writes == 5  # held: the echoes of write 5 wrote nothing
     finally:
         task.cancel()

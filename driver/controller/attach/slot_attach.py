@@ -49,7 +49,6 @@ from driver.fabric_devices.naming import (
     NodeFabric,
     variant_name,
 )
-from driver.fabricclient.dialect_count import CountAttachResult
 from driver.fabricclient.model import AttachResult, FabricDevice, FabricInventory
 from driver.fabricclient.protocol import FabricApi
 from driver.faults import crash_point
@@ -136,7 +135,7 @@ async def _ask(
 def answered(inv: FabricInventory, result: AttachResult, what: str) -> tuple[FabricDevice, str]:
     """The device a scale-up for ``what`` brought (by its board serial), and
     how the manager named it."""
-    got = result.arrived if isinstance(result, CountAttachResult) else None
+    got = result.arrived
     if got is None:
         raise AttachFailed(f"{what}: the fabric named no device that arrived")
     device = next((d for d in inv.devices if got.serial and d.serial == got.serial), None)

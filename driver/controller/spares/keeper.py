@@ -71,7 +71,7 @@ class SpareKeeper:
         self._carried_until = 0.0
         self._released: set[str] = set()  # devices of retired spares not detached yet
         self.last = SparePlan()
-        FABRIC_SPARES.source = self.samples
+        FABRIC_SPARES.add_source(self, SpareKeeper.samples)
 
     def note_allocations(
         self, allocs: Iterable[cl.FabricAllocation], variants: Mapping[str, Variant],
