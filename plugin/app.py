@@ -28,7 +28,7 @@ from driver.claims.metadata_files import MetadataFiles
 from driver.claims.preparer import ClaimPreparer
 from driver.devices.inventory import NodeInventory
 from driver.devices.kind import DeviceType, all_handlers, scan_all
-from driver.devices.model import CounterSet
+from driver.devices.model import CounterSet, drawn_on
 from driver.errors import Stopped
 from driver.fabric_devices.node import AnnotationPublisher, FabricNodeView
 from driver.fabric_devices.usage import FabricUsage, nvml_probe
@@ -130,8 +130,9 @@ class NodePlugin:
             self.inventory.replace_pool(self.settings.fabric_pool, attached)
             self.report_fabric()
         changed = self.inventory.replace_pool(self.pool_name, devices)
-        if found.counter_sets != self._counter_sets:
-            self._counter_sets = found.counter_sets
+        counter_sets = drawn_on(found.counter_sets, devices)  # none of a fabric GPU's
+        if counter_sets != self._counter_sets:
+            self._counter_sets = counter_sets
             changed = True
         if not changed and self._published:
             return  # nothing to rebuild or diff: the publisher holds this pool already

@@ -11,7 +11,7 @@ slice compares equal to the one we would write.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +100,15 @@ class CounterSet:
             "name": self.name,
             "counters": {name: {"value": canonical(value)} for name, value in self.counters},
         }
+
+
+def drawn_on(sets: Iterable[CounterSet], devices: Iterable[Device]) -> tuple[CounterSet, ...]:
+    """The counter sets some device of ``devices`` consumes from, in their order.
+
+    A set nothing draws on tells the scheduler of capacity no device offers:
+    a fabric GPU's MIG counters once its placements left the node's pool."""
+    used = {c.counter_set for d in devices for c in d.consumes_counters}
+    return tuple(s for s in sets if s.name in used)
 
 
 @dataclass(frozen=True)

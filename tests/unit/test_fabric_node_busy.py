@@ -11,7 +11,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from driver.checkpoint import Checkpoint
-from driver.devices.model import Device
+from driver.devices.model import Device, drawn_on
 from driver.fabric_devices.node import FabricNodeView, parse_adapters
 from driver.fabric_devices.usage import FabricUsage, nvml_probe
 from driver.gpu.fraction import SharePolicy
@@ -59,7 +59,8 @@ def of_gpu(d: Device, uuid: str) -> bool:
 
 def test_a_fabric_gpu_is_offered_in_no_part_in_the_nodes_own_pool(tmp_path: Path) -> None:
     _, _, gpus, view = node_with_a_fabric_gpu(tmp_path)
-    scanned = list(gpus.discover().devices)
+    found = gpus.discover()
+    scanned = list(found.devices)
     assert {d.kind for d in scanned if of_gpu(d, FABRIC_GPU)} == {"gpu", "mig", "shared-gpu"}
     local, fabric = view.split(scanned)
     assert [d for d in local if of_gpu(d, FABRIC_GPU)] == []
@@ -68,6 +69,13 @@ def test_a_fabric_gpu_is_offered_in_no_part_in_the_nodes_own_pool(tmp_path: Path
     assert local == [d for d in scanned if not of_gpu(d, FABRIC_GPU)]
     assert {d.kind for d in local} == {"gpu", "mig", "shared-gpu"}
     assert sum(d.kind == "gpu" for d in local) == 4
+    # Nor its counters: the node's pool keeps the sets its local devices draw on.
+    published = drawn_on(found.counter_sets, local)
+    fabric_sets = {
+        c.counter_set for d in scanned if of_gpu(d, FABRIC_GPU) for c in d.consumes_counters
+    }
+    assert fabric_sets and not fabric_sets & {s.name for s in published}
+    assert {s.name for s in found.counter_sets} - {s.name for s in published} == fabric_sets
 
 
 def test_a_fabric_gpu_gone_from_sysfs_takes_its_parts_along(tmp_path: Path) -> None:
