@@ -11,7 +11,6 @@ comes becomes a clear error instead of a half-prepared device.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,12 +41,24 @@ def wait_until(what: str, done: Callable[[], bool], timeout: float) -> None:
         time.sleep(POLL_SECONDS)
 
 
+def link_name(link: Path) -> str | None:
+    """The last name of ``link``'s target; None when there is no link (now).
+
+    One ``readlink``: the kernel removes a ``driver`` link while unbinding,
+    between any two calls, so "is it a link?" then "where to?" (or
+    ``realpath``, which lstats every component and then reads the link)
+    raised when it went in between (issue 33: a passthrough unbind polled
+    into it). Gone is an answer: none."""
+    try:
+        return link.readlink().name
+    except OSError:  # not there (now), or not a link
+        return None
+
+
 def driver_of(device_path: Path) -> str | None:
     """The name of the driver bound to a device, None when unbound."""
-    link = device_path / "driver"
-    return Path(os.path.realpath(link)).name if link.is_symlink() else None
+    return link_name(device_path / "driver")
 
 
 def iommu_group(device_path: Path) -> str | None:
-    link = device_path / "iommu_group"
-    return Path(os.path.realpath(link)).name if link.is_symlink() else None
+    return link_name(device_path / "iommu_group")

@@ -10,7 +10,11 @@ separate step: :meth:`SysfsEffects.apply` scans the write-only files,
 performs what the kernel would (unbind first, then bind, then probe, then VF
 counts), and empties them again. ``on_driver_change(bdf, driver)`` hears
 each binding change (``driver`` None: unbound), so the host can keep what
-depends on it in step (NVML lists a GPU only while NVIDIA's driver has it).
+depends on it in step (NVML lists a GPU only while NVIDIA's driver has it),
+in the kernel's order: a driver's probe before the ``driver`` link appears,
+its remove before the link goes. A writer that waits for the link then finds
+NVML in step too (a GPU given back from ``vfio-pci`` was once checked in
+NVML between the link and the probe: issue 33).
 
 Two ways to run it, both used: call ``apply()`` (``SimHost.process_writes``)
 right after in-process code writes, or run :class:`EffectsWatcher`, a thread
@@ -82,27 +86,27 @@ class SysfsEffects:
             for d in drivers:
                 for bdf in _take(d / "unbind"):
                     if self.tree.exists(bdf) and self.tree.driver_of(bdf) == d.name:
+                        self._changed(bdf, None)  # the driver's remove, then the link
                         self.tree.unbind(bdf)
                         log.info("sysfs: %s unbound from %s", bdf, d.name)
-                        self._changed(bdf, None)
                         done += 1
             for d in drivers:
                 for bdf in _take(d / "bind"):
                     override = self._override(bdf)
                     ok = override in (None, d.name)
                     if self.tree.exists(bdf) and self.tree.driver_of(bdf) is None and ok:
+                        self._changed(bdf, d.name)  # the driver's probe, then the link
                         self.tree.bind(bdf, d.name)
                         log.info("sysfs: %s bound to %s", bdf, d.name)
-                        self._changed(bdf, d.name)
                         done += 1
             for bdf in _take(self.tree.root / "bus" / "pci" / "drivers_probe"):
                 if not self.tree.exists(bdf) or self.tree.driver_of(bdf) is not None:
                     continue
                 driver = self._override(bdf) or self.native_driver(bdf)
                 if driver:
+                    self._changed(bdf, driver)
                     self.tree.bind(bdf, driver)
                     log.info("sysfs: %s probed, bound to %s", bdf, driver)
-                    self._changed(bdf, driver)
                     done += 1
             return done + self._apply_numvfs()
 

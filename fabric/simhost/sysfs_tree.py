@@ -55,6 +55,15 @@ def derived_mac(seed: str) -> str:
     return ":".join(f"{b:02x}" for b in (0x02, *digest[:5]))
 
 
+def _link_name(link: Path) -> str | None:
+    """The last name of ``link``'s target, None when there is none (one
+    readlink: a reader outside the host lock may meet an unbind)."""
+    try:
+        return link.readlink().name
+    except OSError:
+        return None
+
+
 def relink(link: Path, target: Path) -> None:
     """Create (or replace) ``link`` pointing at ``target`` with a relative path."""
     link.parent.mkdir(parents=True, exist_ok=True)
@@ -169,8 +178,7 @@ class SysfsTree:
         dom, bus, dev, fn = bdf_parts(pf_bdf)
         devfn = (dev << 3 | fn) + num("sriov_offset") + index * num("sriov_stride")
         vf_bdf = make_bdf(dom, bus + (devfn >> 8), devfn & 0xFF)
-        link = pf / "driver"
-        driver = Path(os.path.realpath(link)).name if link.is_symlink() else None
+        driver = _link_name(pf / "driver")
         vf = self.add_function(
             pf.parent,
             PciFunction(
@@ -217,8 +225,7 @@ class SysfsTree:
         shutil.rmtree(path, ignore_errors=True)
 
     def driver_of(self, bdf: str) -> str | None:
-        link = self.bus_devices / bdf / "driver"
-        return Path(os.path.realpath(link)).name if link.is_symlink() else None
+        return _link_name(self.bus_devices / bdf / "driver")
 
     def bind(self, bdf: str, driver: str) -> None:
         self._bind_path(bdf, self.path_of(bdf), driver)

@@ -28,6 +28,7 @@ from driver.errors import ConfigError, DeviceError
 from driver.faults import PREPARE_POINTS, UNPREPARE_POINTS
 from driver.gpu.passthrough import GpuPassthrough
 from driver.gpu.prepare import GpuHandler
+from driver.pci.writes import driver_of
 from fabric.simhost.effects import EffectsWatcher
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
@@ -276,3 +277,24 @@ async def test_a_crash_at_any_step_gives_the_gpu_back(
     assert (await again.unprepare([vm]))[vm.uid] == ""
     assert host.tree.driver_of(GPU_BDF) == "nvidia"
     assert host.gpu_uuids()[GPU_BDF] == gpu.local_id
+
+
+def test_a_driver_link_that_goes_while_it_is_read_reads_as_unbound(
+    host: SimHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel removes a ``driver`` link while it unbinds, between any two
+    calls of a reader; the passthrough unbind polls it (issue 33: ``realpath``
+    raised FileNotFoundError when the link went between its lstat and its
+    readlink, 2 runs in 25 of this module under load)."""
+    path = host.tree.path_of(GPU_BDF)
+    assert driver_of(path) == "nvidia"
+    real, unbinding = os.readlink, list[Any]()
+
+    def unbound_meanwhile(link: Any) -> str:
+        if Path(link).name == "driver" and not unbinding:
+            unbinding.append(link)
+            host.tree.unbind(GPU_BDF)  # the kernel, between the reader's calls
+        return str(real(link))
+
+    monkeypatch.setattr(os, "readlink", unbound_meanwhile)
+    assert driver_of(path) is None

@@ -91,6 +91,31 @@ def test_unbind_override_and_probe_rebind_a_vf(host: SimHost) -> None:
     assert host.tree.driver_of(bdf) == "mlx5_core"
 
 
+def test_a_gpu_leaves_and_rejoins_nvml_before_its_driver_link_changes(host: SimHost) -> None:
+    """The kernel's order: a driver's remove runs before the ``driver`` link
+    goes, its probe before the link appears. A writer that waits for the link
+    finds NVML in step (issue 33: the GPU was once missing from NVML just
+    after the link showed it back on nvidia)."""
+    bdf = next(g["pci_bus_id"] for g in host.nvml.read()["gpus"])
+    dev = host.sysfs_root / "bus/pci/devices" / bdf
+    seen: list[tuple[str | None, str | None]] = []  # (change, the link at that moment)
+    on_change = host.effects.on_driver_change
+    assert on_change is not None
+
+    def noting(changed: str, driver: str | None) -> None:
+        seen.append((driver, host.tree.driver_of(changed)))
+        on_change(changed, driver)
+
+    host.effects.on_driver_change = noting
+    (dev / "driver" / "unbind").write_text(bdf)
+    assert host.process_writes() == 1
+    assert bdf not in host.gpu_uuids()
+    (host.sysfs_root / "bus/pci/drivers_probe").write_text(bdf)
+    assert host.process_writes() == 1
+    assert bdf in host.gpu_uuids()
+    assert seen == [(None, "nvidia"), ("nvidia", None)]
+
+
 def test_bind_honours_override_and_watcher_applies_writes(host: SimHost) -> None:
     bdf = "0000:1a:00.4"
     dev = host.sysfs_root / "bus/pci/devices" / bdf
