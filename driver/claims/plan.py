@@ -99,7 +99,7 @@ def plan_claim(
             device_name=result.device,
             kind=device.kind,
             local_id=device.local_id,
-            undo=handlers[device.kind].plan_undo(device),
+            undo=handlers[device.kind].plan_undo(device, config),
         )
         if result.share_id is not None:
             record.undo[SHARE_ID] = result.share_id

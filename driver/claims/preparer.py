@@ -38,7 +38,14 @@ from driver.claims.metadata_files import MetadataFiles, with_metadata_ids
 from driver.claims.model import ClaimRef, Fetched, PrepareResult, log_fields
 from driver.claims.plan import Planned, plan_claim
 from driver.claims.results import merge_edits, result_of, unique_devices
-from driver.devices.handler import ClaimSharing, DeviceHandler, Inventory, changes_device
+from driver.devices.handler import (
+    ClaimSharing,
+    DeviceHandler,
+    Inventory,
+    blocks_prepare,
+    blocks_unprepare,
+    changes_device,
+)
 from driver.errors import ClaimError, ConfigError, PatchbayError
 from driver.faults import crash_point
 from driver.metrics import (
@@ -152,9 +159,7 @@ class ClaimPreparer:
             for ref in claims:
                 try:
                     record = self.checkpoint.claims.get(ref.uid)
-                    if record is None or not self._blocks(
-                        [d.kind for d in record.devices], self._shares(record)
-                    ):
+                    if record is None or not self._blocks_undo(record):
                         self._unprepare_sync(ref.uid)
                     else:
                         await asyncio.to_thread(self._unprepare_sync, ref.uid)
@@ -250,19 +255,26 @@ class ClaimPreparer:
             for r in allocation.devices
             if (d := self._inventory.lookup(r.pool, r.device)) is not None
         ]
-        if record is not None:  # an interrupted prepare is undone first
-            kinds += [d.kind for d in record.devices]
         sharing = self._sharing is not None and any(
             "sharing" in c.parameters for c in allocation.configs
         )
-        if not self._blocks(kinds, sharing or (record is not None and self._shares(record))):
+        params = [c.parameters for c in allocation.configs]
+        blocks = sharing or any(
+            k not in self._handlers or blocks_prepare(self._handlers[k], params) for k in kinds
+        )
+        if record is not None:  # an interrupted prepare is undone first
+            blocks = blocks or self._blocks_undo(record)
+        if not blocks:
             return self._prepare_sync(ref, allocation, identity)
         return await asyncio.to_thread(self._prepare_sync, ref, allocation, identity)
 
-    def _blocks(self, kinds: Sequence[str], shares: bool = False) -> bool:
-        """Whether a claim with devices of these kinds (sharing them, or
-        not) needs a worker thread (an unknown kind fails in the thread)."""
-        return shares or any(k not in self._handlers or self._handlers[k].blocking for k in kinds)
+    def _blocks_undo(self, record: ClaimRecord) -> bool:
+        """Whether undoing ``record`` needs a worker thread (an unknown kind
+        fails in the thread)."""
+        return self._shares(record) or any(
+            d.kind not in self._handlers or blocks_unprepare(self._handlers[d.kind], d.undo)
+            for d in record.devices
+        )
 
     def _shares(self, record: ClaimRecord) -> bool:
         return self._sharing is not None and self._sharing.involved(

@@ -52,13 +52,16 @@ class DeviceHandler(Protocol):
     # True when prepare changes the device itself (not only CDI edits), so
     # the claim must be checkpointed as PrepareStarted before it runs.
     has_side_effects: bool
-    # True when prepare or unprepare may block (NVML, sysfs, a lock shared
-    # with scans): the preparer then runs the claim in a worker thread.
+    # True when prepare or unprepare may block whatever is asked (NVML,
+    # sysfs, a lock shared with scans): the preparer then runs the claim in a
+    # worker thread. A handler that blocks only for some claims says which
+    # (blocks_prepare, blocks_unprepare below).
     blocking: bool
 
-    def plan_undo(self, device: Device) -> dict[str, Any]:
+    def plan_undo(self, device: Device, config: DeviceConfig | None = None) -> dict[str, Any]:
         """What unprepare needs, known before any side effect happens (it is
-        checkpointed first, so a crash mid-prepare can still be undone)."""
+        checkpointed first, so a crash mid-prepare can still be undone);
+        ``config``: the device's effective config (what it will be asked)."""
         ...
 
     def prepare(
@@ -70,6 +73,26 @@ class DeviceHandler(Protocol):
     def common_edits(self) -> ContainerEdits | None:
         """Edits every container with a device of this type needs (control nodes)."""
         ...
+
+
+def blocks_prepare(handler: DeviceHandler, configs: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether preparing a claim with these raw config parameters may block:
+    always for a ``blocking`` handler, and for one whose
+    ``blocking_for_config(parameters)`` says so for one of them (a GPU bound
+    to vfio-pci, only when a config asks: ``driver.gpu.prepare``)."""
+    if handler.blocking:
+        return True
+    decide = getattr(handler, "blocking_for_config", None)
+    return callable(decide) and any(decide(c) for c in configs)
+
+
+def blocks_unprepare(handler: DeviceHandler, undo: Mapping[str, Any]) -> bool:
+    """Whether unpreparing a device with this undo record may block (as
+    :func:`blocks_prepare`, from ``blocking_for_undo(undo)``)."""
+    if handler.blocking:
+        return True
+    decide = getattr(handler, "blocking_for_undo", None)
+    return callable(decide) and bool(decide(undo))
 
 
 def changes_device(handler: DeviceHandler, config: DeviceConfig | None) -> bool:

@@ -91,7 +91,7 @@ class SharedGpuHandler:
                 (str(preload), PRELOAD_IN_CONTAINER),
             )
 
-    def plan_undo(self, device: Device) -> dict[str, Any]:
+    def plan_undo(self, device: Device, config: DeviceConfig | None = None) -> dict[str, Any]:
         return {}
 
     def prepare(self, device: Device, claim_uid: str, config: DeviceConfig | None) -> Preparation:

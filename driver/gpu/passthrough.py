@@ -86,6 +86,10 @@ class GpuPassthrough:
         except (OSError, ValueError):
             return None
 
+    def planned(self, undo: Mapping[str, Any]) -> bool:
+        """Whether ``undo`` is a passthrough's (:meth:`plan_undo` made it)."""
+        return isinstance(undo.get(PCI), str)
+
     def plan_undo(self, device: Device) -> dict[str, Any]:
         """The GPU's address, driver and override, read before any change."""
         bdf = device.attributes.get(PCI_BUS_ID)

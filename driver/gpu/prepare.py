@@ -64,8 +64,17 @@ class GpuHandler:
         self._guard = guard
         self._passthrough = passthrough
         # The MIG guard blocks (NVML, the session lock scans hold), and so does
-        # a rebind to vfio-pci; a plain GPU's prepare is a few stat calls.
-        self.blocking = guard is not None or passthrough is not None
+        # a rebind to vfio-pci, for the claims that ask for one only
+        # (blocking_for_*); a plain GPU's prepare is a stat call.
+        self.blocking = guard is not None
+
+    def blocking_for_config(self, parameters: Mapping[str, Any]) -> bool:
+        """A claim whose config asks for passthrough rebinds the GPU (sysfs waits)."""
+        return self._passthrough is not None and PASSTHROUGH_FIELD in parameters
+
+    def blocking_for_undo(self, undo: Mapping[str, Any]) -> bool:
+        """A device prepared for passthrough is given back by a rebind."""
+        return self._passthrough is not None and self._passthrough.planned(undo)
 
     def changes_device(self, config: DeviceConfig | None) -> bool:
         """Whether preparing with ``config`` changes the GPU (a rebind)."""
@@ -88,8 +97,12 @@ class GpuHandler:
             host_path=str(host),
         )
 
-    def plan_undo(self, device: Device) -> dict[str, Any]:
-        return self._passthrough.plan_undo(device) if self._passthrough is not None else {}
+    def plan_undo(self, device: Device, config: DeviceConfig | None = None) -> dict[str, Any]:
+        """Only a passthrough claim's: the GPU's address, driver and override
+        (sysfs reads every other claim is spared, issue 36)."""
+        if self._passthrough is not None and _passthrough(config):
+            return self._passthrough.plan_undo(device)
+        return {}
 
     def prepare(self, device: Device, claim_uid: str, config: DeviceConfig | None) -> Preparation:
         if _passthrough(config) and self._passthrough is None:
@@ -130,6 +143,9 @@ class GpuHandler:
         nodes = [self.node("nvidiactl", NVIDIACTL_MINOR)]
         nodes += [self.node(n, None) for n in ("nvidia-uvm", "nvidia-uvm-tools")]
         return ContainerEdits(device_nodes=tuple(n for n in nodes if n is not None))
+
+
+PASSTHROUGH_FIELD = "passthrough"  # GpuConfig.passthrough, as a raw config spells it
 
 
 def _passthrough(config: DeviceConfig | None) -> bool:

@@ -65,7 +65,7 @@ class MigHandler:
         self._nodes = GpuHandler(dev_root)
         self._dev_root = dev_root
 
-    def plan_undo(self, device: Device) -> dict[str, Any]:
+    def plan_undo(self, device: Device, config: DeviceConfig | None = None) -> dict[str, Any]:
         uuid, profile_id, start = parse_local_id(device.local_id)
         return {"gpu": uuid, "profileId": profile_id, "start": start}
 

@@ -48,7 +48,7 @@ class NvmeHandler:
         self._sysfs = sysfs_root
         self._dev = dev_root
 
-    def plan_undo(self, device: Device) -> dict[str, Any]:
+    def plan_undo(self, device: Device, config: DeviceConfig | None = None) -> dict[str, Any]:
         return {}
 
     def prepare(self, device: Device, claim_uid: str, config: DeviceConfig | None) -> Preparation:

@@ -60,7 +60,7 @@ class VfHandler:
         except (OSError, ValueError) as exc:
             raise DeviceError(f"VF {bdf} is not in sysfs: {exc}") from exc
 
-    def plan_undo(self, device: Device) -> dict[str, Any]:
+    def plan_undo(self, device: Device, config: DeviceConfig | None = None) -> dict[str, Any]:
         path = self._path(device.local_id)
         return {"driver": driver_of(path), "override": read_override(path)}
 

@@ -4,9 +4,10 @@ A :class:`Contender` is one running plugin process (ours or the reference
 driver's) with pre-made allocated claims for its pool. The bench plays the
 kubelet: one NodePrepareResources then one NodeUnprepareResources per pair,
 over the plugin's real socket, timed at the caller; the plugin's CPU time is
-read from ``/proc/<pid>/stat`` around each round. fsyncs are counted in a
-separate, untimed phase with ``strace -f -c`` attached to every thread (its
-tracing slows the process; none of those pairs is timed). Figures only.
+read from ``/proc/<pid>/stat`` around each round. Syscalls (fsyncs among
+them) are counted in a separate, untimed phase with ``strace -f -c``
+attached to every thread (its tracing slows the process; none of those
+pairs is timed): :func:`syscall_table` prints them per pair. Figures only.
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ class Contender:
     rss_start_mb: float = 0.0
     fsyncs_per_pair: float | None = None
     fsync_method: str = ""
+    syscalls_per_pair: dict[str, float] = field(default_factory=dict)  # strace's names
 
     def make_claims(self, api: client.ResourceV1Api, count: int) -> None:
         base = len(self.claims)
@@ -129,7 +131,8 @@ class Contender:
                 self.cpu_s += cpu_seconds(self.pid) - cpu
 
     def count_fsyncs(self, pairs: int) -> None:
-        """fsync + fdatasync calls per pair, all threads (strace), untimed."""
+        """Every syscall per pair, all threads (strace), untimed; fsyncs are
+        fsync + fdatasync."""
         strace = shutil.which("strace")
         if strace is None:  # an approximation only: every write syscall counts
             before = write_syscalls(self.pid)
@@ -139,11 +142,10 @@ class Contender:
             return
         with tempfile.NamedTemporaryFile(prefix="strace-", suffix=".txt") as out:
             tracer = subprocess.Popen(
-                [strace, "-f", "-c", "-e", "trace=fsync,fdatasync", "-o", out.name,
-                 "-p", str(self.pid)],
+                [strace, "-f", "-c", "-o", out.name, "-p", str(self.pid)],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
-            )  # fmt: skip
+            )
             try:
                 _wait_traced(self.pid)
                 self.run(pairs, record=False)
@@ -151,13 +153,15 @@ class Contender:
                 tracer.send_signal(signal.SIGINT)
                 tracer.wait(timeout=30)
             summary = Path(out.name).read_text()
-        calls = sum(
-            int(m.group(1))
-            for m in re.finditer(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?f(?:data)?sync$",
+        calls = {
+            m.group(2): int(m.group(1)) / pairs
+            for m in re.finditer(r"^\s*[\d.]+\s+[\d.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?(\w+)$",
                                  summary, re.MULTILINE)
-        )  # fmt: skip
-        self.fsyncs_per_pair = calls / pairs
-        self.fsync_method = "strace -f -c -e trace=fsync,fdatasync"
+            if m.group(2) != "total"
+        }  # fmt: skip
+        self.syscalls_per_pair = calls
+        self.fsyncs_per_pair = calls.get("fsync", 0.0) + calls.get("fdatasync", 0.0)
+        self.fsync_method = "strace -f -c"
 
     def row(self) -> dict[str, float]:
         pairs = len(self.prepare_ms)
@@ -197,6 +201,29 @@ def alternate(contenders: list[Contender], pairs: int, round_size: int) -> None:
         order = contenders[r % len(contenders) :] + contenders[: r % len(contenders)]
         for c in order:
             c.run(round_size)
+
+
+def syscall_table(contenders: list[Contender], top: int = 12) -> str:
+    """Syscalls per prepare + unprepare pair, each contender's (strace -f -c,
+    while a waiting thread's polls count too), the most frequent first."""
+    names = sorted(
+        {n for c in contenders for n in c.syscalls_per_pair},
+        key=lambda n: -max(c.syscalls_per_pair.get(n, 0.0) for c in contenders),
+    )
+    if not names:
+        return "syscalls per pair: not counted (no strace)"
+    width = max(len(n) for n in [*names[:top], "all syscalls"])
+    heads = [c.label for c in contenders]
+    out = ["  ".join(["syscalls per pair".ljust(width), *(h.rjust(8) for h in heads)])]
+    for n in [*names[:top], "all syscalls"]:
+        cells = [
+            sum(c.syscalls_per_pair.values())
+            if n == "all syscalls"
+            else c.syscalls_per_pair.get(n, 0.0)
+            for c in contenders
+        ]
+        out.append("  ".join([n.ljust(width), *(f"{v:.1f}".rjust(8) for v in cells)]))
+    return "\n".join(out)
 
 
 def table(contenders: list[Contender], ratio_to: list[str]) -> str:

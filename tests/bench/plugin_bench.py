@@ -31,7 +31,14 @@ from kubernetes import client, config
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
 from tests.bench import reference
-from tests.bench.contenders import Contender, alternate, registered_endpoint, rss_mb, table
+from tests.bench.contenders import (
+    Contender,
+    alternate,
+    registered_endpoint,
+    rss_mb,
+    syscall_table,
+    table,
+)
 from tests.harness import cluster as localk8s
 from tests.harness.cluster_proc import free_port, stop_group
 from tests.harness.simnode import PluginProcess, build_nvml_mock
@@ -147,6 +154,7 @@ def main(argv: list[str]) -> None:
         print(f"{pairs} pairs per plugin, rounds of {args.round}, alternating; "
               f"fsyncs: {ours.fsync_method}, {args.fsync_pairs} untimed pairs")  # fmt: skip
         print(table(contenders, [c.label for c in contenders[1:]]), flush=True)
+        print(syscall_table(contenders), flush=True)
         before = writes_total(port)
         time.sleep(args.idle_seconds)
         after = writes_total(port)

@@ -256,7 +256,7 @@ class FabricInventoryOnNode:
 class Undo:
     blocking = False
 
-    def plan_undo(self, device: Device) -> dict[str, Any]:
+    def plan_undo(self, device: Device, config: Any = None) -> dict[str, Any]:
         return {}
 
 

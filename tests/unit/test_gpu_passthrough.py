@@ -6,6 +6,7 @@ is refused untouched."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -75,7 +76,7 @@ def test_binds_to_vfio_hides_from_nvml_and_restores(
 ) -> None:
     path = host.tree.path_of(GPU_BDF)
     assert handler.changes_device(config()) and not handler.changes_device(None)
-    undo = handler.plan_undo(gpu)
+    undo = handler.plan_undo(gpu, config())
     assert undo == {"pci": GPU_BDF, "driver": "nvidia", "override": None}
     prep = handler.prepare(gpu, str(uuid.uuid4()), config())
     assert host.tree.driver_of(GPU_BDF) == "vfio-pci"
@@ -99,6 +100,7 @@ def test_binds_to_vfio_hides_from_nvml_and_restores(
 
 def test_a_cuda_claim_changes_nothing(host: SimHost, gpu: Device, handler: GpuHandler) -> None:
     undo = handler.plan_undo(gpu)
+    assert undo == {}  # nothing read from sysfs for it (issue 36), nothing to give back
     prep = handler.prepare(gpu, str(uuid.uuid4()), None)
     assert prep.claim_lists == (("NVIDIA_VISIBLE_DEVICES", gpu.local_id),)
     handler.unprepare("gpu", gpu.local_id, undo)  # no kernel effects run: no write was made
@@ -218,6 +220,37 @@ def preparer(
     store = CheckpointStore(tmp_path / "cp.json", "boot")
     cdi = CdiRegistry(tmp_path / "cdi")
     return ClaimPreparer(reader, inv, {"gpu": handler}, store, cdi), reader
+
+
+async def test_only_a_passthrough_claim_goes_to_a_worker_thread(
+    host: SimHost,
+    gpu: Device,
+    handler: GpuHandler,
+    kernel: EffectsWatcher,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With passthrough wired, a CUDA claim's prepare and unprepare are a stat
+    call and a checkpoint write: they stay on the event loop; a claim that
+    asks for vfio-pci waits on sysfs and goes to a thread (issue 36)."""
+    prep, reader = preparer(host, gpu, handler, tmp_path)
+    hops: list[str] = []
+    real = asyncio.to_thread
+
+    async def counted(fn: Any, *args: Any) -> Any:
+        hops.append(fn.__name__)
+        return await real(fn, *args)
+
+    monkeypatch.setattr("driver.claims.preparer.asyncio.to_thread", counted)
+    cuda = reader.add("cuda", "gpu-0", None)
+    assert (await prep.prepare([cuda]))[cuda.uid].error == ""
+    assert (await prep.unprepare([cuda]))[cuda.uid] == ""
+    assert hops == []
+    vm = reader.add("vm", "gpu-0", PASSTHROUGH)
+    assert (await prep.prepare([vm]))[vm.uid].error == ""
+    assert (await prep.unprepare([vm]))[vm.uid] == ""
+    assert hops == ["_prepare_sync", "_unprepare_sync"]
+    assert host.tree.driver_of(GPU_BDF) == "nvidia"
 
 
 async def test_through_the_preparer_checkpointed_and_restored(
