@@ -27,7 +27,7 @@ from driver.claims.lock import ClaimLock
 from driver.claims.metadata_files import MetadataFiles
 from driver.claims.preparer import ClaimPreparer
 from driver.devices.inventory import NodeInventory
-from driver.devices.kind import DeviceType, all_handlers, scan_all
+from driver.devices.kind import DeviceType, all_handlers, scan_settled
 from driver.devices.model import CounterSet, drawn_on
 from driver.errors import Stopped
 from driver.fabric_devices.node import AnnotationPublisher, FabricNodeView
@@ -120,7 +120,7 @@ class NodePlugin:
     async def rescan(self) -> None:
         """Re-enumerate the node's devices and republish if anything changed."""
         async with self._scan_lock:
-            found = await asyncio.to_thread(scan_all, self.scanned)
+            found = await scan_settled(self.scanned)
         if self.servers is not None and self.nvml_reached():
             await self.servers.advertise_health()  # no-op once advertised
         devices = list(found.devices)
