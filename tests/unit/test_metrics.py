@@ -243,9 +243,11 @@ def _fabric_device(ident: str, **changes: Any) -> FabricDevice:
 
 def test_fabric_device_states() -> None:
     conn = FabricConnection("c", "/c", "a", "node-a", "adapter0", "Attached", "", None)
+    broken = FabricConnection("f", "/f", "f", "node-a", "adapter0", "Failed", "", None)
     inventory = FabricInventory(
         (
             _fabric_device("a", connection=conn),
+            _fabric_device("f", connection=broken),
             _fabric_device("b"),
             _fabric_device("c"),
             _fabric_device("d", health="Critical"),
@@ -254,9 +256,9 @@ def test_fabric_device_states() -> None:
         (),
     )
     assert dict(device_states(inventory, {"c"})) == {
-        ("gpu", "free"): 1, ("gpu", "attached"): 1, ("gpu", "held"): 1,
+        ("gpu", "free"): 1, ("gpu", "attached"): 1, ("gpu", "failed"): 1, ("gpu", "held"): 1,
         ("gpu", "unavailable"): 1, ("nic", "free"): 0, ("nic", "attached"): 0,
-        ("nic", "held"): 0, ("nic", "unavailable"): 1,
+        ("nic", "failed"): 0, ("nic", "held"): 0, ("nic", "unavailable"): 1,
     }  # fmt: skip
     assert device_states(None, set()) == []
 

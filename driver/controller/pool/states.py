@@ -20,12 +20,16 @@ def device_states(
     inventory: FabricInventory | None, held: Collection[str]
 ) -> list[tuple[tuple[str, str], float]]:
     """``patchbay_fabric_devices`` samples: (type, state) and a count, every
-    state of each type present. A device is attached (a connection, also one
-    on its way in or out), else held (after a failed attach), else
-    unavailable (another tenant's, or health Critical), else free."""
+    state of each type present. A device whose connection failed (broken
+    half-way: what is on the host is unknown until it is detached again) is
+    failed, else attached (a connection, also one on its way in or out),
+    else held (after a failed attach), else unavailable (another tenant's,
+    or health Critical), else free."""
     counts: dict[tuple[str, str], int] = {}
     for d in inventory.devices if inventory is not None else ():
-        if d.connection is not None:
+        if d.connection is not None and d.connection.state == "Failed":
+            state = "failed"
+        elif d.connection is not None:
             state = "attached"
         elif d.id in held:
             state = "held"
@@ -35,7 +39,7 @@ def device_states(
             state = "free"
         counts[(d.kind, state)] = counts.get((d.kind, state), 0) + 1
     kinds = sorted({k for k, _ in counts})
-    states = ("free", "attached", "held", "unavailable")
+    states = ("free", "attached", "failed", "held", "unavailable")
     return [((k, s), float(counts.get((k, s), 0))) for k in kinds for s in states]
 
 
