@@ -51,6 +51,17 @@ def gpu_entry(uuid: str, model: str, pci_bus_id: str, serial: str, minor: int) -
     }
 
 
+def reset_entry(gpu: dict[str, Any]) -> None:
+    """What a GPU reset does to the GPU's entry (``NvmlStateFile.reset_gpu``,
+    the host's ``nvidia-smi --gpu-reset``)."""
+    gpu["mig_current"] = gpu.get("mig_pending", gpu.get("mig_current", 0))
+    gpu["gpu_instances"] = []
+    gpu["row_remap_pending"] = False
+    gpu["ecc_uncorrected"] = 0
+    if gpu.get("recovery_action", 0) != -1:
+        gpu["recovery_action"] = 0
+
+
 class NvmlStateFile:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -148,14 +159,30 @@ class NvmlStateFile:
     def queue_xid(self, uuid: str, xid: int) -> None:
         self.update(lambda s: self._gpu(s, uuid)["xid_queue"].append(xid))
 
+    def set_condition(
+        self,
+        uuid: str,
+        *,
+        recovery_action: int | None = 0,
+        row_remap_pending: bool = False,
+        row_remap_failure: bool = False,
+        ecc_uncorrected: int = 0,
+    ) -> None:
+        """What NVML reports of the GPU's condition (``hack/nvml-mock/recovery.c``;
+        ``recovery_action`` None: the field is not supported, the mock's -1)."""
+        fields = {
+            "recovery_action": -1 if recovery_action is None else recovery_action,
+            "row_remap_pending": row_remap_pending,
+            "row_remap_failure": row_remap_failure,
+            "ecc_uncorrected": ecc_uncorrected,
+        }
+        self.update(lambda s: self._gpu(s, uuid).update(fields))
+
     def reset_gpu(self, uuid: str) -> None:
-        """A GPU reset: a pending MIG mode takes effect (Ampere)."""
-
-        def change(s: State) -> None:
-            gpu = self._gpu(s, uuid)
-            gpu["mig_current"] = gpu.get("mig_pending", gpu.get("mig_current", 0))
-
-        self.update(change)
+        """A GPU reset: a pending MIG mode takes effect (Ampere), MIG instances
+        are gone, a pending row remap is applied, the volatile ECC count and
+        the recovery action clear (a failed remap stays)."""
+        self.update(lambda s: reset_entry(self._gpu(s, uuid)))
 
     def set_driver_loaded(self, loaded: bool) -> None:
         """The host's NVIDIA kernel module: while unloaded every ``nvmlInit``

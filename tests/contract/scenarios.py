@@ -15,6 +15,7 @@ import pytest
 
 from driver.errors import NvmlDeviceError, NvmlError
 from driver.nvml.backend import ComputeMode, GpuInfo, MigInstance, NvmlBackend, SystemInfo, XidEvent
+from driver.nvml.condition import GpuCondition, RecoveryAction
 from tests.contract.world import SimGpu, World, plain
 
 H100 = SimGpu(
@@ -416,6 +417,36 @@ def running_processes(world: World) -> None:
     b.shutdown()
 
 
+def condition(world: World) -> None:
+    """The recovery action, row remapper and volatile uncorrectable ECC count,
+    seen live; a field the driver does not support reads None; a reset clears
+    all but a failed remap and takes MIG instances with it."""
+    b = started(world)
+    assert b.condition(H100.uuid) == GpuCondition(RecoveryAction.NONE, False, False, 0)
+    world.set_condition(H100.uuid, recovery_action=RecoveryAction.GPU_RESET,
+                        row_remap_pending=True, ecc_uncorrected=3)  # fmt: skip
+    got = b.condition(H100.uuid)
+    assert got == GpuCondition(RecoveryAction.GPU_RESET, True, False, 3)
+    assert got.problems() == [
+        "recovery action gpu_reset",
+        "row remap pending",
+        "3 uncorrectable ECC error(s)",
+    ]
+    assert b.condition(H200.uuid).problems() == []  # one GPU's condition, not the node's
+    b.set_mig_mode(H100.uuid, True)
+    make_mig(b, H100.uuid, 9, 0)
+    world.reset_gpu(H100.uuid)
+    assert b.condition(H100.uuid) == GpuCondition(RecoveryAction.NONE, False, False, 0)
+    assert b.mig_instances(H100.uuid) == []  # a reset destroys MIG instances
+    world.set_condition(H200.uuid, recovery_action=None, row_remap_failure=True)
+    world.reset_gpu(H200.uuid)
+    assert b.condition(H200.uuid) == GpuCondition(None, False, True, 0)  # failure stays
+    assert b.condition(H200.uuid).problems() == ["row remap failed"]
+    world.set_lost(H100.uuid)
+    raises("GPU_IS_LOST", b.condition, H100.uuid)
+    b.shutdown()
+
+
 SCENARIOS: dict[str, Callable[[World], None]] = {
     f.__name__: f
     for f in (
@@ -432,5 +463,6 @@ SCENARIOS: dict[str, Callable[[World], None]] = {
         hot_add,
         removed_lost,
         events,
+        condition,
     )
 }
