@@ -34,24 +34,22 @@ async def test_critical_xid_marks_the_gpu_and_its_mig_devices_unhealthy() -> Non
     monitor.report_xid("GPU-aaaa", 79)  # fell off the bus
     after = await asyncio.wait_for(anext(stream), 2)
     bad = {d.device_name: d.message for d in after if d.status is HealthStatus.UNHEALTHY}
-    assert bad == {
-        "gpu-0": "GPU reported critical XID 79",
-        "gpu-0-mig-1g": "GPU reported critical XID 79",
-    }
+    why = "GPU reported critical XID 79 (replace class, tainted)"
+    assert bad == {"gpu-0": why, "gpu-0-mig-1g": why}
     (t_gpu, t_mig) = (d for d in monitor.tainted([GPU0, GPU1, MIG, VF]) if d.taints)
     assert [d.name for d in (t_gpu, t_mig)] == ["gpu-0", "gpu-0-mig-1g"]
     (taint,) = t_gpu.taints
     assert (taint.key, taint.value, taint.effect) == (
         "patchbay.dev/unhealthy",
         "xid-79",
-        "NoSchedule",
+        "NoExecute",  # the replace class's default
     )
     back = Device.from_json(t_gpu.to_json(), t_gpu.local_id)
     assert back == t_gpu  # the slice JSON keeps the taint, timeAdded included
-    # Unplugged and plugged back: healthy again.
+    # Unplugged and plugged back: a re-plug is no repair, it stays unhealthy.
     monitor.set_devices({"node-a": [GPU1, VF]})
     monitor.set_devices({"node-a": [GPU0, GPU1, VF]})
-    assert set(states(monitor).values()) == {HealthStatus.HEALTHY}
+    assert states(monitor)["gpu-0"] is HealthStatus.UNHEALTHY
 
 
 async def test_watcher_delivers_nvml_xids_and_follows_the_gpu_set() -> None:
