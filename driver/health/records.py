@@ -2,8 +2,9 @@
 
 Why: a plugin that forgot a failed GPU on restart published it healthy
 again, unchecked. Every unhealthy GPU has a record here: its failure class,
-the XID, when, where its recovery stands (``phase``), its recent resets (the
-reset limit counts them) and a short history of steps (Events expire; this
+the XID, when, where its recovery stands (``phase``) and a short history of
+steps; beside the records, each GPU's recent resets (the reset limit counts
+them, so they outlive a record) (Events expire; this
 is what ``/healthz``-side tools and the docs' operator view read). A GPU
 leaves the file only when a health check passed (or it left the node).
 
@@ -65,14 +66,10 @@ class GpuRecord(BaseModel):
     reason: str = ""
     boot: str = ""
     mig: bool | None = None  # MIG mode before a reset started, to restore after it
-    resets: list[float] = Field(default_factory=list)
     history: list[Step] = Field(default_factory=list)
 
     def add(self, step: str, note: str = "") -> None:
         self.history = [*self.history, Step(at=time.time(), step=step, note=note)][-HISTORY:]
-
-    def resets_within(self, window: float, now: float) -> int:
-        return sum(1 for t in self.resets if now - t < window)
 
 
 class HealthFile(BaseModel):
@@ -80,6 +77,8 @@ class HealthFile(BaseModel):
 
     version: int = VERSION
     gpus: dict[str, GpuRecord] = Field(default_factory=dict)
+    # When each GPU was reset (the reset limit counts them): outlives the records.
+    resets: dict[str, list[float]] = Field(default_factory=dict)
 
 
 class HealthRecords:
@@ -114,6 +113,17 @@ class HealthRecords:
     def put(self, uuid: str, record: GpuRecord) -> None:
         self.data.gpus[uuid] = record
         self._save()
+
+    def resets_within(self, uuid: str, window: float, now: float) -> int:
+        return sum(1 for t in self.data.resets.get(uuid, []) if now - t < window)
+
+    def note_reset(self, uuid: str, now: float, window: float) -> None:
+        """A reset of ``uuid`` starts now (saved with the next put)."""
+        kept = [t for t in self.data.resets.get(uuid, []) if now - t < window]
+        self.data.resets[uuid] = [*kept, now]
+        for other, times in list(self.data.resets.items()):  # forget old ones: stays tiny
+            if not any(now - t < window for t in times):
+                del self.data.resets[other]
 
     def drop(self, uuid: str) -> None:
         if self.data.gpus.pop(uuid, None) is not None:
