@@ -178,6 +178,11 @@ class NvmlStateFile:
         }
         self.update(lambda s: self._gpu(s, uuid).update(fields))
 
+    def set_reset_failure(self, uuid: str, message: str) -> None:
+        """Make the host's ``nvidia-smi --gpu-reset`` of the GPU fail with
+        ``message`` (empty: it succeeds again); the C mock keeps it."""
+        self.update(lambda s: self._gpu(s, uuid).update(reset_failure=message))
+
     def reset_gpu(self, uuid: str) -> None:
         """A GPU reset: a pending MIG mode takes effect (Ampere), MIG instances
         are gone, a pending row remap is applied, the volatile ECC count and

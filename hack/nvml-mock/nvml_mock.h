@@ -217,6 +217,7 @@ struct gpu_state {
     int recovery_action; /* NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; -1: unsupported */
     int remap_pending, remap_failure; /* nvmlDeviceGetRemappedRows (recovery.c) */
     unsigned long long ecc_uncorrected; /* volatile uncorrected ECC count */
+    char reset_failure[128]; /* kept for the host's nvidia-smi: its reset fails so */
     int ngi;
     struct gi_state gi[MAX_GIS];
     const struct model *m;

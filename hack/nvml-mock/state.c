@@ -11,7 +11,8 @@
  *              "recovery_action" (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, 0 when
  *              absent, -1: the field is not supported), "row_remap_pending",
  *              "row_remap_failure" (false when absent), "ecc_uncorrected"
- *              (volatile count, 0 when absent; recovery.c),
+ *              (volatile count, 0 when absent; recovery.c), "reset_failure"
+ *              (a message: the host's nvidia-smi --gpu-reset fails with it),
  *              "gpu_instances": [{"id", "profile_id", "start", "size",
  *                 "compute_instances": [{"id", "profile_id", "start", "size", "uuid"}]}]}],
  *    "failures": [{"function", "error" (name or code), "remaining" (-1 = always), "gpu"}]}
@@ -121,6 +122,7 @@ static int load_gpu(const struct json *j, struct gpu_state *g)
     g->remap_pending = json_bool(j, "row_remap_pending", 0);
     g->remap_failure = json_bool(j, "row_remap_failure", 0);
     g->ecc_uncorrected = (unsigned long long)json_num(j, "ecc_uncorrected", 0);
+    copy_str(g->reset_failure, sizeof(g->reset_failure), json_str(j, "reset_failure", ""));
     struct json *gis = json_get(j, "gpu_instances");
     for (struct json *e = gis ? gis->child : NULL; e && g->ngi < MAX_GIS; e = e->next)
         load_gi(e, &g->gi[g->ngi++]);
@@ -216,6 +218,11 @@ static void write_gpu(FILE *f, const struct gpu_state *g, int last)
                "\"row_remap_failure\": %s, \"ecc_uncorrected\": %llu,",
             g->recovery_action, g->remap_pending ? "true" : "false",
             g->remap_failure ? "true" : "false", g->ecc_uncorrected);
+    if (g->reset_failure[0]) {
+        fputs(" \"reset_failure\": ", f);
+        json_write_str(f, g->reset_failure);
+        fputs(",", f);
+    }
     fputs("\n     \"gpu_instances\": [", f);
     for (int i = 0; i < g->ngi; i++) {
         const struct gi_state *gi = &g->gi[i];
