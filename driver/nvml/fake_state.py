@@ -15,6 +15,17 @@ from dataclasses import dataclass, field
 from driver.nvml.backend import NvmlReturn
 from driver.nvml.fake_models import MODELS, ModelFacts
 
+# What NVIDIA's driver records along with an XID (as fabric/simhost/nvml_state.py's
+# XID_EFFECTS for the C mock; tests/contract checks both): recovery action, memory facts.
+XID_EFFECTS: dict[int, dict[str, int | bool]] = {
+    48: {"recovery_action": 1, "ecc_uncorrected": 1},
+    63: {"recovery_action": 1, "row_remap_pending": True},
+    64: {"recovery_action": 1, "row_remap_failure": True},
+    95: {"recovery_action": 1, "ecc_uncorrected": 1},
+    119: {"recovery_action": 1},
+    154: {"recovery_action": 2},
+}
+
 
 @dataclass
 class FakeInstance:
@@ -106,8 +117,16 @@ class FakeMachine:
             self.changed.notify_all()
 
     def queue_xid(self, uuid: str, xid: int) -> None:
+        """The GPU raises ``xid``, with what the driver records with it (XID_EFFECTS)."""
         with self.changed:
-            self.gpus[uuid].xids.append(xid)
+            gpu = self.gpus[uuid]
+            gpu.xids.append(xid)
+            effects = XID_EFFECTS.get(xid, {})
+            if "recovery_action" in effects and gpu.recovery_action is not None:
+                gpu.recovery_action = int(effects["recovery_action"])
+            gpu.ecc_uncorrected += int(effects.get("ecc_uncorrected", 0))
+            gpu.row_remap_pending |= bool(effects.get("row_remap_pending", False))
+            gpu.row_remap_failure |= bool(effects.get("row_remap_failure", False))
             self.changed.notify_all()
 
     def set_condition(

@@ -51,6 +51,29 @@ def gpu_entry(uuid: str, model: str, pci_bus_id: str, serial: str, minor: int) -
     }
 
 
+# What NVIDIA's driver records along with an XID on the simulated hardware:
+# its recovery action (1 GPU reset, 2 node reboot) and the memory facts.
+# driver/nvml/fake_state.py keeps the same table (tests/contract checks both).
+XID_EFFECTS: dict[int, dict[str, Any]] = {
+    48: {"recovery_action": 1, "ecc_uncorrected": 1},  # double-bit ECC
+    63: {"recovery_action": 1, "row_remap_pending": True},  # row to remap at reset
+    64: {"recovery_action": 1, "row_remap_failure": True},  # out of spare rows
+    95: {"recovery_action": 1, "ecc_uncorrected": 1},  # uncontained ECC
+    119: {"recovery_action": 1},  # GSP RPC timeout
+    154: {"recovery_action": 2},  # recovery action changed: reboot
+}
+
+
+def raise_xid(gpu: dict[str, Any], xid: int) -> None:
+    """Queue ``xid`` on the GPU's entry with what the driver records with it."""
+    gpu.setdefault("xid_queue", []).append(xid)
+    for key, value in XID_EFFECTS.get(xid, {}).items():
+        if key == "ecc_uncorrected":
+            gpu[key] = gpu.get(key, 0) + value
+        elif key != "recovery_action" or gpu.get(key, 0) != -1:  # -1: field unsupported
+            gpu[key] = value
+
+
 def reset_entry(gpu: dict[str, Any]) -> None:
     """What a GPU reset does to the GPU's entry (``NvmlStateFile.reset_gpu``,
     the host's ``nvidia-smi --gpu-reset``)."""
@@ -157,7 +180,9 @@ class NvmlStateFile:
         self.update(lambda s: self._gpu(s, uuid).update(processes=sorted(pids)))
 
     def queue_xid(self, uuid: str, xid: int) -> None:
-        self.update(lambda s: self._gpu(s, uuid)["xid_queue"].append(xid))
+        """The GPU raises ``xid``: queued for event sets, with the recovery
+        action and memory facts the driver records with it (``XID_EFFECTS``)."""
+        self.update(lambda s: raise_xid(self._gpu(s, uuid), xid))
 
     def set_condition(
         self,

@@ -442,6 +442,17 @@ def condition(world: World) -> None:
     world.reset_gpu(H200.uuid)
     assert b.condition(H200.uuid) == GpuCondition(None, False, True, 0)  # failure stays
     assert b.condition(H200.uuid).problems() == ["row remap failed"]
+    # An XID comes with what the driver records with it.
+    world.queue_xid(H100.uuid, 48)  # double-bit ECC: reset, one uncorrectable error
+    assert b.condition(H100.uuid) == GpuCondition(RecoveryAction.GPU_RESET, False, False, 1)
+    world.queue_xid(A100.uuid, 63)  # a row to remap at the next reset
+    assert b.condition(A100.uuid) == GpuCondition(RecoveryAction.GPU_RESET, True, False, 0)
+    world.queue_xid(L40S.uuid, 154)
+    assert b.condition(L40S.uuid).recovery_action == RecoveryAction.NODE_REBOOT
+    world.queue_xid(H200.uuid, 48)  # the field unsupported: it stays so
+    assert b.condition(H200.uuid) == GpuCondition(None, False, True, 1)
+    world.queue_xid(A100_80.uuid, 31)  # an application's page fault: nothing recorded
+    assert b.condition(A100_80.uuid) == GpuCondition(RecoveryAction.NONE, False, False, 0)
     world.set_lost(H100.uuid)
     raises("GPU_IS_LOST", b.condition, H100.uuid)
     b.shutdown()
