@@ -10,9 +10,9 @@ GPU). ``plugin.app`` wires them with one call each.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
-from driver.checkpoint import read_boot_id
+from driver.checkpoint import DeviceRecord, read_boot_id
 from driver.claims.preparer import ClaimPreparer
 from driver.devices.kind import DeviceType
 from driver.errors import PatchbayError
@@ -60,17 +60,15 @@ def health_monitor(settings: PluginSettings, types: Sequence[DeviceType]) -> Hea
     return monitor
 
 
-def in_use_by_claims(preparer: ClaimPreparer, monitor: HealthMonitor) -> Callable[[str], bool]:
-    """Whether a prepared (or preparing) claim holds the GPU or one of its devices
-    (MIG devices, its fractional twin); admin-access views count too."""
+def in_use_by_claims(
+    prepared: Callable[[], Iterable[DeviceRecord]], monitor: HealthMonitor
+) -> Callable[[str], bool]:
+    """Whether a prepared (or preparing) claim's device is the GPU or one of its
+    devices (MIG devices, its fractional twin); admin-access views count too."""
 
     def in_use(uuid: str) -> bool:
         names = set(monitor.names(uuid))
-        return any(
-            d.local_id == uuid or d.device_name in names
-            for c in preparer.checkpoint.claims.values()
-            for d in c.devices
-        )
+        return any(d.local_id == uuid or d.device_name in names for d in prepared())
 
     return in_use
 
@@ -88,7 +86,11 @@ def gpu_recovery(
     if gpus is None or gpus.nvml is None:
         return None
     ops = NodeGpuOps(gpus.nvml, settings.nvidia_smi_path, gpus.nvml_lock, watcher)
-    recovery = GpuRecovery(monitor, settings, ops, in_use_by_claims(preparer, monitor))
+
+    def prepared() -> Iterable[DeviceRecord]:
+        return (d for c in preparer.checkpoint.claims.values() for d in c.devices)
+
+    recovery = GpuRecovery(monitor, settings, ops, in_use_by_claims(prepared, monitor))
     monitor.on_record = recovery.wake
     before = preparer.on_change
 

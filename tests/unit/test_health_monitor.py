@@ -83,3 +83,29 @@ async def test_watcher_delivers_nvml_xids_and_follows_the_gpu_set() -> None:
         assert states(monitor) == {"gpu-0": HealthStatus.HEALTHY, "gpu-1": HealthStatus.UNHEALTHY}
     finally:
         await asyncio.to_thread(watcher.stop)
+
+
+async def test_a_paused_watcher_holds_no_nvml_and_resumes() -> None:
+    """A GPU reset needs no process on the GPU, the watcher's event set included."""
+    machine = FakeMachine()
+    machine.add_gpu("GPU-aaaa", "H100-SXM5-80GB", "0000:3b:00.0")
+    nvml = FakeNvml(machine)
+    seen: list[int] = []
+    delivered = Signal()
+
+    def on_xid(uuid: str, xid: int) -> None:
+        seen.append(xid)
+        delivered.changed()
+
+    watcher = XidWatcher(nvml, on_xid).start()
+    try:
+        watcher.set_gpus(["GPU-aaaa"])
+        machine.queue_xid("GPU-aaaa", 31)
+        await delivered.until("watching", lambda: seen == [31])
+        assert nvml._init_count == 1  # the watcher's NVML, held while it watches
+        with watcher.paused():
+            assert nvml._init_count == 0  # let go: event set closed, NVML shut down
+            machine.queue_xid("GPU-aaaa", 13)
+        await delivered.until("watching again", lambda: seen == [31, 13])
+    finally:
+        await asyncio.to_thread(watcher.stop)
