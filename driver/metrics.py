@@ -168,6 +168,11 @@ GPUS_UNHEALTHY = Sampled(
     "GPUs of this node with a health record, by failure class (reset, reboot, replace) and"
     " recovery phase (tainted, resetting, checking, failed)", ("class", "phase"), PLUGIN,
 )  # fmt: skip
+GPU_FAILURES = counter(
+    "patchbay_gpu_failures_total",
+    "GPUs turned unhealthy, by failure class (reset, reboot, replace: a GPU to replace)",
+    ("class",), PLUGIN,
+)  # fmt: skip
 GPU_RESETS = counter(
     "patchbay_gpu_resets_total",
     "GPU resets by result: tried (nvidia-smi ran), succeeded, failed, refused (a process held"

@@ -34,6 +34,7 @@ from driver.health.model import DeviceHealth, HealthStatus
 from driver.health.policy import HealthSettings
 from driver.health.records import GpuRecord, HealthRecords, Phase
 from driver.kube.events import ObjectEvents
+from driver.metrics import GPU_FAILURES
 from driver.nvml.condition import GpuCondition
 
 log = logging.getLogger(__name__)
@@ -179,6 +180,7 @@ class HealthMonitor:
         effect = self.settings.taint_effect(cls)
         record.add("unhealthy", f"XID {xid}, {cls.value} class, {effect} taint")
         self.records.put(uuid, record)
+        GPU_FAILURES.labels(cls.value).inc()
         note = (f"GPU {uuid} reported critical XID {xid} ({cls.value} class): "
                 f"{', '.join(names) or uuid} unhealthy, published with a {effect} taint "
                 f"({TAINT_KEY})")  # fmt: skip

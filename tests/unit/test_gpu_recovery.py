@@ -21,7 +21,7 @@ from driver.health.policy import HealthSettings
 from driver.health.records import HEALTH_FILE, HealthRecords, Phase
 from driver.health.recovery import GpuRecovery
 from driver.health.reset import NodeGpuOps, ResetOutcome, ResetResult
-from driver.metrics import GPU_RESETS
+from driver.metrics import GPU_FAILURES, GPU_RESETS
 from driver.nvml.condition import RecoveryAction
 from driver.nvml.fake import FakeNvml
 from driver.nvml.fake_state import FakeMachine
@@ -134,7 +134,9 @@ async def test_reboot_and_replace_classes_are_never_reset(
     tmp_path: Path, xid: int, cls: str
 ) -> None:
     node = Node(tmp_path)
+    before = GPU_FAILURES.labels(cls)._value.get()
     node.fail(U0, xid, recovery_action=None)
+    assert GPU_FAILURES.labels(cls)._value.get() - before == 1  # replacements counted
     await node.recovery.pass_once()
     assert node.ops.resets == []
     assert node.monitor.record(U0).failure_class == cls  # type: ignore[union-attr]
