@@ -125,6 +125,12 @@ class HealthRecords:
             if not any(now - t < window for t in times):
                 del self.data.resets[other]
 
+    def unnote_reset(self, uuid: str) -> None:
+        """The last reset did not happen (refused): it does not count."""
+        times = self.data.resets.get(uuid, [])
+        if times:
+            self.data.resets[uuid] = times[:-1]
+
     def drop(self, uuid: str) -> None:
         if self.data.gpus.pop(uuid, None) is not None:
             self._save()

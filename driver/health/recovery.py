@@ -159,6 +159,7 @@ class GpuRecovery:
         if record.phase != Phase.RESETTING:
             return  # a new XID failed it meanwhile (the monitor recorded why)
         if result.outcome is ResetOutcome.IN_USE:
+            self.monitor.records.unnote_reset(uuid)  # not a reset: the limit does not count it
             record.phase = Phase.TAINTED
             record.add("reset-refused", result.message)
             self.monitor.update(uuid, record)

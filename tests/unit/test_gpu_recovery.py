@@ -283,3 +283,31 @@ async def test_a_crash_while_checking_checks_again_without_a_reset(tmp_path: Pat
     assert node.taint(GPU0) is not None
     await node.recovery.pass_once()
     assert node.ops.resets == [] and node.taint(GPU0) is None
+
+
+async def test_a_reset_nvidia_smi_refuses_for_a_holder_is_retried(tmp_path: Path) -> None:
+    """A monitoring agent holds the GPU open: NVML lists no process, nvidia-smi
+    refuses. Not a failed reset (nor one the limit counts): the GPU waits,
+    tainted, and is reset later."""
+    node = Node(tmp_path, gpu_reset_limit=1)
+    agent = [4242]
+    node.ops.processes = lambda uuid: []  # type: ignore[method-assign]
+    reset = node.ops.reset
+
+    def held_reset(uuid: str, bus_id: str) -> ResetResult:
+        if agent:
+            node.ops.resets.append(uuid)
+            return ResetResult(ResetOutcome.IN_USE, "in use by another process (PIDs [4242])")
+        return reset(uuid, bus_id)
+
+    node.ops.reset = held_reset  # type: ignore[method-assign]
+    refused = resets("refused")
+    node.fail(U0, 48, recovery_action=RecoveryAction.GPU_RESET)
+    await node.recovery.pass_once()
+    assert node.monitor.record(U0).phase == Phase.TAINTED  # type: ignore[union-attr]
+    assert node.taint(GPU0) == ("xid-48", "NoExecute")  # no failure reason
+    assert resets("refused") - refused == 1
+    assert node.monitor.told[-1] == "GpuResetWaiting"
+    agent.clear()
+    await node.recovery.pass_once()
+    assert node.ops.resets == [U0, U0] and node.taint(GPU0) is None
