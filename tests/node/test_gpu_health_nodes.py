@@ -100,12 +100,14 @@ def restart_plugin(tier: Tier, node: str) -> None:
 
 
 def recovery_events(tier: Tier, node: str) -> list[str]:
-    """The reasons of the plugin's GPU Events on ``node``, oldest first."""
-    events = tier.get("events.v1.events.k8s.io", "-n", "default",
-                      "--field-selector", f"regarding.name={node}")["items"]  # fmt: skip
-    ours = [e for e in events if e.get("reportingController") == "patchbay.dev/plugin"
+    """The reasons of the plugin's GPU Events on ``node``, oldest first (the
+    core/v1 view, as ``kubectl describe node`` reads them)."""
+    events = tier.get("events", "-n", "default", "--field-selector",
+                      f"involvedObject.name={node}")["items"]  # fmt: skip
+    ours = [e for e in events if e.get("reportingComponent") == "patchbay.dev/plugin"
             and e["reason"].startswith(("Gpu", "DeviceUnhealthy"))]  # fmt: skip
-    ours.sort(key=lambda e: e.get("eventTime") or e["metadata"]["creationTimestamp"])
+    ours.sort(key=lambda e: e.get("eventTime") or e.get("firstTimestamp")
+              or e["metadata"]["creationTimestamp"])  # fmt: skip
     return [e["reason"] for e in ours]
 
 
