@@ -10,6 +10,7 @@ GPU). ``plugin.app`` wires them with one call each.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
 from driver.checkpoint import DeviceRecord, read_boot_id
@@ -22,7 +23,7 @@ from driver.health.records import HealthRecords
 from driver.health.recovery import GpuRecovery
 from driver.health.reset import NodeGpuOps
 from driver.health.xid import XidWatcher
-from driver.metrics import GPUS_UNHEALTHY
+from driver.metrics import GPUS_UNHEALTHY, Samples
 from driver.nvml.condition import GpuCondition
 from plugin.settings import PluginSettings
 
@@ -54,10 +55,14 @@ def health_monitor(settings: PluginSettings, types: Sequence[DeviceType]) -> Hea
 
         condition = read
     monitor = HealthMonitor(settings, HealthRecords.in_dir(settings.plugin_dir), condition, boot)
-    GPUS_UNHEALTHY.source = lambda: sorted(
-        ((r.failure_class, r.phase), 1.0) for r in monitor.unhealthy().values()
-    )
+    GPUS_UNHEALTHY.source = lambda: unhealthy_samples(monitor)
     return monitor
+
+
+def unhealthy_samples(monitor: HealthMonitor) -> Samples:
+    """``patchbay_gpus_unhealthy``: GPUs by (class, phase)."""
+    counts = Counter((r.failure_class, r.phase) for r in monitor.unhealthy().values())
+    return [(key, float(n)) for key, n in sorted(counts.items())]
 
 
 def in_use_by_claims(
