@@ -4,9 +4,11 @@ the reset by the simulated host's nvidia-smi once nothing holds the GPU, the
 check, the GPU published untainted, each step an Event on the Node in order.
 
 Fails with the recovery removed (the GPU stays tainted), with the health
-records removed (the restarted plugin republishes it untainted: the
-``unchanged`` watch sees that write), and with the watcher not letting go
-of its event set (nvidia-smi refuses the reset; the taint stays).
+records kept in memory only (checked: the restarted plugin has no record;
+it would republish the GPU untainted, which the ``unchanged`` watch sees),
+and with the watcher not letting go of its event set (nvidia-smi refuses
+the reset, the taint stays: tests/contract/test_gpu_reset.py shows the
+refusal).
 """
 
 from __future__ import annotations
