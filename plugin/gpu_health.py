@@ -95,7 +95,8 @@ def gpu_recovery(
     def prepared() -> Iterable[DeviceRecord]:
         return (d for c in preparer.checkpoint.claims.values() for d in c.devices)
 
-    recovery = GpuRecovery(monitor, settings, ops, in_use_by_claims(prepared, monitor))
+    in_use = in_use_by_claims(prepared, monitor)
+    recovery = GpuRecovery(monitor, settings, ops, in_use, claim_lock=preparer.lock)
     monitor.on_record = recovery.wake
     before = preparer.on_change
 

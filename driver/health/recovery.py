@@ -21,7 +21,8 @@ Crash safety: a plugin that dies in ``resetting`` resets again after the
 restart (finishing what it started; a reset of a reset GPU is harmless),
 unless a claim was prepared on the GPU meanwhile (then back to ``tainted``);
 one that dies in ``checking`` checks again. Nothing is published healthy
-without a passing check, and nothing is reset while a prepared claim uses it.
+without a passing check, and nothing is reset while a prepared claim uses it:
+the claim preparer's lock is held from the last look through the reset.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from driver.errors import PatchbayError
 from driver.health.monitor import HealthMonitor, failure_class
@@ -51,11 +53,15 @@ class GpuRecovery:
         settings: HealthSettings,
         ops: GpuOps,
         in_use: Callable[[str], bool],
+        claim_lock: contextlib.AbstractAsyncContextManager[Any] | None = None,
     ) -> None:
         self.monitor = monitor
         self.settings = settings
         self.ops = ops
         self.in_use = in_use  # whether a prepared claim holds the GPU (or one of its devices)
+        # Held from the last in_use look through the reset: no claim is prepared
+        # on the GPU meanwhile (the claim preparer's lock, driver.claims.lock).
+        self.claim_lock = claim_lock if claim_lock is not None else contextlib.nullcontext()
         self._wake = asyncio.Event()
         self._said: dict[str, str] = {}  # the last waiting reason told, per GPU (no repeats)
         self._busy: set[str] = set()  # GPUs a step runs for (one at a time per GPU)
@@ -143,19 +149,20 @@ class GpuRecovery:
         await self._reset(uuid, record)
 
     async def _reset(self, uuid: str, record: GpuRecord) -> None:
-        if self.in_use(uuid):  # a claim was prepared since (a crash between save and reset)
-            record.phase = Phase.TAINTED
-            record.add("reset-undone", "a claim uses it again: reset not done")
-            self.monitor.update(uuid, record)
-            return
-        bus_id = await asyncio.to_thread(self.ops.bus_id, uuid)
-        if bus_id is None:
-            self._fail(uuid, record, "reset-failed", "NVML no longer finds it")
-            GPU_RESETS.labels(result="failed").inc()
-            return
-        self._said.pop(uuid, None)
-        GPU_RESETS.labels(result="tried").inc()
-        result = await asyncio.to_thread(self.ops.reset, uuid, bus_id)
+        async with self.claim_lock:
+            if self.in_use(uuid):  # a claim was prepared since (a crash between save and reset)
+                record.phase = Phase.TAINTED
+                record.add("reset-undone", "a claim uses it again: reset not done")
+                self.monitor.update(uuid, record)
+                return
+            bus_id = await asyncio.to_thread(self.ops.bus_id, uuid)
+            if bus_id is None:
+                self._fail(uuid, record, "reset-failed", "NVML no longer finds it")
+                GPU_RESETS.labels(result="failed").inc()
+                return
+            self._said.pop(uuid, None)
+            GPU_RESETS.labels(result="tried").inc()
+            result = await asyncio.to_thread(self.ops.reset, uuid, bus_id)
         if record.phase != Phase.RESETTING:
             return  # a new XID failed it meanwhile (the monitor recorded why)
         if result.outcome is ResetOutcome.IN_USE:

@@ -311,3 +311,23 @@ async def test_a_reset_nvidia_smi_refuses_for_a_holder_is_retried(tmp_path: Path
     agent.clear()
     await node.recovery.pass_once()
     assert node.ops.resets == [U0, U0] and node.taint(GPU0) is None
+
+
+async def test_no_claim_is_prepared_while_the_gpu_resets(tmp_path: Path) -> None:
+    """The reset runs under the claim preparer's lock: a prepare on the GPU
+    (a claim tolerating its taint) waits until the reset is done."""
+    node = Node(tmp_path)
+    lock = asyncio.Lock()
+    node.recovery.claim_lock = lock
+    held_during_reset: list[bool] = []
+    reset = node.ops.reset
+
+    def observed_reset(uuid: str, bus_id: str) -> ResetResult:
+        held_during_reset.append(lock.locked())
+        return reset(uuid, bus_id)
+
+    node.ops.reset = observed_reset  # type: ignore[method-assign]
+    node.fail(U0, 48, recovery_action=RecoveryAction.GPU_RESET)
+    await node.recovery.pass_once()
+    assert held_during_reset == [True] and not lock.locked()
+    assert node.taint(GPU0) is None
