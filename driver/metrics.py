@@ -191,6 +191,26 @@ NVML_ERRORS = counter(
     "NVML failures the driver saw (an NvmlError out of a backend call), by call and NVML code",
     ("call", "code"), PLUGIN,
 )  # fmt: skip
+GPUS_UNHEALTHY = Sampled(
+    "patchbay_gpus_unhealthy",
+    "GPUs of this node with a health record, by failure class (reset, reboot, replace) and"
+    " recovery phase (tainted, resetting, checking, failed)", ("class", "phase"), PLUGIN,
+)  # fmt: skip
+GPU_FAILURES = counter(
+    "patchbay_gpu_failures_total",
+    "GPUs turned unhealthy, by failure class (reset, reboot, replace: a GPU to replace)",
+    ("class",), PLUGIN,
+)  # fmt: skip
+GPU_RESETS = counter(
+    "patchbay_gpu_resets_total",
+    "GPU resets by result: tried (nvidia-smi ran), succeeded, failed, refused (a process held"
+    " the GPU; retried)", ("result",), PLUGIN,
+)  # fmt: skip
+GPU_RECOVERY_SECONDS = histogram(
+    "patchbay_gpu_recovery_seconds",
+    "Seconds from a GPU's failure to its capacity back (published healthy after a passing"
+    " check)", (60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0), (), PLUGIN,
+)  # fmt: skip
 PLUGIN_REGISTERED = gauge(
     "patchbay_plugin_registered",
     "1 while the kubelet reports this plugin registered (NotifyRegistrationStatus), else 0",

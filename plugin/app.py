@@ -33,7 +33,6 @@ from driver.errors import Stopped
 from driver.fabric_devices.node import AnnotationPublisher, FabricNodeView
 from driver.fabric_devices.usage import FabricUsage, nvml_probe
 from driver.gpu.kind import GpuType
-from driver.health.monitor import HealthMonitor
 from driver.httpendpoint import serve_http
 from driver.kube.client import KubeClient
 from driver.kube.events import EventRecorder, ObjectEvents, ObjectRef
@@ -46,6 +45,7 @@ from driver.slices.build import PoolSpec, slice_name_prefix
 from driver.slices.publisher import SlicePublisher
 from plugin.device_metrics import DeviceCounts, export_device_counts
 from plugin.device_types import arrivals_of, fabric_view, gpu_sharing, xid_watcher
+from plugin.gpu_health import gpu_recovery, health_monitor
 from plugin.grpc_server import PluginServers
 from plugin.settings import PluginSettings
 from plugin.sockets import SocketPaths, checkpoint_file, socket_paths
@@ -94,8 +94,8 @@ class NodePlugin:
         )
         self.owner: dict[str, Any] | None = None
         self.preparer: ClaimPreparer | None = None
-        self.health = HealthMonitor()
-        # Events on the Node (device unhealthy, devices or slices not published).
+        self.health = health_monitor(settings, self.device_types)  # persisted (gpu-health.json)
+        # Events on the Node (device health and recovery, devices or slices not published).
         self.recorder = EventRecorder(
             api, REPORTING_CONTROLLER, f"patchbay-plugin-{settings.node_name}"
         )
@@ -105,13 +105,11 @@ class NodePlugin:
         self.xid = xid_watcher(self.device_types, self.health.report_xid)
         self._serving = False
         self._hotplug_ended = False
-        self.fabric: FabricNodeView | None = None
-        self.fabric_report: AnnotationPublisher | None = None
-        self.fabric = fabric_view(settings)
+        self.fabric: FabricNodeView | None = fabric_view(settings)
+        self.fabric_report = AnnotationPublisher(api, settings.node_name) if self.fabric else None
         # What NVML says of attached fabric GPUs no claim holds (busy report).
         self.fabric_usage: FabricUsage | None = None
         if self.fabric is not None:
-            self.fabric_report = AnnotationPublisher(api, settings.node_name)
             probe = nvml_probe(self.device_types)
             if probe is not None:
                 self.fabric_usage = FabricUsage(probe)
@@ -252,14 +250,14 @@ class NodePlugin:
         self.owner = owner_reference(node)
         node_events = ObjectEvents(self.recorder, ObjectRef.of(node, "Node"))
         self.health.events = self.publisher.events = node_events
-        # Opened before the first scan: an event between the two is not lost
-        # (the scan takes what is present as arrived: driver.pci.arrivals).
+        # Opened before the first scan: no event between them is lost (driver.pci.arrivals).
         events = hotplug.open_source(s.hotplug_source, s.sysfs_root)
         await self.rescan()
         paths, preparer = self.claim_serving()
         await preparer.recover()  # under the claim lock: another plugin pod may be preparing
         self.preparer = preparer
         preparer.on_change = self.report_fabric
+        recovery = gpu_recovery(s, self.device_types, self.health, self.xid, preparer)
         self.report_fabric()
         # Device health (KEP-4680) is served where NVML can deliver GPU XIDs.
         health = self.health if self.xid is not None else None
@@ -278,6 +276,8 @@ class NodePlugin:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.publisher.run(), name="slice-publisher")
                 group.create_task(self.recorder.run(), name="events")
+                if recovery is not None:
+                    group.create_task(recovery.run(), name="gpu-recovery")
                 if self.fabric_report is not None:
                     group.create_task(self.fabric_report.run(), name="fabric-report")
                 if self.fabric_usage is not None:

@@ -5,7 +5,8 @@ Each field is one setting: flag ``--<field-with-dashes>``, env var
 ``fabric_pool``, which the controller reads too: it has one Helm value,
 ``controller.fabricPool``, that feeds both processes. The MPS settings
 (``driver.gpu.sharing.settings``) are the MPS supervisor's too, from the same
-``kubeletPlugin`` values.
+``kubeletPlugin`` values. The GPU health policy (``driver.health.policy``)
+is the plugin's alone.
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ from pydantic import ConfigDict, Field
 
 from driver.fabric_devices.settings import FabricPoolSettings
 from driver.gpu.sharing.settings import MpsSettings
+from driver.health.policy import HealthSettings
 from driver.httpendpoint import MetricsPortSettings
 from driver.process import ProcessSettings
 
 
-class PluginSettings(ProcessSettings, FabricPoolSettings, MetricsPortSettings, MpsSettings):
+class PluginSettings(
+    ProcessSettings, FabricPoolSettings, MetricsPortSettings, MpsSettings, HealthSettings
+):
     """patchbay node plugin: publishes this node's devices and prepares claims."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -1,21 +1,23 @@
-"""The health of the plugin's devices, from GPU XID events (KEP-4680).
+"""The health of the plugin's devices, from GPU XIDs (KEP-4680).
 
-Why: a GPU that reports a critical XID (fell off the bus, double-bit ECC,
-row-remap failure, ...) keeps running pods that can no longer trust it. The
-kubelet's ``DRAResourceHealth`` stream puts each device's health into the
-status of the pods using it. This module keeps the complete list: every
-device of the plugin's pools, ``HEALTHY`` until its GPU (a MIG device's
-parent GPU) reports a critical XID, then ``UNHEALTHY`` with the XID in the
-message. VFs have no health source yet and stay ``HEALTHY``. A GPU that
-leaves the node (hot-unplug) leaves the list; one that comes back starts
-healthy again (the XID is the hardware's verdict until a reset or re-plug).
-The plugin also publishes an unhealthy GPU and its MIG devices with a
-``NoSchedule`` taint (``DRADeviceTaints``), so the scheduler stops handing
-them out while the pods already using them keep running.
+Why: a GPU that reports a critical XID keeps running pods that can no
+longer trust it. The kubelet's ``DRAResourceHealth`` stream puts each
+device's health into the status of the pods using it, and the plugin
+publishes an unhealthy GPU and its MIG devices with a device taint
+(``DRADeviceTaints``) whose effect the GPU's failure class decides
+(:mod:`driver.health.classes`, :mod:`driver.health.policy`): ``NoSchedule``
+keeps new claims off it, ``NoExecute`` also evicts the pods using it. This
+module keeps the complete list: every device of the plugin's pools,
+``HEALTHY`` unless its GPU (a MIG device's parent GPU) has a record in
+:class:`driver.health.records.HealthRecords`, which outlives the process:
+a restart keeps a failed GPU tainted, and so does an unplug and re-plug.
+Only :meth:`HealthMonitor.mark_healthy` (after a passing health check,
+:mod:`driver.health.recovery`) ends a record. VFs have no health source and
+stay healthy.
 
 Concurrency: lives on the plugin's asyncio loop. :meth:`report_xid` may be
-called from any thread (it hops onto the loop); several kubelet streams can
-iterate :meth:`updates` at once.
+called from any thread: it reads the GPU's condition (NVML, blocking) there
+and hops onto the loop; several kubelet streams can iterate :meth:`updates`.
 """
 
 from __future__ import annotations
@@ -27,17 +29,19 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 
 from driver.devices.model import Device, DeviceTaint
+from driver.health.classes import FailureClass, classify, worst
 from driver.health.model import DeviceHealth, HealthStatus
+from driver.health.policy import HealthSettings
+from driver.health.records import GpuRecord, HealthRecords, Phase
 from driver.kube.events import ObjectEvents
+from driver.metrics import GPU_FAILURES
+from driver.nvml.condition import GpuCondition
 
 log = logging.getLogger(__name__)
 
-# Application-level XIDs (bad memory access by a program, graphics engine
-# exceptions, ...): the GPU itself is fine. Everything else is critical, as in
-# NVIDIA's own device plugin.
-APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
 TAINT_KEY = "patchbay.dev/unhealthy"
 DEVICE_UNHEALTHY = "DeviceUnhealthy"  # the Event reason on the Node (docs/events.md)
+FAILED_AFTER_RESET = "failed-after-reset"
 
 
 def gpu_of(device: Device) -> str | None:
@@ -50,81 +54,192 @@ def gpu_of(device: Device) -> str | None:
     return device.parent if device.kind == "mig" else None
 
 
+def failure_class(record: GpuRecord) -> FailureClass:
+    """The record's class; one this build does not know is REPLACE (never reset)."""
+    try:
+        return FailureClass(record.failure_class)
+    except ValueError:
+        return FailureClass.REPLACE
+
+
+def taint_value(record: GpuRecord) -> str:
+    """``xid-48``; one tainted after a failed recovery says why (``xid-48-reset-failed``)."""
+    base = f"xid-{record.xid}"
+    return f"{base}-{record.reason}" if record.phase == Phase.FAILED and record.reason else base
+
+
 class HealthMonitor:
     """The latest health list of every device, and a change signal."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        settings: HealthSettings | None = None,
+        records: HealthRecords | None = None,
+        condition: Callable[[str], GpuCondition | None] | None = None,
+        boot_id: str = "",
+    ) -> None:
+        self.settings = settings if settings is not None else HealthSettings()
+        self.records = records if records is not None else HealthRecords(None)
+        self._condition = condition
+        self.boot_id = boot_id
         self._pools: dict[str, tuple[Device, ...]] = {}
-        self._bad: dict[str, tuple[int, int]] = {}  # GPU UUID -> (XID, unix time)
+        self._away: set[str] = set()  # GPUs with a record not on the node now
         self._since = int(time.time())
         self._changed = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
-        # On the loop, after an XID changed a device's health (not after
-        # set_devices: the scan that called it publishes anyway).
+        # On the loop, after an XID or a recovery step changed a device's health
+        # or taint (not after set_devices: the scan that called it publishes anyway).
         self.on_change: Callable[[], None] | None = None
+        # On the loop, after a GPU's record changed (the recovery wakes up).
+        self.on_record: Callable[[str], None] | None = None
         self.events: ObjectEvents | None = None  # the Node's, once the plugin knows it
+        for uuid, record in self.records.load().items():
+            cls = failure_class(record)
+            if record.boot != boot_id and boot_id and cls in (
+                FailureClass.RESET, FailureClass.REBOOT
+            ):  # fmt: skip
+                # The node rebooted: that reset the GPU. Check it before it is healthy.
+                record.phase, record.reason, record.boot = Phase.CHECKING, "", boot_id
+                record.add("rebooted", "the node rebooted since the failure: checking the GPU")
+                self.records.put(uuid, record)
+            log.warning("GPU %s: unhealthy since before this start (%s, XID %d, %s)",
+                        uuid, cls.value, record.xid, record.phase)  # fmt: skip
 
     def bind_loop(self) -> None:
         """Remember the running loop (for reports from other threads)."""
         self._loop = asyncio.get_running_loop()
 
     def set_devices(self, pools: Mapping[str, Iterable[Device]]) -> None:
-        """The devices of each pool now (after a scan); on the loop."""
+        """The devices of each pool now (after a scan); on the loop.
+
+        A GPU with a record keeps it while it is away (a re-plug is no
+        repair); one that comes back outside a reset of ours, of a class a
+        reset cures, was reset by its unplug: it goes to the health check.
+        """
         new = {p: tuple(ds) for p, ds in pools.items()}
         if new == self._pools:
             return
         self._pools = new
         present = {u for ds in new.values() for d in ds if (u := gpu_of(d))}
-        for uuid in set(self._bad) - present:
-            del self._bad[uuid]  # unplugged: a device that comes back starts afresh
+        for uuid, record in self.records.data.gpus.items():
+            if uuid not in present:
+                self._away.add(uuid)
+            elif uuid in self._away:
+                self._away.discard(uuid)
+                if record.phase != Phase.RESETTING and failure_class(record) in (
+                    FailureClass.RESET, FailureClass.REBOOT
+                ):  # fmt: skip
+                    record.phase, record.reason = Phase.CHECKING, ""
+                    record.add("replugged", "the GPU came back: checking it")
+                    self.records.put(uuid, record)
+                    if self.on_record is not None:
+                        self.on_record(uuid)
         self._notify(health_changed=False)
 
     def gpus(self) -> list[str]:
         """UUIDs of the GPUs to watch."""
         return sorted({d.local_id for ds in self._pools.values() for d in ds if d.kind == "gpu"})
 
+    def names(self, uuid: str) -> list[str]:
+        return [d.name for ds in self._pools.values() for d in ds if gpu_of(d) == uuid]
+
+    def record(self, uuid: str) -> GpuRecord | None:
+        return self.records.get(uuid)
+
+    def unhealthy(self) -> dict[str, GpuRecord]:
+        return dict(self.records.data.gpus)
+
     def report_xid(self, uuid: str, xid: int) -> None:
-        """An XID from NVML; thread-safe."""
+        """An XID from NVML; thread-safe (reads the GPU's condition here)."""
         try:
             running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             running = None
+        condition = self._condition(uuid) if self._condition is not None else None
+        cls = classify(xid, condition)
         if self._loop is not None and running is not self._loop:
-            self._loop.call_soon_threadsafe(self._take, uuid, xid)
+            self._loop.call_soon_threadsafe(self._take, uuid, xid, cls)
         else:
-            self._take(uuid, xid)
+            self._take(uuid, xid, cls)
 
-    def _take(self, uuid: str, xid: int) -> None:
-        if xid in APPLICATION_XIDS:
+    def _take(self, uuid: str, xid: int, cls: FailureClass) -> None:
+        if cls is FailureClass.APPLICATION:
             log.info("GPU %s: XID %d (application error, device stays healthy)", uuid, xid,
                      extra={"device": uuid})  # fmt: skip
             return
-        if uuid in self._bad:
+        names = self.names(uuid)
+        old = self.records.get(uuid)
+        if old is not None:
+            self._again(uuid, old, xid, cls)
             return
-        names = [d.name for ds in self._pools.values() for d in ds if gpu_of(d) == uuid]
-        log.error("GPU %s: critical XID %d: marked unhealthy", uuid, xid,
+        log.error("GPU %s: critical XID %d (%s class): marked unhealthy", uuid, xid, cls.value,
                   extra={"device": ",".join(names) or uuid})  # fmt: skip
-        self._bad[uuid] = (xid, int(time.time()))
-        if self.events is not None:
-            note = (f"GPU {uuid} reported critical XID {xid}: {', '.join(names) or uuid} "
-                    f"unhealthy, published with a NoSchedule taint ({TAINT_KEY})")  # fmt: skip
-            self.events.warning(DEVICE_UNHEALTHY, "HealthCheck", note)
-        self._notify()
+        record = GpuRecord.model_validate(
+            {"class": cls.value, "xid": xid, "since": time.time(), "boot": self.boot_id}
+        )
+        effect = self.settings.taint_effect(cls)
+        record.add("unhealthy", f"XID {xid}, {cls.value} class, {effect} taint")
+        self.records.put(uuid, record)
+        GPU_FAILURES.labels(cls.value).inc()
+        note = (f"GPU {uuid} reported critical XID {xid} ({cls.value} class): "
+                f"{', '.join(names) or uuid} unhealthy, published with a {effect} taint "
+                f"({TAINT_KEY})")  # fmt: skip
+        self.warn(DEVICE_UNHEALTHY, note)
+        self._notify(uuid)
 
-    def _notify(self, health_changed: bool = True) -> None:
+    def _again(self, uuid: str, record: GpuRecord, xid: int, cls: FailureClass) -> None:
+        """Another critical XID of a GPU already unhealthy."""
+        before = failure_class(record)
+        record.failure_class = worst(before, cls).value
+        if record.phase in (Phase.CHECKING, Phase.RESETTING):
+            record.phase, record.reason, record.xid = Phase.FAILED, FAILED_AFTER_RESET, xid
+            record.add(FAILED_AFTER_RESET, f"XID {xid} after the reset: stays tainted")
+            note = f"GPU {uuid} reported XID {xid} again after its reset: stays tainted"
+            self.warn("GpuFailedAfterReset", note)
+        elif failure_class(record) is not before:
+            record.xid = xid
+            record.add("reclassed", f"XID {xid}: now {record.failure_class} class")
+        else:
+            return
+        self.records.put(uuid, record)
+        self._notify(uuid)
+
+    def update(self, uuid: str, record: GpuRecord) -> None:
+        """A recovery step changed the record (saved at once); on the loop."""
+        self.records.put(uuid, record)
+        self._notify(uuid)
+
+    def mark_healthy(self, uuid: str, note: str) -> None:
+        """The health check passed: the GPU's record goes, its taint with it."""
+        self.records.drop(uuid)
+        log.info("GPU %s healthy again: %s", uuid, note, extra={"device": uuid})
+        self._notify(uuid)
+
+    def warn(self, reason: str, note: str) -> None:
+        if self.events is not None:
+            self.events.warning(reason, "HealthCheck", note)
+
+    def tell(self, reason: str, note: str) -> None:
+        if self.events is not None:
+            self.events.normal(reason, "HealthCheck", note)
+
+    def _notify(self, uuid: str | None = None, health_changed: bool = True) -> None:
         self._changed.set()
         self._changed = asyncio.Event()
         if health_changed and self.on_change is not None:
             self.on_change()
+        if uuid is not None and self.on_record is not None:
+            self.on_record(uuid)
 
     def tainted(self, devices: Iterable[Device]) -> list[Device]:
-        """``devices`` with a ``NoSchedule`` taint on those of an unhealthy GPU."""
+        """``devices`` with a taint on those of an unhealthy GPU (its class's effect)."""
         out = []
         for d in devices:
-            bad = self._bad.get(gpu_of(d) or "")
-            if bad is not None:
-                stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(bad[1]))
-                taint = DeviceTaint(TAINT_KEY, f"xid-{bad[0]}", "NoSchedule", stamp)
+            record = self.records.get(gpu_of(d) or "")
+            if record is not None:
+                stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.since))
+                effect = self.settings.taint_effect(failure_class(record))
+                taint = DeviceTaint(TAINT_KEY, taint_value(record), effect, stamp)
                 d = dataclasses.replace(d, taints=(*d.taints, taint))
             out.append(d)
         return out
@@ -133,12 +248,15 @@ class HealthMonitor:
         out = []
         for pool, devices in sorted(self._pools.items()):
             for d in devices:
-                bad = self._bad.get(gpu_of(d) or "")
-                if bad is None:
+                r = self.records.get(gpu_of(d) or "")
+                if r is None:
                     out.append(DeviceHealth(pool, d.name, HealthStatus.HEALTHY, self._since))
-                else:
-                    why = f"GPU reported critical XID {bad[0]}"
-                    out.append(DeviceHealth(pool, d.name, HealthStatus.UNHEALTHY, bad[1], 0, why))
+                    continue
+                why = f"GPU reported critical XID {r.xid} ({r.failure_class} class, {r.phase})"
+                if r.phase == Phase.FAILED and r.reason:
+                    why += f": {r.reason}"
+                status = HealthStatus.UNHEALTHY
+                out.append(DeviceHealth(pool, d.name, status, int(r.since), 0, why))
         return out
 
     async def updates(self) -> AsyncIterator[Sequence[DeviceHealth]]:

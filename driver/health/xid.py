@@ -7,7 +7,9 @@ counts initialisations, so the scans' own init/shutdown pairs never pull the
 library from under it) and takes the plugin's NVML session lock only to
 build or drop the set, never while it waits. When the set of GPUs changes
 (hot-plug) the set is rebuilt; an NVML error backs off and retries, it never
-ends the thread.
+ends the thread. :meth:`XidWatcher.paused` lets go of the event set and the
+NVML initialisation for a while: a GPU reset is refused while any process,
+a monitoring one included, holds the GPU (:mod:`driver.health.reset`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from driver.backoff import Backoff
 from driver.errors import PatchbayError
@@ -44,6 +46,8 @@ class XidWatcher:
         self._wanted: tuple[str, ...] = ()
         self._changed = threading.Condition()
         self._stop = threading.Event()
+        self._pauses = 0  # paused() callers; the thread holds nothing while > 0
+        self._idle = threading.Event()  # set while the thread holds no NVML
         self._thread = threading.Thread(target=self._run, name="xid-watcher", daemon=True)
 
     def start(self) -> XidWatcher:
@@ -61,18 +65,38 @@ class XidWatcher:
             self._changed.notify_all()
         self._thread.join(timeout=5)
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Hold no event set and no NVML initialisation inside the block (the
+        thread lets go within one wait, WAIT_MS); XIDs queued meanwhile come
+        after it."""
+        with self._changed:
+            self._pauses += 1
+            self._changed.notify_all()
+        try:
+            if self._thread.is_alive() and not self._idle.wait(WAIT_MS / 1000 * 3):
+                log.warning("XID watcher still holds NVML after %d ms", WAIT_MS * 3)
+            yield
+        finally:
+            with self._changed:
+                self._pauses -= 1
+                self._changed.notify_all()
+
     def _run(self) -> None:
         backoff = Backoff(*BACKOFF_S)
         while not self._stop.is_set():
             with self._changed:
                 uuids = self._wanted
-                if not uuids:
+                if not uuids or self._pauses:
+                    self._idle.set()
                     self._changed.wait(1.0)
                     continue
+                self._idle.clear()
             try:
                 self._watch(uuids)
                 backoff.reset()
             except (PatchbayError, OSError) as exc:
+                self._idle.set()  # _watch let go of what it took
                 log.warning("XID watch failed (retry in %.0fs): %s", backoff.delay, exc)
                 self._stop.wait(backoff.next())
 
@@ -86,7 +110,7 @@ class XidWatcher:
                 raise
         log.info("watching XIDs of %d GPU(s)", len(uuids))
         try:
-            while not self._stop.is_set() and self._wanted == uuids:
+            while not self._stop.is_set() and self._wanted == uuids and not self._pauses:
                 for event in watcher.wait(WAIT_MS):
                     self._on_xid(event.uuid, event.xid)
         finally:

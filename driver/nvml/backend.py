@@ -22,6 +22,7 @@ from typing import Any, Protocol, TypeVar
 
 from driver.errors import NvmlDeviceError, NvmlError
 from driver.metrics import NVML_ERRORS
+from driver.nvml.condition import GpuCondition
 
 
 class NvmlReturn(enum.IntEnum):
@@ -182,6 +183,10 @@ class NvmlBackend(Protocol):
     def running_processes(self, uuid: str) -> list[int]:
         """PIDs of the compute and graphics processes on the GPU (on any of its
         MIG devices too), sorted: what holds it besides our claims."""
+        ...
+
+    def condition(self, uuid: str) -> GpuCondition:
+        """Recovery action, row remapper, uncorrectable ECC (:mod:`driver.nvml.condition`)."""
         ...
 
 

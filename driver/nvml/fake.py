@@ -30,6 +30,7 @@ from driver.nvml.backend import (
     counts_errors,
     nvml_error,
 )
+from driver.nvml.condition import GpuCondition
 from driver.nvml.fake_state import FakeGpu, FakeInstance, FakeMachine
 
 _GPU_QUERIES = (
@@ -230,6 +231,13 @@ class FakeNvml:
         gpu = self._gpu(uuid)
         self._fail("nvmlDeviceGetComputeRunningProcesses_v3", uuid)
         return sorted(gpu.processes)
+
+    def condition(self, uuid: str) -> GpuCondition:
+        gpu = self._gpu(uuid)
+        self._fail("nvmlDeviceGetFieldValues", uuid)
+        return GpuCondition(
+            gpu.recovery_action, gpu.row_remap_pending, gpu.row_remap_failure, gpu.ecc_uncorrected
+        )
 
     def watch_events(self, uuids: Sequence[str]) -> FakeEventWatcher:
         for uuid in uuids:

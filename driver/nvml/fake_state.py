@@ -15,6 +15,17 @@ from dataclasses import dataclass, field
 from driver.nvml.backend import NvmlReturn
 from driver.nvml.fake_models import MODELS, ModelFacts
 
+# What NVIDIA's driver records along with an XID (as fabric/simhost/nvml_state.py's
+# XID_EFFECTS for the C mock; tests/contract checks both): recovery action, memory facts.
+XID_EFFECTS: dict[int, dict[str, int | bool]] = {
+    48: {"recovery_action": 1, "ecc_uncorrected": 1},
+    63: {"recovery_action": 1, "row_remap_pending": True},
+    64: {"recovery_action": 1, "row_remap_failure": True},
+    95: {"recovery_action": 1, "ecc_uncorrected": 1},
+    119: {"recovery_action": 1},
+    154: {"recovery_action": 2},
+}
+
 
 @dataclass
 class FakeInstance:
@@ -38,6 +49,12 @@ class FakeGpu:
     compute_mode: int = 0  # nvmlComputeMode_t, like the C mock's "compute_mode"
     xids: list[int] = field(default_factory=list)
     processes: list[int] = field(default_factory=list)  # PIDs, like the C mock's "processes"
+    # The C mock's "recovery_action" (None: unsupported, its -1), "row_remap_pending",
+    # "row_remap_failure", "ecc_uncorrected" (hack/nvml-mock/recovery.c).
+    recovery_action: int | None = 0
+    row_remap_pending: bool = False
+    row_remap_failure: bool = False
+    ecc_uncorrected: int = 0
     instances: dict[int, FakeInstance] = field(default_factory=dict)
 
 
@@ -100,15 +117,50 @@ class FakeMachine:
             self.changed.notify_all()
 
     def queue_xid(self, uuid: str, xid: int) -> None:
+        """The GPU raises ``xid``, with what the driver records with it (XID_EFFECTS)."""
         with self.changed:
-            self.gpus[uuid].xids.append(xid)
+            gpu = self.gpus[uuid]
+            gpu.xids.append(xid)
+            effects = XID_EFFECTS.get(xid, {})
+            if "recovery_action" in effects and gpu.recovery_action is not None:
+                gpu.recovery_action = int(effects["recovery_action"])
+            gpu.ecc_uncorrected += int(effects.get("ecc_uncorrected", 0))
+            gpu.row_remap_pending |= bool(effects.get("row_remap_pending", False))
+            gpu.row_remap_failure |= bool(effects.get("row_remap_failure", False))
+            self.changed.notify_all()
+
+    def set_condition(
+        self,
+        uuid: str,
+        *,
+        recovery_action: int | None = 0,
+        row_remap_pending: bool = False,
+        row_remap_failure: bool = False,
+        ecc_uncorrected: int = 0,
+    ) -> None:
+        """What NVML reports of the GPU's condition (a failure raises it)."""
+        with self.changed:
+            gpu = self.gpus[uuid]
+            gpu.recovery_action = recovery_action
+            gpu.row_remap_pending = row_remap_pending
+            gpu.row_remap_failure = row_remap_failure
+            gpu.ecc_uncorrected = ecc_uncorrected
             self.changed.notify_all()
 
     def reset_gpu(self, uuid: str) -> None:
-        """A GPU reset: a pending MIG mode takes effect."""
+        """A GPU reset, as the C mock's host does it (``NvmlStateFile.reset_gpu``):
+        a pending MIG mode takes effect, MIG instances are gone, a pending row
+        remap is applied, the volatile ECC count and the recovery action clear
+        (a failed remap stays: the hardware is out of spare rows)."""
         with self.changed:
             gpu = self.gpus[uuid]
             gpu.mig_current = gpu.mig_pending
+            gpu.instances.clear()
+            gpu.row_remap_pending = False
+            gpu.ecc_uncorrected = 0
+            if gpu.recovery_action is not None:
+                gpu.recovery_action = 0
+            self.changed.notify_all()
 
     def inject_failure(
         self, function: str, error: str, times: int = 1, gpu: str | None = None

@@ -32,7 +32,9 @@ from driver.nvml.backend import (
     nvml_error,
     short_profile_name,
 )
+from driver.nvml.condition import GpuCondition
 from driver.nvml.library import not_found_message
+from driver.nvml.pynvml_condition import read_condition
 from driver.nvml.pynvml_events import PynvmlEventWatcher
 from driver.nvml.pynvml_library import call, code_of, preload_library
 
@@ -327,3 +329,6 @@ class PynvmlBackend:
         ):
             pids |= {int(p.pid) for p in call(query, h)}
         return sorted(pids)
+
+    def condition(self, uuid: str) -> GpuCondition:
+        return read_condition(self._handle(uuid))

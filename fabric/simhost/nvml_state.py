@@ -51,6 +51,40 @@ def gpu_entry(uuid: str, model: str, pci_bus_id: str, serial: str, minor: int) -
     }
 
 
+# What NVIDIA's driver records along with an XID on the simulated hardware:
+# its recovery action (1 GPU reset, 2 node reboot) and the memory facts.
+# driver/nvml/fake_state.py keeps the same table (tests/contract checks both).
+XID_EFFECTS: dict[int, dict[str, Any]] = {
+    48: {"recovery_action": 1, "ecc_uncorrected": 1},  # double-bit ECC
+    63: {"recovery_action": 1, "row_remap_pending": True},  # row to remap at reset
+    64: {"recovery_action": 1, "row_remap_failure": True},  # out of spare rows
+    95: {"recovery_action": 1, "ecc_uncorrected": 1},  # uncontained ECC
+    119: {"recovery_action": 1},  # GSP RPC timeout
+    154: {"recovery_action": 2},  # recovery action changed: reboot
+}
+
+
+def raise_xid(gpu: dict[str, Any], xid: int) -> None:
+    """Queue ``xid`` on the GPU's entry with what the driver records with it."""
+    gpu.setdefault("xid_queue", []).append(xid)
+    for key, value in XID_EFFECTS.get(xid, {}).items():
+        if key == "ecc_uncorrected":
+            gpu[key] = gpu.get(key, 0) + value
+        elif key != "recovery_action" or gpu.get(key, 0) != -1:  # -1: field unsupported
+            gpu[key] = value
+
+
+def reset_entry(gpu: dict[str, Any]) -> None:
+    """What a GPU reset does to the GPU's entry (``NvmlStateFile.reset_gpu``,
+    the host's ``nvidia-smi --gpu-reset``)."""
+    gpu["mig_current"] = gpu.get("mig_pending", gpu.get("mig_current", 0))
+    gpu["gpu_instances"] = []
+    gpu["row_remap_pending"] = False
+    gpu["ecc_uncorrected"] = 0
+    if gpu.get("recovery_action", 0) != -1:
+        gpu["recovery_action"] = 0
+
+
 class NvmlStateFile:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -146,16 +180,39 @@ class NvmlStateFile:
         self.update(lambda s: self._gpu(s, uuid).update(processes=sorted(pids)))
 
     def queue_xid(self, uuid: str, xid: int) -> None:
-        self.update(lambda s: self._gpu(s, uuid)["xid_queue"].append(xid))
+        """The GPU raises ``xid``: queued for event sets, with the recovery
+        action and memory facts the driver records with it (``XID_EFFECTS``)."""
+        self.update(lambda s: raise_xid(self._gpu(s, uuid), xid))
+
+    def set_condition(
+        self,
+        uuid: str,
+        *,
+        recovery_action: int | None = 0,
+        row_remap_pending: bool = False,
+        row_remap_failure: bool = False,
+        ecc_uncorrected: int = 0,
+    ) -> None:
+        """What NVML reports of the GPU's condition (``hack/nvml-mock/recovery.c``;
+        ``recovery_action`` None: the field is not supported, the mock's -1)."""
+        fields = {
+            "recovery_action": -1 if recovery_action is None else recovery_action,
+            "row_remap_pending": row_remap_pending,
+            "row_remap_failure": row_remap_failure,
+            "ecc_uncorrected": ecc_uncorrected,
+        }
+        self.update(lambda s: self._gpu(s, uuid).update(fields))
+
+    def set_reset_failure(self, uuid: str, message: str) -> None:
+        """Make the host's ``nvidia-smi --gpu-reset`` of the GPU fail with
+        ``message`` (empty: it succeeds again); the C mock keeps it."""
+        self.update(lambda s: self._gpu(s, uuid).update(reset_failure=message))
 
     def reset_gpu(self, uuid: str) -> None:
-        """A GPU reset: a pending MIG mode takes effect (Ampere)."""
-
-        def change(s: State) -> None:
-            gpu = self._gpu(s, uuid)
-            gpu["mig_current"] = gpu.get("mig_pending", gpu.get("mig_current", 0))
-
-        self.update(change)
+        """A GPU reset: a pending MIG mode takes effect (Ampere), MIG instances
+        are gone, a pending row remap is applied, the volatile ECC count and
+        the recovery action clear (a failed remap stays)."""
+        self.update(lambda s: reset_entry(self._gpu(s, uuid)))
 
     def set_driver_loaded(self, loaded: bool) -> None:
         """The host's NVIDIA kernel module: while unloaded every ``nvmlInit``

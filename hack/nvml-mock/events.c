@@ -9,6 +9,13 @@
  * file's directory changes (inotify; every 20 ms where inotify is not
  * available), without holding the API mutex: like NVML's, an idle wait costs
  * no CPU (polling cost an idle plugin's XID thread 50 wake-ups a second).
+ *
+ * Holders: a real GPU reset (nvidia-smi --gpu-reset) is refused while any
+ * process has the GPU open, a monitoring one with an event set included.
+ * Registering a GPU in an event set records this process's PID in the GPU's
+ * "holders" in the state file; freeing the last set that has it (or
+ * nvmlShutdown down to zero) removes it. The simulated host's nvidia-smi
+ * refuses a reset while a live holder is listed.
  */
 #include "nvml_mock.h"
 
@@ -31,6 +38,70 @@ struct event_set {
 };
 
 static struct event_set g_sets[MAX_SETS];
+
+static nvmlReturn_t set_holder(struct state *st, struct gpu_state *unused, void *arg)
+{
+    const struct {
+        const char *uuid;
+        int hold;
+    } *a = arg;
+    (void)unused;
+    struct gpu_state *g = state_gpu(st, a->uuid);
+    if (!g)
+        return NVML_ERROR_NOT_FOUND;
+    unsigned pid = (unsigned)getpid();
+    for (int i = 0; i < g->nholder; i++)
+        if (g->holder[i] == pid) {
+            if (a->hold)
+                return NVML_ERROR_NOT_FOUND; /* already listed: nothing to write */
+            g->holder[i] = g->holder[--g->nholder];
+            return NVML_SUCCESS;
+        }
+    if (!a->hold || g->nholder == MAX_PROCS)
+        return NVML_ERROR_NOT_FOUND;
+    g->holder[g->nholder++] = pid;
+    return NVML_SUCCESS;
+}
+
+/* Record or drop this process as a holder of the GPU in `slot`. */
+static void hold(int slot, int on)
+{
+    struct {
+        const char *uuid;
+        int hold;
+    } a = {rt_slot_uuid(slot), on};
+    (void)rt_mutate(-1, set_holder, &a);
+}
+
+/* Whether another used set than `except` still registers `slot`. */
+static int held_elsewhere(const struct event_set *except, int slot)
+{
+    for (int i = 0; i < MAX_SETS; i++) {
+        const struct event_set *s = &g_sets[i];
+        if (!s->used || s == except)
+            continue;
+        for (int k = 0; k < s->n; k++)
+            if (s->slots[k] == slot)
+                return 1;
+    }
+    return 0;
+}
+
+static void release(struct event_set *s)
+{
+    s->used = 0;
+    for (int k = 0; k < s->n; k++)
+        if (!held_elsewhere(s, s->slots[k]))
+            hold(s->slots[k], 0);
+    s->n = 0;
+}
+
+void events_release_all(void)
+{
+    for (int i = 0; i < MAX_SETS; i++)
+        if (g_sets[i].used)
+            release(&g_sets[i]);
+}
 
 static struct event_set *set_of(nvmlEventSet_t h)
 {
@@ -68,7 +139,7 @@ static nvmlReturn_t free_impl(nvmlEventSet_t h)
     struct event_set *s = set_of(h);
     if (!s)
         return NVML_ERROR_INVALID_ARGUMENT;
-    s->used = 0;
+    release(s);
     return NVML_SUCCESS;
 }
 
@@ -110,6 +181,7 @@ static nvmlReturn_t register_impl(nvmlDevice_t d, unsigned long long types, nvml
         return NVML_ERROR_MEMORY;
     s->slots[s->n] = r.slot;
     s->masks[s->n++] = types;
+    hold(r.slot, 1);
     return NVML_SUCCESS;
 }
 

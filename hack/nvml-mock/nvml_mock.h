@@ -212,6 +212,12 @@ struct gpu_state {
     unsigned long long xid[MAX_XIDS];
     int nproc; /* processes running on the GPU (processes.c) */
     unsigned int pid[MAX_PROCS];
+    int nholder; /* processes with an event set on the GPU open (events.c) */
+    unsigned int holder[MAX_PROCS];
+    int recovery_action; /* NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; -1: unsupported */
+    int remap_pending, remap_failure; /* nvmlDeviceGetRemappedRows (recovery.c) */
+    unsigned long long ecc_uncorrected; /* volatile uncorrected ECC count */
+    char reset_failure[128]; /* kept for the host's nvidia-smi: its reset fails so */
     int ngi;
     struct gi_state gi[MAX_GIS];
     const struct model *m;
@@ -285,6 +291,10 @@ nvmlReturn_t rt_mutate(int slot, rt_mutation op, void *arg);
 
 void copy_str(char *dst, size_t cap, const char *src);
 nvmlReturn_t put_str(char *dst, unsigned int cap, const char *src);
+
+/* ---- event-set holders (events.c) ------------------------------------- */
+
+void events_release_all(void); /* nvmlShutdown to zero: this process's sets go */
 
 /* ---- failure injection (failure.c) ------------------------------------- */
 

@@ -174,7 +174,8 @@ static nvmlReturn_t shutdown_impl(void)
 {
     if (g_init_count == 0)
         return NVML_ERROR_UNINITIALIZED;
-    g_init_count--;
+    if (--g_init_count == 0)
+        events_release_all(); /* NVML closes the process's event sets with it */
     return NVML_SUCCESS;
 }
 

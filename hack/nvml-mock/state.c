@@ -7,6 +7,12 @@
  *    "gpus": [{"uuid", "model", "serial", "pci_bus_id", "minor",
  *              "mig_current", "mig_pending", "lost", "compute_mode" (0 when absent),
  *              "xid_queue": [79], "processes": [4242] (PIDs running on it),
+ *              "holders": [4243] (PIDs with an event set on it open: events.c),
+ *              "recovery_action" (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, 0 when
+ *              absent, -1: the field is not supported), "row_remap_pending",
+ *              "row_remap_failure" (false when absent), "ecc_uncorrected"
+ *              (volatile count, 0 when absent; recovery.c), "reset_failure"
+ *              (a message: the host's nvidia-smi --gpu-reset fails with it),
  *              "gpu_instances": [{"id", "profile_id", "start", "size",
  *                 "compute_instances": [{"id", "profile_id", "start", "size", "uuid"}]}]}],
  *    "failures": [{"function", "error" (name or code), "remaining" (-1 = always), "gpu"}]}
@@ -109,6 +115,14 @@ static int load_gpu(const struct json *j, struct gpu_state *g)
     struct json *ps = json_get(j, "processes");
     for (struct json *e = ps ? ps->child : NULL; e && g->nproc < MAX_PROCS; e = e->next)
         g->pid[g->nproc++] = (unsigned int)e->num;
+    struct json *hs = json_get(j, "holders");
+    for (struct json *e = hs ? hs->child : NULL; e && g->nholder < MAX_PROCS; e = e->next)
+        g->holder[g->nholder++] = (unsigned int)e->num;
+    g->recovery_action = (int)json_num(j, "recovery_action", 0);
+    g->remap_pending = json_bool(j, "row_remap_pending", 0);
+    g->remap_failure = json_bool(j, "row_remap_failure", 0);
+    g->ecc_uncorrected = (unsigned long long)json_num(j, "ecc_uncorrected", 0);
+    copy_str(g->reset_failure, sizeof(g->reset_failure), json_str(j, "reset_failure", ""));
     struct json *gis = json_get(j, "gpu_instances");
     for (struct json *e = gis ? gis->child : NULL; e && g->ngi < MAX_GIS; e = e->next)
         load_gi(e, &g->gi[g->ngi++]);
@@ -197,7 +211,19 @@ static void write_gpu(FILE *f, const struct gpu_state *g, int last)
     fputs("], \"processes\": [", f);
     for (int i = 0; i < g->nproc; i++)
         fprintf(f, "%s%u", i ? ", " : "", g->pid[i]);
-    fputs("],\n     \"gpu_instances\": [", f);
+    fputs("], \"holders\": [", f);
+    for (int i = 0; i < g->nholder; i++)
+        fprintf(f, "%s%u", i ? ", " : "", g->holder[i]);
+    fprintf(f, "],\n     \"recovery_action\": %d, \"row_remap_pending\": %s, "
+               "\"row_remap_failure\": %s, \"ecc_uncorrected\": %llu,",
+            g->recovery_action, g->remap_pending ? "true" : "false",
+            g->remap_failure ? "true" : "false", g->ecc_uncorrected);
+    if (g->reset_failure[0]) {
+        fputs(" \"reset_failure\": ", f);
+        json_write_str(f, g->reset_failure);
+        fputs(",", f);
+    }
+    fputs("\n     \"gpu_instances\": [", f);
     for (int i = 0; i < g->ngi; i++) {
         const struct gi_state *gi = &g->gi[i];
         fprintf(f, "\n       {\"id\": %u, \"profile_id\": %u, \"start\": %u, \"size\": %u, "

@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from tests.contract.scenarios import SCENARIOS
+from tests.contract.registry import SCENARIOS
 from tests.contract.world import MockWorld, plain
 
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.contract.scenarios import GPUS, SCENARIOS
+from tests.contract.registry import SCENARIOS
+from tests.contract.scenarios import GPUS
 from tests.contract.world import REPO, FakeWorld, mock_env, write_state
 
 

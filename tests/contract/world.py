@@ -57,6 +57,7 @@ class World(Protocol):
     def queue_xid(self, uuid: str, xid: int) -> None: ...
     def set_processes(self, uuid: str, pids: list[int]) -> None: ...
     def reset_gpu(self, uuid: str) -> None: ...
+    def set_condition(self, uuid: str, **facts: Any) -> None: ...
     def inject_failure(
         self, function: str, error: str, times: int = 1, gpu: str | None = None
     ) -> None: ...
@@ -96,6 +97,9 @@ class FakeWorld:
 
     def reset_gpu(self, uuid: str) -> None:
         self.machine.reset_gpu(uuid)
+
+    def set_condition(self, uuid: str, **facts: Any) -> None:
+        self.machine.set_condition(uuid, **facts)
 
     def inject_failure(
         self, function: str, error: str, times: int = 1, gpu: str | None = None
@@ -160,6 +164,9 @@ class MockWorld:
 
     def reset_gpu(self, uuid: str) -> None:
         self.state.reset_gpu(uuid)
+
+    def set_condition(self, uuid: str, **facts: Any) -> None:
+        self.state.set_condition(uuid, **facts)
 
     def inject_failure(
         self, function: str, error: str, times: int = 1, gpu: str | None = None

@@ -28,6 +28,11 @@ pytestmark = pytest.mark.cluster
 REPO = Path(__file__).resolve().parents[2]
 SIZES = {"4x-h100": 4, "2-gpus": 2}
 
+# The sick-GPU test watches a pod stay on its GPU with the health in its status:
+# the reset class's taint NoSchedule (not the default NoExecute, which evicts the
+# pod) and no reset (docs/health.md).
+HEALTH_ARGS = ("--reset-class-taint=NoSchedule", "--gpu-reset=false")
+
 
 @pytest.fixture(scope="module")
 def nodes(
@@ -39,7 +44,10 @@ def nodes(
     kubeconfig = local_cluster.kubeconfig_for(
         "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
     )
-    sims = {topo: SimNode(local_cluster, unique("gpu"), topo, kubeconfig).start() for topo in SIZES}
+    sims = {
+        topo: SimNode(local_cluster, unique("gpu"), topo, kubeconfig, HEALTH_ARGS).start()
+        for topo in SIZES
+    }
     try:
         for topo, sim in sims.items():
             wait_for(
@@ -302,4 +310,4 @@ def test_critical_xid_reaches_pod_status_and_taints_the_gpu(  # keep last: the G
     )
     assert (ev.type, ev.involved_object.kind) == ("Warning", "Node")
     assert ev.reporting_component == "patchbay.dev/plugin"
-    assert f"critical XID 48: {result.device} unhealthy" in ev.message, ev.message
+    assert f"critical XID 48 (reset class): {result.device} unhealthy" in ev.message, ev.message

@@ -277,8 +277,9 @@ def test_health_stream_reports_a_critical_xid(
                 for d in update.devices
                 if d.health == health_v1alpha1_pb2.UNHEALTHY
             }
-            if bad:
-                assert bad == {"gpu-1": "GPU reported critical XID 48"}
+            if bad:  # its recovery phase may have moved on: (reset class, resetting) ...
+                assert list(bad) == ["gpu-1"], bad
+                assert bad["gpu-1"].startswith("GPU reported critical XID 48 (reset class,")
                 break
         stream.cancel()
 
@@ -290,7 +291,7 @@ def test_health_stream_reports_a_critical_xid(
             for d in s.spec.devices or []
         }
 
-    want = {"gpu-0": [], "gpu-1": [("patchbay.dev/unhealthy", "xid-48", "NoSchedule")]}
+    want = {"gpu-0": [], "gpu-1": [("patchbay.dev/unhealthy", "xid-48", "NoExecute")]}
     wait_for("gpu-1 tainted", lambda: taints() == want, timeout=30)
     unchanged(resource_api.list_resource_slice, "the settled pool", 2,
               field_selector=f"spec.nodeName={node}")  # fmt: skip

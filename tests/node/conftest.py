@@ -35,7 +35,15 @@ REPO = Path(__file__).resolve().parents[2]
 RUN_DIR = Path(os.environ.get("PATCHBAY_NODE_RUN_DIR", f"/tmp/pb-node-{os.getuid()}"))
 # GPU sharing on node-a (tests/node/test_sharing_nodes.py): GPU 3 is also a
 # fractional GPU, and MPS daemons run in the MPS supervisor's pods.
-SHARING_VALUES = {"kubeletPlugin": {"sharedGpus": "3", "mpsSupervisor": True}}
+# GPU health (tests/node/test_gpu_health_nodes.py): the reset class tainted
+# NoSchedule, so the sick pod stays to show its health, and a short settle window
+# after the reset that cleans up (order is asserted there, never durations).
+SHARING_VALUES = {
+    "kubeletPlugin": {
+        "sharedGpus": "3", "mpsSupervisor": True,
+        "resetClassTaint": "NoSchedule", "gpuHealthSettle": 5.0,
+    }
+}  # fmt: skip
 
 
 def _prerequisites() -> None:

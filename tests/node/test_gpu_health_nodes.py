@@ -10,11 +10,12 @@ once its lease (30 s unless the plugin names one) passed without a report,
 so the test also has the kubelet rewrite the pod's status after a lease
 with no change, and the GPU must still read ``Unhealthy`` there.
 
-The XID stays with the GPU for the life of the plugin (the hardware's
-verdict), so the test ends by replacing node-a's plugin pod (a new pod, so
-no container restart count moves) and waiting until the kubelet uses it
-and the GPU is published untainted: the rest of the session gets all of
-node-a's GPUs back.
+The GPU's health outlives the plugin (docs/health.md), so a restart of the
+plugin pod while it is unhealthy keeps it tainted; the test ends through the
+recovery path: the pod goes, its claim is unprepared, the plugin resets the
+GPU (the node's nvidia-smi), checks it and publishes it untainted, telling
+each step as an Event on the Node, in order. The tier runs the reset class
+with NoSchedule (tests/node/conftest.py) so the pod stays to show its health.
 """
 
 from __future__ import annotations
@@ -98,6 +99,18 @@ def restart_plugin(tier: Tier, node: str) -> None:
     wait_for(f"a new plugin pod serving the kubelet on {node}", serving, timeout=180)
 
 
+def recovery_events(tier: Tier, node: str) -> list[str]:
+    """The reasons of the plugin's GPU Events on ``node``, oldest first (the
+    core/v1 view, as ``kubectl describe node`` reads them)."""
+    events = tier.get("events", "-n", "default", "--field-selector",
+                      f"involvedObject.name={node}")["items"]  # fmt: skip
+    ours = [e for e in events if e.get("reportingComponent") == "patchbay.dev/plugin"
+            and e["reason"].startswith(("Gpu", "DeviceUnhealthy"))]  # fmt: skip
+    ours.sort(key=lambda e: e.get("eventTime") or e.get("firstTimestamp")
+              or e["metadata"]["creationTimestamp"])  # fmt: skip
+    return [e["reason"] for e in ours]
+
+
 def test_critical_xid_shows_unhealthy_in_pod_status(tier: Tier, namespace: str) -> None:
     ns, node = namespace, tier.nodes["node-a"]
     tier.apply(ns, sick_pod())
@@ -113,7 +126,7 @@ def test_critical_xid_shows_unhealthy_in_pod_status(tier: Tier, namespace: str) 
 
     SimHost.open(node.real.sim_dir).nvml.queue_xid(attr(gpu, UUID), XID)
     try:
-        message = f"GPU reported critical XID {XID}"
+        message = f"GPU reported critical XID {XID} (reset class, tainted)"  # waits for its pod
         wait_for("the GPU Unhealthy in the pod's status", lambda: health(tier.pod(ns, "sick")) == {
             rid: ("Unhealthy", message)}, timeout=60)  # fmt: skip
         # A lease later, with nothing new to report, the kubelet still reads it
@@ -124,7 +137,13 @@ def test_critical_xid_shows_unhealthy_in_pod_status(tier: Tier, namespace: str) 
         assert health(pod) == {rid: ("Unhealthy", message)}, pod["status"]["containerStatuses"]
         # The scheduler no longer hands the GPU out.
         assert taints(tier, key) == [("patchbay.dev/unhealthy", "NoSchedule")]
-    finally:  # the rest of the session gets the GPU back
-        tier.delete_pod(ns, "sick")
+        # A restart keeps it so: the health is the plugin's record, not its memory.
         restart_plugin(tier, node.name)
-        wait_for("the GPU published untainted", lambda: taints(tier, key) == [], timeout=60)
+        assert taints(tier, key) == [("patchbay.dev/unhealthy", "NoSchedule")]
+    finally:  # the rest of the session gets the GPU back, through the recovery path
+        tier.delete_pod(ns, "sick")
+        # Its claim unprepared, the plugin resets, checks (settle window) and publishes it.
+        wait_for("the GPU published untainted", lambda: taints(tier, key) == [], timeout=240)
+    reasons = recovery_events(tier, node.name)
+    steps = ["DeviceUnhealthy", "GpuResetStarted", "GpuReset", "GpuHealthy"]
+    assert [r for r in reasons if r in steps][-4:] == steps, reasons

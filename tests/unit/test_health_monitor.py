@@ -34,24 +34,22 @@ async def test_critical_xid_marks_the_gpu_and_its_mig_devices_unhealthy() -> Non
     monitor.report_xid("GPU-aaaa", 79)  # fell off the bus
     after = await asyncio.wait_for(anext(stream), 2)
     bad = {d.device_name: d.message for d in after if d.status is HealthStatus.UNHEALTHY}
-    assert bad == {
-        "gpu-0": "GPU reported critical XID 79",
-        "gpu-0-mig-1g": "GPU reported critical XID 79",
-    }
+    why = "GPU reported critical XID 79 (replace class, tainted)"
+    assert bad == {"gpu-0": why, "gpu-0-mig-1g": why}
     (t_gpu, t_mig) = (d for d in monitor.tainted([GPU0, GPU1, MIG, VF]) if d.taints)
     assert [d.name for d in (t_gpu, t_mig)] == ["gpu-0", "gpu-0-mig-1g"]
     (taint,) = t_gpu.taints
     assert (taint.key, taint.value, taint.effect) == (
         "patchbay.dev/unhealthy",
         "xid-79",
-        "NoSchedule",
+        "NoExecute",  # the replace class's default
     )
     back = Device.from_json(t_gpu.to_json(), t_gpu.local_id)
     assert back == t_gpu  # the slice JSON keeps the taint, timeAdded included
-    # Unplugged and plugged back: healthy again.
+    # Unplugged and plugged back: a re-plug is no repair, it stays unhealthy.
     monitor.set_devices({"node-a": [GPU1, VF]})
     monitor.set_devices({"node-a": [GPU0, GPU1, VF]})
-    assert set(states(monitor).values()) == {HealthStatus.HEALTHY}
+    assert states(monitor)["gpu-0"] is HealthStatus.UNHEALTHY
 
 
 async def test_watcher_delivers_nvml_xids_and_follows_the_gpu_set() -> None:
@@ -83,5 +81,31 @@ async def test_watcher_delivers_nvml_xids_and_follows_the_gpu_set() -> None:
         await delivered.until("XID 48", lambda: ("GPU-bbbb", 48) in seen)
         assert seen[2:] == [("GPU-bbbb", 48)]  # queued while unwatched, delivered once watched
         assert states(monitor) == {"gpu-0": HealthStatus.HEALTHY, "gpu-1": HealthStatus.UNHEALTHY}
+    finally:
+        await asyncio.to_thread(watcher.stop)
+
+
+async def test_a_paused_watcher_holds_no_nvml_and_resumes() -> None:
+    """A GPU reset needs no process on the GPU, the watcher's event set included."""
+    machine = FakeMachine()
+    machine.add_gpu("GPU-aaaa", "H100-SXM5-80GB", "0000:3b:00.0")
+    nvml = FakeNvml(machine)
+    seen: list[int] = []
+    delivered = Signal()
+
+    def on_xid(uuid: str, xid: int) -> None:
+        seen.append(xid)
+        delivered.changed()
+
+    watcher = XidWatcher(nvml, on_xid).start()
+    try:
+        watcher.set_gpus(["GPU-aaaa"])
+        machine.queue_xid("GPU-aaaa", 31)
+        await delivered.until("watching", lambda: seen == [31])
+        assert nvml._init_count == 1  # the watcher's NVML, held while it watches
+        with watcher.paused():
+            assert nvml._init_count == 0  # let go: event set closed, NVML shut down
+            machine.queue_xid("GPU-aaaa", 13)
+        await delivered.until("watching again", lambda: seen == [31, 13])
     finally:
         await asyncio.to_thread(watcher.stop)

@@ -58,8 +58,8 @@ async def test_a_gpu_turning_unhealthy_is_a_warning_on_the_node(env: Env) -> Non
     assert ev["regarding"]["kind"] == "Node" and ev["regarding"]["uid"] == "uid-n"
     assert (ev["type"], ev["reason"], ev["action"]) == ("Warning", "DeviceUnhealthy", "HealthCheck")
     assert ev["note"] == (
-        "GPU GPU-aaaa reported critical XID 79: gpu-0, gpu-0-mig-1g unhealthy, "
-        "published with a NoSchedule taint (patchbay.dev/unhealthy)"
+        "GPU GPU-aaaa reported critical XID 79 (replace class): gpu-0, gpu-0-mig-1g unhealthy, "
+        "published with a NoExecute taint (patchbay.dev/unhealthy)"
     )
     assert "series" not in ev
 
