@@ -25,7 +25,7 @@ from driver.devices.inventory import NodeInventory
 from driver.devices.model import Device
 from driver.errors import ClaimError, ConfigError
 from driver.pci.uevents import UeventFeed
-from tests.claims_doubles import NODE, FlakyHandler
+from tests.claims_doubles import NODE, FlakyHandler, Reader
 from tests.fuzzing import FUZZ, json_values, mutated
 
 UID = "5b0f7d7e-2f4c-4a51-9d3e-0c8a6b2e1f40"
@@ -86,14 +86,10 @@ def _prepare(claim: dict[str, Any]) -> tuple[str, dict[str, Any], list[Path], se
         inventory.replace_pool(NODE, [Device("gpu-0", "gpu", "GPU-0", {"minor": 0})])
         handler = FlakyHandler(root / "dev")
 
-        class Reader:
-            async def read_claim(self, namespace: str, name: str) -> dict[str, Any]:
-                return claim
-
+        reader = Reader()
+        reader.claims[("ns", "c")] = claim
         store = CheckpointStore(root / "cp.json", "boot")
-        prep = ClaimPreparer(
-            Reader(), inventory, {"gpu": handler}, store, CdiRegistry(root / "cdi")
-        )
+        prep = ClaimPreparer(reader, inventory, {"gpu": handler}, store, CdiRegistry(root / "cdi"))
         ref = ClaimRef("ns", "c", UID)
         result = asyncio.run(prep.prepare([ref]))[UID]
         saved = json.loads((root / "cp.json").read_text()) if (root / "cp.json").exists() else {}
