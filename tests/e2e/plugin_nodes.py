@@ -16,7 +16,13 @@ from kubernetes import client
 
 from tests.e2e.helpers import delete_quietly, unique, wait_for
 from tests.harness.cluster import LocalCluster
-from tests.harness.simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
+from tests.harness.simnode import (
+    PLUGIN_IDENTITY,
+    SimNode,
+    apply_deviceclasses,
+    apply_plugin_rbac,
+    build_nvml_mock,
+)
 
 
 def published_devices(resource_api: client.ResourceV1Api, node: str) -> int:
@@ -43,9 +49,7 @@ def plugin_node(
     build_nvml_mock()
     apply_plugin_rbac(local_cluster.kubeconfig)
     apply_deviceclasses(resource_api)
-    kubeconfig = local_cluster.kubeconfig_for(
-        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
-    )
+    kubeconfig = local_cluster.kubeconfig_for(*PLUGIN_IDENTITY)
     node = SimNode(local_cluster, unique(prefix), topology, kubeconfig)
     if args:
         node.plugin.extra_args = tuple(args)

@@ -38,7 +38,13 @@ from tests.cluster_fixtures import RUN_DIR
 from tests.e2e.helpers import unchanged, wait_for
 from tests.harness import cluster as localk8s
 from tests.harness.fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService, switch
-from tests.harness.simnode import PluginProcess, apply_plugin_rbac, apply_rbac, build_nvml_mock
+from tests.harness.simnode import (
+    PLUGIN_IDENTITY,
+    PluginProcess,
+    apply_plugin_rbac,
+    apply_rbac,
+    build_nvml_mock,
+)
 from tests.integration.test_plugin_process import Kubelet, our_slices, wait_registered
 from tests.kube.claims import allocated_claim
 
@@ -168,7 +174,7 @@ def test_plugin_and_controller_ride_out_apiserver_and_etcd_outages(
     apply_rbac(own.kubeconfig, "controller.yaml")
     base = Path(tempfile.mkdtemp(prefix="pb-outage-", dir="/tmp"))
     host = SimHost.build(TOPOLOGIES["2-gpus"](), base / "host", name=NODE)
-    plugin_kc = own.kubeconfig_for("patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",))
+    plugin_kc = own.kubeconfig_for(*PLUGIN_IDENTITY)
     plugin = PluginProcess(
         NODE, host, plugin_kc, registry_dir=base / "reg", plugin_dir=base / "plug",
         cdi_root=base / "cdi", log_path=own.run_dir / "logs" / "plugin.log",

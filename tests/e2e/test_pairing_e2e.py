@@ -23,7 +23,13 @@ from plugin.proto import dra_v1_pb2, dra_v1_pb2_grpc
 from tests.e2e.helpers import delete_quietly, unique, wait_for
 from tests.e2e.pods import claim_of, gone, phase, pod, running
 from tests.harness.cluster import LocalCluster
-from tests.harness.simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
+from tests.harness.simnode import (
+    PLUGIN_IDENTITY,
+    SimNode,
+    apply_deviceclasses,
+    apply_plugin_rbac,
+    build_nvml_mock,
+)
 from tests.kube.claims import allocated_claim
 
 pytestmark = pytest.mark.cluster
@@ -45,9 +51,7 @@ def sim(
     apply_deviceclasses(resource_api)
     vf_config = tmp_path_factory.mktemp("vf") / "vf.yaml"
     vf_config.write_text("pfs:\n  - vendorID: '15b3'\n    numVfs: 4\n")
-    kubeconfig = local_cluster.kubeconfig_for(
-        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
-    )
+    kubeconfig = local_cluster.kubeconfig_for(*PLUGIN_IDENTITY)
     node = SimNode(
         local_cluster, unique("pair"), "2x-h100-nic", kubeconfig, (f"--vf-config={vf_config}",)
     ).start()
@@ -242,9 +246,7 @@ def numa_sim(
     """Two roots on NUMA node 0; only the first has a NIC."""
     vf_config = tmp_path_factory.mktemp("vf-numa") / "vf.yaml"
     vf_config.write_text("pfs:\n  - name: ens0f0np0\n")
-    kubeconfig = local_cluster.kubeconfig_for(
-        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
-    )
+    kubeconfig = local_cluster.kubeconfig_for(*PLUGIN_IDENTITY)
     node = SimNode(
         local_cluster, unique("numa"), "numa-shared-nic", kubeconfig, (f"--vf-config={vf_config}",)
     ).start()

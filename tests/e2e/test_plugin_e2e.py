@@ -21,7 +21,13 @@ from driver.claims.metadata_files import cdi_device_name
 from tests.e2e.helpers import delete_quietly, events_about, unique, wait_for
 from tests.e2e.pods import phase, refused
 from tests.harness.cluster import LocalCluster
-from tests.harness.simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
+from tests.harness.simnode import (
+    PLUGIN_IDENTITY,
+    SimNode,
+    apply_deviceclasses,
+    apply_plugin_rbac,
+    build_nvml_mock,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -36,9 +42,7 @@ def nodes(
     build_nvml_mock()
     apply_plugin_rbac(local_cluster.kubeconfig)
     apply_deviceclasses(resource_api)
-    kubeconfig = local_cluster.kubeconfig_for(
-        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
-    )
+    kubeconfig = local_cluster.kubeconfig_for(*PLUGIN_IDENTITY)
     sims = {topo: SimNode(local_cluster, unique("gpu"), topo, kubeconfig).start() for topo in SIZES}
     try:
         for topo, sim in sims.items():
