@@ -44,7 +44,7 @@ from tests.integration.test_plugin_process import (
     wait_registered,
 )
 from tests.kube.claims import allocated_claim
-from tests.unit.test_gpu_sharing import MPS, daemons_of, gpu_config
+from tests.sharing_claims import MPS, daemons_of, gpu_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 __all__ = ["node", "plugin"]  # the fixtures this module uses

@@ -42,8 +42,8 @@ from fabric.service.app import make_app
 from fabric.service.core import Fabric
 from fabric.service.demo import write_demo
 from fabric.service.store import Store
-from tests.unit.test_controller_workers import GPU
-from tests.unit.test_fabric_api import TOKEN
+from tests.unit.fabric_objects import GPU
+from tests.unit.fabric_service import TOKEN
 
 NODE = ObjectRef("Node", "node-a", uid="uid-n")
 STUCK = "connection 9 of gpu-0 is still attaching"

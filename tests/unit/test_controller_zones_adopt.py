@@ -34,9 +34,8 @@ from fabric.service.app import make_app
 from fabric.service.core import Fabric
 from fabric.service.demo import write_demo
 from fabric.service.store import Store
-from tests.unit.test_controller_workers import VARIANT
-from tests.unit.test_fabric_api import TOKEN, Env
-from tests.unit.test_fabric_half_done import break_the_next_attach
+from tests.unit.fabric_objects import VARIANT
+from tests.unit.fabric_service import TOKEN, Env, break_the_next_attach
 
 # A spare-like allocation (no claim name): nothing is written to a claim.
 ALLOC = cl.FabricAllocation("uid-2", "", "", VARIANT.name, ready=False, failed=False)

@@ -18,34 +18,7 @@ from fabric.service.core import Fabric
 from fabric.service.demo import write_demo
 from fabric.service.store import Store
 from fabric.simhost.host import SimHost
-
-TOKEN = "t0ken"
-
-
-class Env:
-    def __init__(self, fab: Fabric, server: TestServer, client: FabricClient, root: Path):
-        self.fab, self.server, self.client, self.root = fab, server, client, root
-
-    def url(self, path: str) -> str:
-        return str(self.server.make_url(path))
-
-    async def raw(self, method: str, path: str, token: str | None = TOKEN, **kw: object):  # type: ignore[no-untyped-def]
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        async with (
-            aiohttp.ClientSession() as s,
-            s.request(
-                method,
-                self.url(path),
-                headers=headers,
-                **kw,  # type: ignore[arg-type]
-            ) as r,
-        ):
-            return r.status, await r.json(content_type=None)
-
-    async def faults(self, body: dict[str, object]) -> dict[str, object]:
-        status, data = await self.raw("POST", "/patchbay/v1/faults", json=body)
-        assert status == 200, data
-        return data  # type: ignore[no-any-return]
+from tests.unit.fabric_service import TOKEN, Env
 
 
 @pytest.fixture

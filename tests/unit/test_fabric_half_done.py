@@ -11,7 +11,7 @@ member whose attach still runs reads as attaching, not attached.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from fabric.service.core import Fabric
 from fabric.service.demo import write_demo
 from fabric.service.store import Store
 from fabric.simhost.host import SimHost
-from tests.unit.test_fabric_api import TOKEN, Env
+from tests.unit.fabric_service import TOKEN, Env, break_the_next_attach
 
 DIALECTS = ["connections", "zones"]
 NIC, NODE, ADAPTER = "nic-0", "node-a", "adapter0"
@@ -46,34 +46,6 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
 
 def client(env: Env, dialect: DialectName) -> FabricClient:
     return FabricClient(str(env.server.make_url("")), TOKEN, dialect=dialect)
-
-
-def once(real: Callable[..., Any], then: Callable[..., Any]) -> Callable[..., Any]:
-    """``then`` on the first call, ``real`` after."""
-    calls = 0
-
-    def call(*args: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        return then(*args) if calls == 1 else real(*args)
-
-    return call
-
-
-def break_the_next_attach(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The next hot-add puts the device on the host and then fails; the
-    hot-remove that undoes it fails too (once: the host works again after)."""
-    add, remove = hosts.add, hosts.remove
-
-    def add_then_fail(*args: Any) -> Any:
-        add(*args)
-        raise FileNotFoundError(2, "No such file or directory", "0000:87:00.4/vendor")
-
-    def refuse(*args: Any) -> Any:
-        raise FileNotFoundError(2, "No such file or directory", "0000:87:00.4/remove")
-
-    monkeypatch.setattr(hosts, "add", once(add, add_then_fail))
-    monkeypatch.setattr(hosts, "remove", once(remove, refuse))
 
 
 def macs_on(env: Env, node: str) -> list[str]:
