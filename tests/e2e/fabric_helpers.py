@@ -12,6 +12,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from driver.faults import ENV
 from tests.e2e import pods
 from tests.e2e.helpers import wait_for
 from tests.harness.fabricsim import ControllerProcess, FabricService, switch
@@ -200,3 +201,13 @@ def node_gpus(resource_api: Any, node: str) -> list[str]:
 
 def node_vfs(resource_api: Any, node: str) -> list[str]:
     return node_devices(resource_api, node, "vf")
+
+
+def restart(env: Env, identity: str, crash_point: str | None = None) -> None:
+    """Kill the controller and start it again as ``identity``, to crash at
+    ``crash_point`` (driver.faults) if one is given."""
+    env.ctl.kill()
+    env.ctl.env.pop(ENV, None)
+    if crash_point is not None:
+        env.ctl.env[ENV] = crash_point
+    env.ctl.start(identity=identity)

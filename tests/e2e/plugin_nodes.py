@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from kubernetes import client
 
@@ -23,6 +24,14 @@ from tests.harness.simnode import (
     apply_plugin_rbac,
     build_nvml_mock,
 )
+
+
+def node_slices(resource_api: client.ResourceV1Api, node: str) -> list[Any]:
+    return list(resource_api.list_resource_slice(field_selector=f"spec.nodeName={node}").items)
+
+
+def node_devices(resource_api: client.ResourceV1Api, node: str) -> list[Any]:
+    return [d for s in node_slices(resource_api, node) for d in (s.spec.devices or [])]
 
 
 def published_devices(resource_api: client.ResourceV1Api, node: str) -> int:

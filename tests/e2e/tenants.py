@@ -17,7 +17,7 @@ from kubernetes import client
 from driver.claims.metadata import base_request
 from driver.claims.metadata_files import cdi_device_name
 from tests.e2e.helpers import delete_quietly, unique, wait_for
-from tests.e2e.test_plugin_e2e import node_devices
+from tests.e2e.plugin_nodes import node_devices
 from tests.harness.cluster import LocalCluster
 from tests.harness.simnode import (
     PLUGIN_IDENTITY,

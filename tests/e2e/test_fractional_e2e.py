@@ -19,8 +19,8 @@ import yaml
 from kubernetes import client
 
 from tests.e2e.helpers import delete_quietly, unique, wait_for
+from tests.e2e.mig_node import devices, gpu_state, instances
 from tests.e2e.pods import claim_of, gone, never_bound, phase, pod, running
-from tests.e2e.test_mig_e2e import devices, gpu_state, instances
 from tests.harness.cluster import LocalCluster
 from tests.harness.simnode import (
     PLUGIN_IDENTITY,

@@ -14,8 +14,6 @@ installed console script ``kubectl-patchbay`` from the API alone.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,10 +22,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.e2e import test_pairing_e2e as pairing
+from tests.e2e import pairing_claims as pairing
 from tests.e2e.helpers import delete_quietly, unique, wait_for
+from tests.e2e.kubectl_views import kubectl_patchbay
+from tests.e2e.mig_node import allocated, profile_template, sim
 from tests.e2e.pods import claim_of, gone, pod, running
-from tests.e2e.test_mig_e2e import allocated, profile_template, sim
 from tests.harness.cluster import LocalCluster
 from tests.harness.simnode import (
     PLUGIN_IDENTITY,
@@ -40,15 +39,7 @@ from tests.harness.simnode import (
 pytestmark = pytest.mark.cluster
 __all__ = ["sim"]  # the module-scoped MIG node fixture
 SVG = "{http://www.w3.org/2000/svg}"
-SCRIPT = Path(sys.executable).parent / "kubectl-patchbay"
 WIDTH = {"1g": 1, "3g": 4}
-
-
-def kubectl_patchbay(cluster: LocalCluster, *args: str) -> str:
-    cmd = [str(SCRIPT), "--kubeconfig", str(cluster.kubeconfig), *args]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def expected_bar(devices: list[str]) -> str:

@@ -45,7 +45,7 @@ from tests.harness.simnode import (
     apply_rbac,
     build_nvml_mock,
 )
-from tests.integration.test_plugin_process import Kubelet, our_slices, wait_registered
+from tests.integration.kubelet import Kubelet, our_slices, wait_registered
 from tests.kube.claims import allocated_claim
 
 pytestmark = pytest.mark.cluster
