@@ -173,6 +173,26 @@ def running(env: Env, core: Any, ns: str, name: str, timeout: float = 120) -> No
     pods.running(core, ns, name, timeout, alive=env.check_alive)
 
 
+def running_on_device(
+    env: Env, resource_api: Any, core: Any, ns: str, name: str, device: str, node: str
+) -> None:
+    """Pod ``name`` on ``node``, its claim (template ``name``) asking for the
+    fabric ``device``, running."""
+    tmpl = template(resource_api, ns, name, [gpu_request(fabric_device=device)])
+    pods.pod(core, ns, name, node, tmpl)
+    running(env, core, ns, name)
+
+
+def detached(env: Env, device: str, once: str, timeout: float) -> None:
+    """Wait until the fabric no longer connects ``device`` (``once``: what had
+    to happen first, for the message), failing at once if something died."""
+    wait_for(
+        f"{device} detached once {once}",
+        lambda: env.check_alive() and device not in env.fabric.connections(),
+        timeout=timeout,
+    )
+
+
 def conditions(claim: Any, device: str) -> dict[str, str]:
     for d in claim.status.devices or []:
         if d.pool == "fabric" and d.device == device:

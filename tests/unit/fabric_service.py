@@ -4,11 +4,12 @@ Redfish requests and fault injection; and a hot-add that breaks half-way.
 
 Why: the fabric API's tests, the half-done-task tests and the controller's
 zones and detach-retry tests all drive the same service through the real
-client; its setup lives here once."""
+client; its setup (:func:`serving`, :func:`fabric_env`) lives here once."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,12 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from driver.fabricclient import FabricClient
-from fabric.service import hosts
+from driver.fabricclient.dialect import DialectName
+from fabric.service import hosts, inventory
+from fabric.service.app import make_app
 from fabric.service.core import Fabric
+from fabric.service.demo import write_demo
+from fabric.service.store import Store
 
 TOKEN = "t0ken"
 
@@ -47,6 +52,35 @@ class Env:
         status, data = await self.raw("POST", "/patchbay/v1/faults", json=body)
         assert status == 200, data
         return data  # type: ignore[no-any-return]
+
+
+@asynccontextmanager
+async def serving(
+    root: Path, latency: tuple[float, float] = (0.02, 0.02)
+) -> AsyncIterator[tuple[Fabric, TestServer]]:
+    """The demo fabric (its files under ``root``; attach and detach take
+    ``latency``) served on a test server, both closed after."""
+    fab = Fabric(inventory.load(write_demo(root)), Store(root / "f.db"), latency)
+    await fab.start()
+    server = TestServer(make_app(fab, TOKEN))
+    await server.start_server()
+    try:
+        yield fab, server
+    finally:
+        await server.close()
+        await fab.close()
+
+
+@asynccontextmanager
+async def fabric_env(
+    root: Path, dialect: DialectName = "connections", latency: tuple[float, float] = (0.02, 0.02)
+) -> AsyncIterator[Env]:
+    """:func:`serving`, with a real client of ``dialect`` in an :class:`Env`."""
+    async with (
+        serving(root, latency) as (fab, server),
+        FabricClient(str(server.make_url("")), TOKEN, dialect=dialect) as client,
+    ):
+        yield Env(fab, server, client, root)
 
 
 def once(real: Callable[..., Any], then: Callable[..., Any]) -> Callable[..., Any]:
