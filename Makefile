@@ -31,13 +31,14 @@ include hack/kueue.mk
 include hack/docker.mk
 include hack/kind.mk
 
-lint: venv proto-check ## ruff, format check, mypy strict, import-linter, module size
+lint: venv proto-check ## ruff, format check, mypy strict, import-linter, module size, no test-module imports
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 	$(PY) hack/module_size.py
 	$(PY) hack/sleep_lint.py
+	$(PY) hack/test_imports_lint.py
 
 fmt: venv ## format the code
 	$(VENV)/bin/ruff format .

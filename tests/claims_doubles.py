@@ -5,7 +5,7 @@ reader serving ResourceClaims from a dict, and GPU handlers that record the
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,22 +34,32 @@ class Reader:
     def add(
         self,
         name: str,
-        devices: list[str],
+        devices: Sequence[str] | Mapping[str, Sequence[str]],
         *,
         driver: str = "patchbay.dev",
         pool: str = NODE,
         config: list[dict[str, Any]] | None = None,
+        namespace: str = "ns",
+        uid: str | None = None,
     ) -> ClaimRef:
-        uid = str(uuid.uuid4())
+        """An allocated claim of ``devices``: a list (one request each,
+        ``req-0``, ``req-1``...) or a mapping of request name to its devices."""
+        uid = uid or str(uuid.uuid4())
+        requests = (
+            devices
+            if isinstance(devices, Mapping)
+            else {f"req-{i}": [d] for i, d in enumerate(devices)}
+        )
         results = [
-            {"request": f"req-{i}", "driver": driver, "pool": pool, "device": d}
-            for i, d in enumerate(devices)
+            {"request": r, "driver": driver, "pool": pool, "device": d}
+            for r, names in requests.items()
+            for d in names
         ]
-        self.claims[("ns", name)] = {
-            "metadata": {"namespace": "ns", "name": name, "uid": uid},
+        self.claims[(namespace, name)] = {
+            "metadata": {"namespace": namespace, "name": name, "uid": uid},
             "status": {"allocation": {"devices": {"results": results, "config": config or []}}},
         }
-        return ClaimRef("ns", name, uid)
+        return ClaimRef(namespace, name, uid)
 
 
 class FlakyHandler(GpuHandler):

@@ -5,11 +5,15 @@ time, so they share one settings object (derandomized, no example database,
 a fixed number of examples) rather than each choosing its own. There is no
 deadline: a per-example time limit is a timing assertion, and a loaded CI
 machine would fail it for no fault of the code; ``max_examples`` bounds the
-time instead (each fuzz module runs in a few seconds).
+time instead (each fuzz module runs in a few seconds). The sysfs fuzz tests
+share the odd attribute-file contents they write and the way they put a
+tree's files back after each example.
 """
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, settings
@@ -66,3 +70,38 @@ def mutated(template: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
         return out
 
     return build()
+
+
+# Odd contents of a sysfs attribute file; None: a directory where the file was.
+CONTENTS = st.one_of(
+    st.binary(max_size=12),
+    st.sampled_from(["", "\n", "-1", "0x", "0x02000", " 8 \n", "²", "٣", "1e3", "9" * 30]).map(
+        str.encode
+    ),
+    st.text(max_size=8).map(str.encode),
+    st.none(),  # a directory where the file was
+)
+
+
+class Files:
+    """Replace files of a tree for one example and put them back after."""
+
+    def __init__(self) -> None:
+        self.saved: list[tuple[Path, bytes | None]] = []
+
+    def put(self, path: Path, content: bytes | None) -> None:
+        self.saved.append((path, path.read_bytes() if path.exists() else None))
+        path.unlink(missing_ok=True)
+        if content is None:
+            path.mkdir()
+        else:
+            path.write_bytes(content)
+
+    def restore(self) -> None:
+        for path, content in reversed(self.saved):
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+            if content is not None:
+                path.write_bytes(content)

@@ -7,14 +7,19 @@ out). A test waits instead, for a bounded time, on the signal that would
 show the thing happening: :class:`Signal` wakes a waiter on the event loop
 whenever something it watches changes (from any thread), and
 :class:`LogSignal` is one fed by the log records of one logger.
+Where the kernel gives no change notice (:func:`waiting_in_flock`), the
+wait polls the state that shows it, still bounded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 
 class Signal:
@@ -74,3 +79,22 @@ class LogSignal(logging.Handler):
         finally:
             target.removeHandler(handler)
             target.setLevel(old_level)
+
+
+async def waiting_in_flock(path: Path) -> None:
+    """Until this process waits for ``path``'s flock: the kernel lists a blocked
+    waiter in /proc/locks (``N: -> FLOCK ADVISORY WRITE <pid> <maj>:<min>:<inode>``),
+    so the test knows the lock was asked for and refused, at any speed."""
+
+    def waiting() -> bool:
+        st = path.stat()
+        file = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        want = ["->", "FLOCK", "ADVISORY", "WRITE", str(os.getpid()), file]
+        lines = Path("/proc/locks").read_text().splitlines()
+        return any(line.split()[1:7] == want for line in lines)
+
+    async with asyncio.timeout(5):
+        for _ in itertools.count():
+            if waiting():
+                return
+            await asyncio.sleep(0.01)  # poll: /proc/locks has no change notice

@@ -10,7 +10,6 @@ with whatever code is current, so nothing here may depend on the format.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from driver.vf.discovery import scan_vfs
 from driver.vf.prepare import VfHandler
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
+from tests.claims_doubles import Reader
 
 FIXTURE = Path(__file__).parent / "fixtures" / "checkpoint-v1"
 BOOT_ID = "3f7a9b52-0c1d-4e8f-9a6b-2d4c6e8f0a1b"
@@ -61,39 +61,22 @@ CLAIMS: dict[str, tuple[str, str, dict[str, Any] | None]] = {
 }
 
 
-class Reader:
+def reader() -> Reader:
     """The claims of :data:`CLAIMS` as the apiserver returns them."""
-
-    def __init__(self) -> None:
-        self.claims: dict[str, dict[str, Any]] = {}
-        for name, (uid, device, params) in CLAIMS.items():
-            config = []
-            if params is not None:
-                parameters = {"apiVersion": opaque.API_VERSION, **params}
-                config = [
-                    {
-                        "source": "FromClaim",
-                        "requests": [],
-                        "opaque": {"driver": "patchbay.dev", "parameters": parameters},
-                    }
-                ]
-            self.claims[name] = {
-                "metadata": {"namespace": "upgrade", "name": name, "uid": uid},
-                "status": {
-                    "allocation": {
-                        "devices": {
-                            "results": [
-                                {"request": "r", "driver": "patchbay.dev", "pool": POOL,
-                                 "device": device}
-                            ],
-                            "config": config,
-                        }
-                    }
-                },
-            }  # fmt: skip
-
-    async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any]:
-        return self.claims[name]
+    claims = Reader()
+    for name, (uid, device, params) in CLAIMS.items():
+        config = []
+        if params is not None:
+            parameters = {"apiVersion": opaque.API_VERSION, **params}
+            config = [
+                {
+                    "source": "FromClaim",
+                    "requests": [],
+                    "opaque": {"driver": "patchbay.dev", "parameters": parameters},
+                }
+            ]
+        claims.add(name, {"r": [device]}, pool=POOL, config=config, namespace="upgrade", uid=uid)
+    return claims
 
 
 def ref(name: str) -> ClaimRef:
@@ -112,7 +95,7 @@ class UpgradeNode:
         self.backend = FakeNvml(self.machine)
         self.checkpoint_path = directory / "checkpoint.json"
         self.cdi_root = directory / "cdi"
-        self.reader = Reader()
+        self.reader = reader()
 
     def gpu_uuid(self, index: int) -> str:
         return sorted(self.host.gpu_uuids().items())[index][1]

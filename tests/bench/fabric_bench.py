@@ -28,7 +28,13 @@ from kubernetes import client, config
 
 from tests.harness import cluster as localk8s
 from tests.harness.fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService, switch
-from tests.harness.simnode import SimNode, apply_deviceclasses, apply_rbac, build_nvml_mock
+from tests.harness.simnode import (
+    PLUGIN_IDENTITY,
+    SimNode,
+    apply_deviceclasses,
+    apply_rbac,
+    build_nvml_mock,
+)
 
 ADAPTERS = "--fabric-adapters=adapter0=0000:15:02.0,adapter1=0000:85:01.0"
 
@@ -157,9 +163,7 @@ def main(argv: list[str]) -> None:
     node = fabric = ctl = None
     try:
         core, res = bench_clients(cluster, "bench")
-        plugin_kc = cluster.kubeconfig_for(
-            "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
-        )
+        plugin_kc = cluster.kubeconfig_for(*PLUGIN_IDENTITY)
         node = SimNode(cluster, "fab-0", "fabric-adapters", plugin_kc, (ADAPTERS,)).start()
         up = [(node.name, "adapter0", node.host.dir)]
         switches = [

@@ -30,7 +30,7 @@ from kubernetes import client, config
 
 from tests.bench.fabric_bench import write_counts
 from tests.harness import cluster as localk8s
-from tests.harness.simnode import SimNode, apply_rbac, build_nvml_mock
+from tests.harness.simnode import PLUGIN_IDENTITY, SimNode, apply_rbac, build_nvml_mock
 
 REPO = Path(__file__).resolve().parents[2]
 NS = "bench"
@@ -72,7 +72,7 @@ def setup(cluster: Any, nodes: int, memory: str, exclusive: bool) -> tuple[Any, 
         "spec": {"spec": {"devices": {"requests": [
             {"name": "gpu", "exactly": request(memory, exclusive)}]}}},
     })  # fmt: skip
-    kc = cluster.kubeconfig_for("patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",))
+    kc = cluster.kubeconfig_for(*PLUGIN_IDENTITY)
     sims = [
         SimNode(cluster, f"sh-{i}", "8x-a100", kc, ("--shared-gpus=all",)) for i in range(nodes)
     ]

@@ -44,7 +44,7 @@ from tests.e2e.helpers import wait_for
 from tests.harness import cluster as localk8s
 from tests.harness.cluster_proc import free_port
 from tests.harness.fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService, switch
-from tests.harness.simnode import SimNode, build_nvml_mock
+from tests.harness.simnode import PLUGIN_IDENTITY, SimNode, build_nvml_mock
 
 NS = "soak"
 BATCH = (("mig-1g", 4), ("mig-2g", 2), ("fabric", 2))
@@ -163,9 +163,7 @@ def main(argv: list[str]) -> None:
     started: list[Any] = []
     try:
         core, res = bench_clients(cluster, NS)
-        plugin_kc = cluster.kubeconfig_for(
-            "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
-        )
+        plugin_kc = cluster.kubeconfig_for(*PLUGIN_IDENTITY)
         metrics = f"--metrics-port={free_port()}"
         mig = SimNode(cluster, "soak-mig", "2-gpus", plugin_kc, ("--mig-gpus=all", metrics))
         fab = SimNode(cluster, "soak-fab", "fabric-adapters", plugin_kc,

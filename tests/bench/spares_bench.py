@@ -39,7 +39,7 @@ from tests.bench.fabric_bench import ADAPTERS, allocated, bench_clients, p99
 from tests.harness import cluster as localk8s
 from tests.harness.cluster_proc import free_port
 from tests.harness.fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService, switch
-from tests.harness.simnode import SimNode, build_nvml_mock
+from tests.harness.simnode import PLUGIN_IDENTITY, SimNode, build_nvml_mock
 
 MODEL = "H100-SXM5-80GB"  # the simulator's GPUs
 SPARE_CEL = (
@@ -171,9 +171,7 @@ def main(argv: list[str]) -> None:
                 {"name": "any", "deviceClassName": "gpu.patchbay.dev"},
             ]}]}}},
         })  # fmt: skip
-        plugin_kc = cluster.kubeconfig_for(
-            "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
-        )
+        plugin_kc = cluster.kubeconfig_for(*PLUGIN_IDENTITY)
         node = SimNode(cluster, "fab-0", "fabric-adapters", plugin_kc, (ADAPTERS,)).start()
         gpus = [f"gpu-{i}" for i in range(args.gpus)]
         sw = switch("sw0", [(node.name, "adapter0", node.host.dir)], gpus)

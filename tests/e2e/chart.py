@@ -22,6 +22,10 @@ from kubernetes.dynamic import DynamicClient
 
 from tests.cluster_fixtures import missing_prerequisite
 
+# Shared cluster: no node may run the chart's pods (other tests' node agents
+# would see them), so every applied workload gets a selector nothing matches.
+NO_NODE = {"patchbay.dev/helm-e2e": "no-such-node"}
+
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "patchbay"
 

@@ -46,7 +46,7 @@ from tests.e2e.fabric_helpers import (
 from tests.e2e.helpers import delete_quietly, unique, wait_for
 from tests.harness.cluster_proc import free_port
 from tests.harness.fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService
-from tests.harness.simnode import SimNode, apply_rbac, build_nvml_mock
+from tests.harness.simnode import PLUGIN_IDENTITY, SimNode, apply_rbac, build_nvml_mock
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -124,9 +124,7 @@ def env(  # type: ignore[no-untyped-def]
                     resource_api.create_device_class(doc)
     vf_config = tmp_path_factory.mktemp("vf") / "vf.yaml"
     vf_config.write_text("pfs:\n  - vendorID: '15b3'\n    numVfs: 4\n")
-    plugin_kc = local_cluster.kubeconfig_for(
-        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
-    )
+    plugin_kc = local_cluster.kubeconfig_for(*PLUGIN_IDENTITY)
     names = [unique("fab"), unique("fab")]
     args = (ADAPTERS, f"--vf-config={vf_config}", *plugin_args)
     nodes = [SimNode(local_cluster, n, "fabric-adapters", plugin_kc, args) for n in names]

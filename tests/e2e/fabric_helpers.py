@@ -12,6 +12,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from driver.faults import ENV
 from tests.e2e import pods
 from tests.e2e.helpers import wait_for
 from tests.harness.fabricsim import ControllerProcess, FabricService, switch
@@ -172,6 +173,26 @@ def running(env: Env, core: Any, ns: str, name: str, timeout: float = 120) -> No
     pods.running(core, ns, name, timeout, alive=env.check_alive)
 
 
+def running_on_device(
+    env: Env, resource_api: Any, core: Any, ns: str, name: str, device: str, node: str
+) -> None:
+    """Pod ``name`` on ``node``, its claim (template ``name``) asking for the
+    fabric ``device``, running."""
+    tmpl = template(resource_api, ns, name, [gpu_request(fabric_device=device)])
+    pods.pod(core, ns, name, node, tmpl)
+    running(env, core, ns, name)
+
+
+def detached(env: Env, device: str, once: str, timeout: float) -> None:
+    """Wait until the fabric no longer connects ``device`` (``once``: what had
+    to happen first, for the message), failing at once if something died."""
+    wait_for(
+        f"{device} detached once {once}",
+        lambda: env.check_alive() and device not in env.fabric.connections(),
+        timeout=timeout,
+    )
+
+
 def conditions(claim: Any, device: str) -> dict[str, str]:
     for d in claim.status.devices or []:
         if d.pool == "fabric" and d.device == device:
@@ -200,3 +221,13 @@ def node_gpus(resource_api: Any, node: str) -> list[str]:
 
 def node_vfs(resource_api: Any, node: str) -> list[str]:
     return node_devices(resource_api, node, "vf")
+
+
+def restart(env: Env, identity: str, crash_point: str | None = None) -> None:
+    """Kill the controller and start it again as ``identity``, to crash at
+    ``crash_point`` (driver.faults) if one is given."""
+    env.ctl.kill()
+    env.ctl.env.pop(ENV, None)
+    if crash_point is not None:
+        env.ctl.env[ENV] = crash_point
+    env.ctl.start(identity=identity)

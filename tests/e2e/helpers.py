@@ -2,7 +2,7 @@
 
 Why this module exists: tests share one cluster, so they all need unique
 names, polling with a clear timeout message (``wait_for``, the harness's
-loop in ``tests.harness.poll``), hand-made Node objects and
+loop in ``tests.harness.poll``), hand-made Node, DeviceClass and Pod objects and
 quiet cleanup; keeping those here keeps each test about its own behaviour.
 """
 
@@ -83,3 +83,24 @@ def events_about(
     return sorted(
         items, key=lambda e: e.event_time or e.first_timestamp or e.metadata.creation_timestamp
     )
+
+
+def device_class(name: str, driver: str) -> dict[str, Any]:
+    """A DeviceClass selecting every device of ``driver``."""
+    return {
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
+    }
+
+
+def pod_body(name: str, claim_ref: dict[str, str]) -> dict[str, Any]:
+    """A one-container pod using the claim ``claim_ref`` names (a claim or template)."""
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "resourceClaims": [{"name": "dev", **claim_ref}],
+            "containers": [
+                {"name": "c", "image": "busybox", "resources": {"claims": [{"name": "dev"}]}}
+            ],
+        },
+    }

@@ -11,12 +11,27 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from kubernetes import client
 
 from tests.e2e.helpers import delete_quietly, unique, wait_for
 from tests.harness.cluster import LocalCluster
-from tests.harness.simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
+from tests.harness.simnode import (
+    PLUGIN_IDENTITY,
+    SimNode,
+    apply_deviceclasses,
+    apply_plugin_rbac,
+    build_nvml_mock,
+)
+
+
+def node_slices(resource_api: client.ResourceV1Api, node: str) -> list[Any]:
+    return list(resource_api.list_resource_slice(field_selector=f"spec.nodeName={node}").items)
+
+
+def node_devices(resource_api: client.ResourceV1Api, node: str) -> list[Any]:
+    return [d for s in node_slices(resource_api, node) for d in (s.spec.devices or [])]
 
 
 def published_devices(resource_api: client.ResourceV1Api, node: str) -> int:
@@ -43,9 +58,7 @@ def plugin_node(
     build_nvml_mock()
     apply_plugin_rbac(local_cluster.kubeconfig)
     apply_deviceclasses(resource_api)
-    kubeconfig = local_cluster.kubeconfig_for(
-        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
-    )
+    kubeconfig = local_cluster.kubeconfig_for(*PLUGIN_IDENTITY)
     node = SimNode(local_cluster, unique(prefix), topology, kubeconfig)
     if args:
         node.plugin.extra_args = tuple(args)

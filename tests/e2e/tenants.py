@@ -17,9 +17,15 @@ from kubernetes import client
 from driver.claims.metadata import base_request
 from driver.claims.metadata_files import cdi_device_name
 from tests.e2e.helpers import delete_quietly, unique, wait_for
-from tests.e2e.test_plugin_e2e import node_devices
+from tests.e2e.plugin_nodes import node_devices
 from tests.harness.cluster import LocalCluster
-from tests.harness.simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
+from tests.harness.simnode import (
+    PLUGIN_IDENTITY,
+    SimNode,
+    apply_deviceclasses,
+    apply_plugin_rbac,
+    build_nvml_mock,
+)
 
 GPU_CLASS = "gpu.patchbay.dev"
 
@@ -38,9 +44,7 @@ def start_node(
     build_nvml_mock()
     apply_plugin_rbac(local_cluster.kubeconfig)
     apply_deviceclasses(resource_api)
-    kubeconfig = local_cluster.kubeconfig_for(
-        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
-    )
+    kubeconfig = local_cluster.kubeconfig_for(*PLUGIN_IDENTITY)
     node = SimNode(local_cluster, unique(prefix), "2-gpus", kubeconfig)
     node.plugin.extra_args = extra_args
     node.start()

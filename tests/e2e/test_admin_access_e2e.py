@@ -18,6 +18,7 @@ import pytest
 from kubernetes import client
 
 from tests.e2e.helpers import events_about, wait_for
+from tests.e2e.plugin_nodes import node_devices
 from tests.e2e.pods import gone, phase, pod, running
 from tests.e2e.tenants import (
     claim_body,
@@ -25,7 +26,6 @@ from tests.e2e.tenants import (
     start_node,
     visible,
 )
-from tests.e2e.test_plugin_e2e import node_devices
 from tests.harness.cluster import LocalCluster
 from tests.harness.simnode import SimNode
 

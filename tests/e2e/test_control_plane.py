@@ -17,18 +17,11 @@ import pytest
 from kubernetes import client
 
 from tests.cluster_fixtures import RUN_DIR, record_startup
-from tests.e2e.helpers import delete_quietly, make_node, unique, wait_for
+from tests.e2e.helpers import delete_quietly, device_class, make_node, pod_body, unique, wait_for
 from tests.harness import cluster as localk8s
 from tests.harness.cluster_proc import pid_alive
 
 pytestmark = pytest.mark.cluster
-
-
-def device_class(name: str, driver: str) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name},
-        "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{driver}"'}}]},
-    }
 
 
 def slice_body(
@@ -41,18 +34,6 @@ def slice_body(
             "nodeName": node,
             "pool": {"name": pool or node, "generation": 1, "resourceSliceCount": 1},
             "devices": devices,
-        },
-    }
-
-
-def pod_body(name: str, claim_ref: dict[str, str]) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name},
-        "spec": {
-            "resourceClaims": [{"name": "dev", **claim_ref}],
-            "containers": [
-                {"name": "c", "image": "busybox", "resources": {"claims": [{"name": "dev"}]}}
-            ],
         },
     }
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from driver.faults import CONTROLLER_POINTS, ENV
-from tests.e2e.fabric_helpers import DIALECTS, Env, gpu_request, running, template
+from tests.e2e.fabric_helpers import DIALECTS, Env, gpu_request, restart, running, template
 from tests.e2e.helpers import wait_for
 from tests.e2e.pods import claim_of, gone, pod
 
@@ -31,14 +31,6 @@ def attach_requests(env: Env) -> Counter[tuple[str, str]]:
     requests = env.fabric.attach_requests()
     assert {r["dialect"] for r in requests} <= {env.dialect}, requests
     return Counter((r["target"], r["initiator"].split("/", 1)[0]) for r in requests)
-
-
-def restart(env: Env, identity: str, crash_point: str | None = None) -> None:
-    env.ctl.kill()
-    env.ctl.env.pop(ENV, None)
-    if crash_point is not None:
-        env.ctl.env[ENV] = crash_point
-    env.ctl.start(identity=identity)
 
 
 def run_once(

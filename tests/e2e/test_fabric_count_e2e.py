@@ -32,13 +32,13 @@ from tests.e2e.fabric_helpers import (
     attr,
     conditions,
     fabric_pool,
+    restart,
     running,
     template,
 )
 from tests.e2e.helpers import events_about, wait_for
 from tests.e2e.pods import claim_of, gone, pod
 from tests.e2e.tenants import container_record, visible
-from tests.e2e.test_fabric_attach_once_e2e import restart
 
 pytestmark = pytest.mark.cluster
 TENANT = "0d7c1e2a-5b8f-4c3e-9a61-7f2b4c8d9e10"

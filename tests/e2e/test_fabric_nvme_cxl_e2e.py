@@ -34,9 +34,9 @@ from tests.e2e.fabric_helpers import (
     template,
 )
 from tests.e2e.helpers import events_about, wait_for
+from tests.e2e.kubectl_views import fabric
 from tests.e2e.pods import claim_of, gone, pod
 from tests.e2e.tenants import container_record
-from tests.e2e.test_kubectl_patchbay_fabric_e2e import fabric
 from tests.harness.cluster import LocalCluster
 from tests.harness.simnode import SimNode
 

@@ -21,12 +21,14 @@ from tests.e2e.fabric_helpers import (
     attr,
     claim_gone_or_free,
     conditions,
+    detached,
     fabric_pool,
     fabric_slices,
     gpu_request,
     kept_attached,
     pod_attaching,
     running,
+    running_on_device,
     template,
 )
 from tests.e2e.helpers import events_about, unique, wait_for
@@ -143,9 +145,7 @@ def test_a_released_device_stays_attached_until_its_node_unprepared_it(
     # unprepared it: the controller must not pull the GPU from under the
     # container. With the plugin down nothing can unprepare it.
     ns, node = namespace, env.nodes[0]
-    tmpl = template(resource_api, ns, "held", [gpu_request(fabric_device="gpu-0")])
-    pod(core, ns, "held", node.name, tmpl)
-    running(env, core, ns, "held")
+    running_on_device(env, resource_api, core, ns, "held", "gpu-0", node.name)
     claim = claim_of(core, resource_api, ns, "held").metadata.name
     node.plugin.kill()
     start = env.ctl.log_path.stat().st_size  # this pass's lines come after
@@ -161,11 +161,7 @@ def test_a_released_device_stays_attached_until_its_node_unprepared_it(
         assert "gpu-0" in env.fabric.connections(), "detached while still prepared"
     finally:
         node.plugin.start()
-    wait_for(
-        "gpu-0 detached once unprepared",
-        lambda: env.check_alive() and "gpu-0" not in env.fabric.connections(),
-        timeout=90,
-    )
+    detached(env, "gpu-0", "unprepared", timeout=90)
 
 
 def test_a_released_gpu_a_process_still_uses_is_detached_only_once_it_ends(
@@ -175,9 +171,7 @@ def test_a_released_gpu_a_process_still_uses_is_detached_only_once_it_ends(
     # that attached it was released; a real host removes it all the same (XID
     # 79), so the simulated host records such a remove and the test fails on it.
     ns, node = namespace, env.nodes[0]
-    tmpl = template(resource_api, ns, "inuse", [gpu_request(fabric_device="gpu-1")])
-    pod(core, ns, "inuse", node.name, tmpl)
-    running(env, core, ns, "inuse")
+    running_on_device(env, resource_api, core, ns, "inuse", "gpu-1", node.name)
     uuid = next(
         attr(d, "uuid") for d in fabric_pool(resource_api).values()
         if attr(d, "fabricDevice") == "gpu-1" and d.node_name == node.name
@@ -187,11 +181,7 @@ def test_a_released_gpu_a_process_still_uses_is_detached_only_once_it_ends(
     gone(core, ns, "inuse")  # unprepared: no claim holds gpu-1 any more
     kept_attached(env, "gpu-1", node.name, start, "a process used it")
     node.host.nvml.set_processes(uuid, [])
-    wait_for(
-        "gpu-1 detached once its process ended",
-        lambda: env.check_alive() and "gpu-1" not in env.fabric.connections(),
-        timeout=60,
-    )
+    detached(env, "gpu-1", "its process ended", timeout=60)
     assert violations.read(node.host.dir) == []
 
 
@@ -273,9 +263,7 @@ def test_two_replicas_one_leader_and_standby_takes_over(  # keep last: it replac
         assert "leader lease default/patchbay-controller acquired by controller-standby" in (
             standby.log_tail(200)
         )
-        tmpl = template(resource_api, ns, "ha", [gpu_request(fabric_device="gpu-2")])
-        pod(core, ns, "ha", env.nodes[0].name, tmpl)
-        running(env, core, ns, "ha")
+        running_on_device(env, resource_api, core, ns, "ha", "gpu-2", env.nodes[0].name)
         claim = claim_of(core, resource_api, ns, "ha")
         (result,) = claim.status.allocation.devices.results
         assert conditions(claim, result.device) == {"FabricDeviceReady": "True"}

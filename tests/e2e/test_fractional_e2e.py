@@ -19,10 +19,16 @@ import yaml
 from kubernetes import client
 
 from tests.e2e.helpers import delete_quietly, unique, wait_for
+from tests.e2e.mig_node import devices, gpu_state, instances
 from tests.e2e.pods import claim_of, gone, never_bound, phase, pod, running
-from tests.e2e.test_mig_e2e import devices, gpu_state, instances
 from tests.harness.cluster import LocalCluster
-from tests.harness.simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
+from tests.harness.simnode import (
+    PLUGIN_IDENTITY,
+    SimNode,
+    apply_deviceclasses,
+    apply_plugin_rbac,
+    build_nvml_mock,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -35,7 +41,7 @@ HAMI = "/usr/local/vgpu/libvgpu.so"  # a host path CDI mounts; nothing reads it 
 def _node(
     cluster: LocalCluster, resource_api: client.ResourceV1Api, topology: str, args: str, want: int
 ) -> SimNode:
-    kubeconfig = cluster.kubeconfig_for("patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",))
+    kubeconfig = cluster.kubeconfig_for(*PLUGIN_IDENTITY)
     node = SimNode(cluster, unique("frac"), topology, kubeconfig)
     node.plugin.extra_args = tuple(args.split())
     node.start()

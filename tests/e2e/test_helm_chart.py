@@ -25,16 +25,13 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.chart import CHART, Applier, by_kind, render, run_helm
+from tests.e2e.chart import CHART, NO_NODE, Applier, by_kind, render, run_helm
 from tests.e2e.helpers import delete_quietly, make_node, unique, wait_for
 
 pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_NAME_EXTRA = "Impersonate-Extra-authentication.kubernetes.io%2Fnode-name"
-# Shared cluster: no node may run the chart's pods (other tests' node agents
-# would see them), so every applied workload gets a selector nothing matches.
-NO_NODE = {"patchbay.dev/helm-e2e": "no-such-node"}
 NON_DEFAULT = {
     "image": {"repository": "registry.example/patchbay", "tag": "1.2.3"},
     "kubeletPlugin": {

@@ -14,8 +14,6 @@ installed console script ``kubectl-patchbay`` from the API alone.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,25 +22,24 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.e2e import test_pairing_e2e as pairing
+from tests.e2e import pairing_claims as pairing
 from tests.e2e.helpers import delete_quietly, unique, wait_for
+from tests.e2e.kubectl_views import kubectl_patchbay
+from tests.e2e.mig_node import allocated, profile_template, sim
 from tests.e2e.pods import claim_of, gone, pod, running
-from tests.e2e.test_mig_e2e import allocated, profile_template, sim
 from tests.harness.cluster import LocalCluster
-from tests.harness.simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
+from tests.harness.simnode import (
+    PLUGIN_IDENTITY,
+    SimNode,
+    apply_deviceclasses,
+    apply_plugin_rbac,
+    build_nvml_mock,
+)
 
 pytestmark = pytest.mark.cluster
 __all__ = ["sim"]  # the module-scoped MIG node fixture
 SVG = "{http://www.w3.org/2000/svg}"
-SCRIPT = Path(sys.executable).parent / "kubectl-patchbay"
 WIDTH = {"1g": 1, "3g": 4}
-
-
-def kubectl_patchbay(cluster: LocalCluster, *args: str) -> str:
-    cmd = [str(SCRIPT), "--kubeconfig", str(cluster.kubeconfig), *args]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def expected_bar(devices: list[str]) -> str:
@@ -118,9 +115,7 @@ def roots(
     apply_deviceclasses(resource_api)
     vf_config = tmp_path_factory.mktemp("vf") / "vf.yaml"
     vf_config.write_text("pfs:\n  - vendorID: '15b3'\n    numVfs: 4\n")
-    kubeconfig = local_cluster.kubeconfig_for(
-        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
-    )
+    kubeconfig = local_cluster.kubeconfig_for(*PLUGIN_IDENTITY)
     args = (f"--vf-config={vf_config}",)
     node = SimNode(local_cluster, unique("roots"), "2x-h100-nic", kubeconfig, args).start()
     try:

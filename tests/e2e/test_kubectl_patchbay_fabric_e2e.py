@@ -24,8 +24,8 @@ from tests.e2e.fabric_helpers import (
     template,
 )
 from tests.e2e.helpers import wait_for
+from tests.e2e.kubectl_views import fabric, kubectl_patchbay
 from tests.e2e.pods import claim_of, gone, pod
-from tests.e2e.test_kubectl_patchbay_e2e import kubectl_patchbay
 from tests.harness.cluster import LocalCluster
 
 pytestmark = pytest.mark.cluster
@@ -35,11 +35,6 @@ def claims(cluster: LocalCluster, ns: str) -> dict[str, dict[str, Any]]:
     """The claims view of ``ns`` by pod name."""
     rows = json.loads(kubectl_patchbay(cluster, "claims", "-n", ns, "-o", "json"))
     return {p: r for r in rows for p in r["pods"]}
-
-
-def fabric(cluster: LocalCluster) -> dict[str, dict[str, Any]]:
-    view = json.loads(kubectl_patchbay(cluster, "fabric", "-o", "json"))
-    return {d["device"]: d for d in view["devices"]}
 
 
 def test_claims_and_fabric_show_a_failed_attach_and_a_waiting_one(

@@ -25,9 +25,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from tests import monitoring
-from tests.e2e.chart import Applier, by_kind, cached_tool, render
+from tests.e2e.chart import NO_NODE, Applier, by_kind, cached_tool, render
 from tests.e2e.helpers import unique, wait_for
-from tests.e2e.test_helm_chart import NO_NODE
 
 pytestmark = pytest.mark.cluster
 

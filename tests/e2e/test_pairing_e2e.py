@@ -21,16 +21,31 @@ from kubernetes import client
 
 from plugin.proto import dra_v1_pb2, dra_v1_pb2_grpc
 from tests.e2e.helpers import delete_quietly, unique, wait_for
+from tests.e2e.pairing_claims import (
+    ROOT_A,
+    ROOT_B,
+    allocated,
+    devices,
+    kinds,
+    make_template,
+    pair_spec,
+    request,
+    root_of,
+)
 from tests.e2e.pods import claim_of, gone, phase, pod, running
 from tests.harness.cluster import LocalCluster
-from tests.harness.simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
+from tests.harness.simnode import (
+    PLUGIN_IDENTITY,
+    SimNode,
+    apply_deviceclasses,
+    apply_plugin_rbac,
+    build_nvml_mock,
+)
 from tests.kube.claims import allocated_claim
 
 pytestmark = pytest.mark.cluster
 
 REPO = Path(__file__).resolve().parents[2]
-ROOT = "resource.kubernetes.io/pcieRoot"
-ROOT_A, ROOT_B = "pci0000:15", "pci0000:85"
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +60,7 @@ def sim(
     apply_deviceclasses(resource_api)
     vf_config = tmp_path_factory.mktemp("vf") / "vf.yaml"
     vf_config.write_text("pfs:\n  - vendorID: '15b3'\n    numVfs: 4\n")
-    kubeconfig = local_cluster.kubeconfig_for(
-        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
-    )
+    kubeconfig = local_cluster.kubeconfig_for(*PLUGIN_IDENTITY)
     node = SimNode(
         local_cluster, unique("pair"), "2x-h100-nic", kubeconfig, (f"--vf-config={vf_config}",)
     ).start()
@@ -62,52 +75,6 @@ def sim(
     finally:
         node.stop()
         delete_quietly(core.delete_node, node.name)
-
-
-def devices(resource_api: client.ResourceV1Api, node: str) -> dict[str, Any]:
-    slices = resource_api.list_resource_slice(field_selector=f"spec.nodeName={node}").items
-    return {d.name: d for s in slices for d in (s.spec.devices or [])}
-
-
-def kinds(devs: dict[str, Any]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for d in devs.values():
-        kind = d.attributes["type"].string
-        out[kind] = out.get(kind, 0) + 1
-    return out
-
-
-def root_of(dev: Any) -> str:
-    return str(dev.attributes[ROOT].string)
-
-
-def request(name: str, cls: str, count: int = 1, root: str | None = None) -> dict[str, Any]:
-    exactly: dict[str, Any] = {"deviceClassName": cls, "count": count}
-    if root:
-        cel = f'device.attributes["resource.kubernetes.io"].pcieRoot == "{root}"'
-        exactly["selectors"] = [{"cel": {"expression": cel}}]
-    return {"name": name, "exactly": exactly}
-
-
-def make_template(
-    resource_api: client.ResourceV1Api, ns: str, name: str, devices_spec: dict[str, Any]
-) -> str:
-    body = {"metadata": {"name": name}, "spec": {"spec": {"devices": devices_spec}}}
-    resource_api.create_namespaced_resource_claim_template(ns, body)
-    return name
-
-
-def pair_spec(config: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    return {
-        "requests": [request("gpu", "gpu.patchbay.dev"), request("nic", "vf.patchbay.dev")],
-        "constraints": [{"requests": ["gpu", "nic"], "matchAttribute": ROOT}],
-        "config": config or [],
-    }
-
-
-def allocated(claim: Any) -> dict[str, str]:
-    """Request name -> device name of an allocated claim."""
-    return {r.request: r.device for r in claim.status.allocation.devices.results}
 
 
 def test_vf_slices_carry_their_pfs_root(sim: SimNode, resource_api: client.ResourceV1Api) -> None:
@@ -242,9 +209,7 @@ def numa_sim(
     """Two roots on NUMA node 0; only the first has a NIC."""
     vf_config = tmp_path_factory.mktemp("vf-numa") / "vf.yaml"
     vf_config.write_text("pfs:\n  - name: ens0f0np0\n")
-    kubeconfig = local_cluster.kubeconfig_for(
-        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
-    )
+    kubeconfig = local_cluster.kubeconfig_for(*PLUGIN_IDENTITY)
     node = SimNode(
         local_cluster, unique("numa"), "numa-shared-nic", kubeconfig, (f"--vf-config={vf_config}",)
     ).start()

@@ -19,9 +19,16 @@ from kubernetes import client, watch
 from driver.claims.metadata import base_request
 from driver.claims.metadata_files import cdi_device_name
 from tests.e2e.helpers import delete_quietly, events_about, unique, wait_for
+from tests.e2e.plugin_nodes import node_devices, node_slices
 from tests.e2e.pods import phase, refused
 from tests.harness.cluster import LocalCluster
-from tests.harness.simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
+from tests.harness.simnode import (
+    PLUGIN_IDENTITY,
+    SimNode,
+    apply_deviceclasses,
+    apply_plugin_rbac,
+    build_nvml_mock,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -41,9 +48,7 @@ def nodes(
     build_nvml_mock()
     apply_plugin_rbac(local_cluster.kubeconfig)
     apply_deviceclasses(resource_api)
-    kubeconfig = local_cluster.kubeconfig_for(
-        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
-    )
+    kubeconfig = local_cluster.kubeconfig_for(*PLUGIN_IDENTITY)
     sims = {
         topo: SimNode(local_cluster, unique("gpu"), topo, kubeconfig, HEALTH_ARGS).start()
         for topo in SIZES
@@ -63,14 +68,6 @@ def nodes(
         for sim in sims.values():
             sim.stop()
             delete_quietly(core.delete_node, sim.name)
-
-
-def node_slices(resource_api: client.ResourceV1Api, node: str) -> list[Any]:
-    return list(resource_api.list_resource_slice(field_selector=f"spec.nodeName={node}").items)
-
-
-def node_devices(resource_api: client.ResourceV1Api, node: str) -> list[Any]:
-    return [d for s in node_slices(resource_api, node) for d in (s.spec.devices or [])]
 
 
 def gpu_pod(core: client.CoreV1Api, namespace: str, name: str, node: str, template: str) -> None:

@@ -23,8 +23,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.e2e.helpers import delete_quietly, make_node, unique, wait_for
-from tests.e2e.test_control_plane import device_class, pod_body
+from tests.e2e.helpers import delete_quietly, device_class, make_node, pod_body, unique, wait_for
 
 pytestmark = pytest.mark.cluster
 

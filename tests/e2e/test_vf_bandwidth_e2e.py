@@ -24,7 +24,13 @@ from kubernetes import client
 from tests.e2e.helpers import delete_quietly, unique, wait_for
 from tests.e2e.pods import claim_of, gone, pod, refused, running
 from tests.harness.cluster import LocalCluster
-from tests.harness.simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
+from tests.harness.simnode import (
+    PLUGIN_IDENTITY,
+    SimNode,
+    apply_deviceclasses,
+    apply_plugin_rbac,
+    build_nvml_mock,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -53,9 +59,7 @@ def sim(
     apply_deviceclasses(resource_api)
     vf_config = tmp_path_factory.mktemp("vf") / "vf.yaml"
     vf_config.write_text(VF_CONFIG)
-    kubeconfig = local_cluster.kubeconfig_for(
-        "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
-    )
+    kubeconfig = local_cluster.kubeconfig_for(*PLUGIN_IDENTITY)
     node = SimNode(
         local_cluster, unique("vfbw"), "2x-h100-nic", kubeconfig, (f"--vf-config={vf_config}",)
     ).start()

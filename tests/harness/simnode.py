@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parents[2]
 NVML_MOCK_LIB = REPO / "hack" / "nvml-mock" / "build" / "libnvidia-ml.so.1"
 PLUGIN_GROUP = "patchbay:plugins"
+# The plugin's kubeconfig name, certificate CN and O: the identity
+# hack/rbac/plugin.yaml binds (``LocalCluster.kubeconfig_for(*PLUGIN_IDENTITY)``).
+PLUGIN_IDENTITY = ("patchbay-plugin", "patchbay-plugin", (PLUGIN_GROUP,))
 
 
 def build_nvml_mock() -> Path:

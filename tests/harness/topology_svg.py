@@ -32,7 +32,13 @@ from kubernetes import client, config
 
 from tests.harness import poll
 from tests.harness.cluster import LocalCluster, bin_dir
-from tests.harness.simnode import SimNode, apply_deviceclasses, apply_plugin_rbac, build_nvml_mock
+from tests.harness.simnode import (
+    PLUGIN_IDENTITY,
+    SimNode,
+    apply_deviceclasses,
+    apply_plugin_rbac,
+    build_nvml_mock,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = Path(os.environ.get("PATCHBAY_SVG_RUN_DIR", "/tmp/pb-svg"))  # short: socket paths
@@ -110,9 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         apply_deviceclasses(client.ResourceV1Api(api))
         vf_config = RUN / "vf.yaml"
         vf_config.write_text("pfs:\n  - vendorID: '15b3'\n    numVfs: 4\n")
-        kubeconfig = cluster.kubeconfig_for(
-            "patchbay-plugin", "patchbay-plugin", ("patchbay:plugins",)
-        )
+        kubeconfig = cluster.kubeconfig_for(*PLUGIN_IDENTITY)
         plugin_args = (f"--vf-config={vf_config}", "--mig-gpus=all")
         node = SimNode(cluster, NODE, "2x-h100-nic", kubeconfig, plugin_args).start()
         wait(f"{NODE}'s 4 GPUs and 8 VFs", lambda: published(cluster) == (4, 8))

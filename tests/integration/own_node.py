@@ -24,7 +24,7 @@ from fabric.simhost.host import SimHost
 from fabric.simhost.topology import Topology
 from tests.e2e.helpers import unique
 from tests.harness.cluster import LocalCluster
-from tests.harness.simnode import PLUGIN_GROUP, PluginProcess, apply_plugin_rbac, build_nvml_mock
+from tests.harness.simnode import PLUGIN_IDENTITY, PluginProcess, apply_plugin_rbac, build_nvml_mock
 
 
 class OwnNode:
@@ -34,9 +34,7 @@ class OwnNode:
         self.name = name
         self.base = Path(tempfile.mkdtemp(prefix="pb-", dir="/tmp"))
         self.host = SimHost.build(topology, self.base / "host", name=name)
-        self.kubeconfig = local_cluster.kubeconfig_for(
-            "patchbay-plugin", "patchbay-plugin", (PLUGIN_GROUP,)
-        )
+        self.kubeconfig = local_cluster.kubeconfig_for(*PLUGIN_IDENTITY)
         self.logs = Path(local_cluster.run_dir) / "logs"
         self.plugins: list[PluginProcess] = []
 

@@ -19,15 +19,15 @@ from kubernetes import client
 from driver.claims.metadata import CONTAINER_DIR, read_stream
 from tests.e2e.helpers import wait_for
 from tests.harness.simnode import PluginProcess
-from tests.integration import test_plugin_process as plugin_process
-from tests.integration.test_plugin_process import our_slices, wait_registered
+from tests.integration import plugin_fixtures
+from tests.integration.kubelet import our_slices, wait_registered
 from tests.kube.claims import allocated_claim
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 PCI_BUS_ID = "resource.kubernetes.io/pciBusID"
-node = plugin_process.node  # its fixtures: a Node object, a plugin process for it
-plugin = plugin_process.plugin
+node = plugin_fixtures.node  # its fixtures: a Node object, a plugin process for it
+plugin = plugin_fixtures.plugin
 
 
 def test_metadata_file_and_its_cdi_mount(

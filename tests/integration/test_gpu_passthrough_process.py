@@ -17,8 +17,8 @@ from fabric.simhost.topologies import TOPOLOGIES
 from tests.e2e.helpers import unique, wait_for
 from tests.harness.cluster import LocalCluster
 from tests.harness.simnode import PluginProcess
+from tests.integration.kubelet import our_slices, wait_registered
 from tests.integration.own_node import own_node
-from tests.integration.test_plugin_process import our_slices, wait_registered
 from tests.kube.claims import allocated_claim
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]

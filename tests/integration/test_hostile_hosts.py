@@ -34,8 +34,8 @@ from tests.e2e.helpers import wait_for
 from tests.harness.cluster import LocalCluster
 from tests.harness.cluster_proc import free_port
 from tests.harness.simnode import NVML_MOCK_LIB, PluginProcess
+from tests.integration.kubelet import Kubelet, our_slices, wait_registered
 from tests.integration.own_node import OwnNode, own_node
-from tests.integration.test_plugin_process import Kubelet, our_slices, wait_registered
 from tests.kube.claims import allocated_claim
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]

@@ -20,8 +20,8 @@ from fabric.simhost.topology import CxlMemory, Nvme
 from tests.e2e.helpers import wait_for
 from tests.harness.cluster import LocalCluster
 from tests.harness.simnode import PluginProcess
+from tests.integration.kubelet import wait_registered
 from tests.integration.own_node import own_node
-from tests.integration.test_plugin_process import wait_registered
 from tests.kube.claims import allocated_claim
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]

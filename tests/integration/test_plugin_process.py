@@ -10,110 +10,26 @@ converges with nothing leaked.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
 from kubernetes import client
 
 from driver.faults import PREPARE_POINTS, UNPREPARE_POINTS
-from fabric.simhost.topologies import TOPOLOGIES
 from plugin.proto import (
-    dra_v1_pb2,
-    dra_v1_pb2_grpc,
     health_v1alpha1_pb2,
     health_v1alpha1_pb2_grpc,
-    registration_pb2,
-    registration_pb2_grpc,
 )
-from tests.e2e.helpers import unchanged, unique, wait_for
-from tests.harness.cluster import LocalCluster
+from tests.e2e.helpers import unchanged, wait_for
 from tests.harness.simnode import PluginProcess
-from tests.integration.own_node import own_node
+from tests.integration import plugin_fixtures
+from tests.integration.kubelet import our_slices, wait_registered
 from tests.kube.claims import allocated_claim
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
-
-
-class Kubelet:
-    """Plays the kubelet's part of the plugin protocol over the real sockets."""
-
-    def __init__(self, registry_dir: Path) -> None:
-        self.registry_dir = registry_dir
-
-    def reg_socket(self) -> Path:
-        socks = sorted(self.registry_dir.glob("*.sock"))
-        assert socks, f"no registration socket in {self.registry_dir}"
-        return socks[0]
-
-    def get_info(self) -> registration_pb2.PluginInfo:
-        with grpc.insecure_channel(f"unix://{self.reg_socket()}") as ch:
-            stub = registration_pb2_grpc.RegistrationStub(ch)
-            info: registration_pb2.PluginInfo = stub.GetInfo(
-                registration_pb2.InfoRequest(), timeout=1
-            )
-            stub.NotifyRegistrationStatus(
-                registration_pb2.RegistrationStatus(plugin_registered=True), timeout=1
-            )
-            return info
-
-    def _stub(self, endpoint: str) -> tuple[grpc.Channel, dra_v1_pb2_grpc.DRAPluginStub]:
-        ch = grpc.insecure_channel(f"unix://{endpoint}")
-        return ch, dra_v1_pb2_grpc.DRAPluginStub(ch)
-
-    def prepare(self, endpoint: str, claims: list[tuple[str, str, str]]) -> dict[str, Any]:
-        ch, stub = self._stub(endpoint)
-        with ch:
-            req = dra_v1_pb2.NodePrepareResourcesRequest(
-                claims=[dra_v1_pb2.Claim(namespace=ns, name=n, uid=u) for ns, n, u in claims]
-            )
-            return dict(stub.NodePrepareResources(req, timeout=45).claims)
-
-    def unprepare(self, endpoint: str, claims: list[tuple[str, str, str]]) -> dict[str, Any]:
-        ch, stub = self._stub(endpoint)
-        with ch:
-            req = dra_v1_pb2.NodeUnprepareResourcesRequest(
-                claims=[dra_v1_pb2.Claim(namespace=ns, name=n, uid=u) for ns, n, u in claims]
-            )
-            return dict(stub.NodeUnprepareResources(req, timeout=45).claims)
-
-
-@pytest.fixture
-def node(local_cluster: LocalCluster, core: client.CoreV1Api) -> Iterator[str]:
-    name = unique("int-node")
-    core.create_node({"metadata": {"name": name}})
-    yield name
-    core.delete_node(name)
-
-
-@pytest.fixture
-def plugin(
-    local_cluster: LocalCluster, core: client.CoreV1Api, node: str
-) -> Iterator[PluginProcess]:
-    with own_node(local_cluster, core, "", TOPOLOGIES["2-gpus"](), name=node) as own:
-        yield own.plugin().start()
-
-
-def wait_registered(proc: PluginProcess) -> Kubelet:
-    kubelet = Kubelet(proc.registry_dir)
-
-    def ready() -> bool:
-        if not proc.alive:
-            raise AssertionError(f"plugin exited:\n{proc.log_tail()}")
-        try:
-            kubelet.get_info()
-        except (grpc.RpcError, AssertionError):
-            return False  # not bound yet, or a stale socket of a killed process
-        return True
-
-    wait_for("plugin answering GetInfo", ready, timeout=30)
-    return kubelet
-
-
-def our_slices(resource_api: client.ResourceV1Api, node: str) -> list[client.V1ResourceSlice]:
-    return list(resource_api.list_resource_slice(field_selector=f"spec.nodeName={node}").items)
+node = plugin_fixtures.node  # its fixtures: a Node object, a plugin process for it
+plugin = plugin_fixtures.plugin
 
 
 def test_registration_and_slices(

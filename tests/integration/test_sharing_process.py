@@ -36,15 +36,10 @@ from driver.gpu.sharing.mps import MpsDaemons
 from driver.gpu.sharing.supervisor import READY_FILE, WANT_FILE
 from tests.e2e.helpers import wait_for
 from tests.harness.simnode import PluginProcess
-from tests.integration.test_plugin_process import (
-    Kubelet,
-    node,
-    our_slices,
-    plugin,
-    wait_registered,
-)
+from tests.integration.kubelet import Kubelet, our_slices, wait_registered
+from tests.integration.plugin_fixtures import node, plugin
 from tests.kube.claims import allocated_claim
-from tests.unit.test_gpu_sharing import MPS, daemons_of, gpu_config
+from tests.sharing_claims import MPS, daemons_of, gpu_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 __all__ = ["node", "plugin"]  # the fixtures this module uses

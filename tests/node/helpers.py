@@ -23,6 +23,7 @@ from tests.e2e.helpers import wait_for
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "deviceclasses" / "examples"
 RELEASE_NS = "patchbay"
+UUID = "patchbay.dev/uuid"  # the device attribute naming a GPU
 PLUGIN_LABELS = "app.kubernetes.io/component=plugin"
 
 
@@ -157,3 +158,21 @@ def attr(device: dict[str, Any], name: str) -> Any:
     attrs = device["attributes"]
     value = attrs.get(name) or attrs[name.removeprefix("patchbay.dev/")]
     return next(iter(value.values()))
+
+
+def allocated(tier: Tier, ns: str, pod: str) -> list[tuple[str, dict[str, Any]]]:
+    """(request, published device) of each device allocated to the pod's claim."""
+    claim = tier.claim_of(ns, pod)
+    devices = tier.devices_by_name()
+    return [
+        (r["request"], devices[(r["pool"], r["device"])])
+        for r in claim["status"]["allocation"]["devices"]["results"]
+    ]
+
+
+def on_node(docs: list[dict[str, Any]], node: str) -> list[dict[str, Any]]:
+    """The example's documents with its pods pinned to ``node`` (local devices)."""
+    for d in docs:
+        if d["kind"] == "Pod":
+            d["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return docs

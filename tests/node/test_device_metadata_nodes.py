@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 
 from driver.claims.metadata import CONTAINER_DIR, read_stream
-from tests.node.helpers import Tier, attr
-from tests.node.test_real_nodes import on_node
+from tests.node.helpers import Tier, attr, on_node
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
 

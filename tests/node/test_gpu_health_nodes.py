@@ -27,8 +27,7 @@ import pytest
 from fabric.simhost.host import SimHost
 from plugin.servers.health import KUBELET_DEFAULT_LEASE_S
 from tests.e2e.helpers import wait_for
-from tests.node.helpers import PLUGIN_LABELS, RELEASE_NS, Tier, attr, example
-from tests.node.test_real_nodes import on_node
+from tests.node.helpers import PLUGIN_LABELS, RELEASE_NS, Tier, attr, example, on_node
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
 

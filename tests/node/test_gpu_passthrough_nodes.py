@@ -17,8 +17,7 @@ import pytest
 
 from fabric.simhost.host import SimHost
 from tests.e2e.helpers import wait_for
-from tests.node.helpers import Tier, attr, seen
-from tests.node.test_real_nodes import on_node
+from tests.node.helpers import Tier, attr, on_node, seen
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
 

@@ -22,24 +22,23 @@ from kubernetes import client, config, watch
 
 from plugin.proto import registration_pb2, registration_pb2_grpc
 from tests.e2e.helpers import wait_for
-from tests.node.helpers import PLUGIN_LABELS, RELEASE_NS, Tier, attr, example, seen
+from tests.node.helpers import (
+    PLUGIN_LABELS,
+    RELEASE_NS,
+    UUID,
+    Tier,
+    allocated,
+    attr,
+    example,
+    on_node,
+    seen,
+)
 
 # The first test also waits for the session: image build, nodes, helm install.
 pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
 
-UUID = "patchbay.dev/uuid"
 ROOT = "resource.kubernetes.io/pcieRoot"
 BUS = "resource.kubernetes.io/pciBusID"
-
-
-def allocated(tier: Tier, ns: str, pod: str) -> list[tuple[str, dict[str, Any]]]:
-    """(request, published device) of each device allocated to the pod's claim."""
-    claim = tier.claim_of(ns, pod)
-    devices = tier.devices_by_name()
-    return [
-        (r["request"], devices[(r["pool"], r["device"])])
-        for r in claim["status"]["allocation"]["devices"]["results"]
-    ]
 
 
 def test_plugin_pods_ready_registered_publishing(tier: Tier) -> None:
@@ -69,14 +68,6 @@ def test_plugin_pods_ready_registered_publishing(tier: Tier) -> None:
     assert {"node-a", "node-c"} <= pools, pools
     types = {attr(d, "patchbay.dev/type") for s in slices for d in s["spec"].get("devices", [])}
     assert {"gpu", "mig", "vf"} <= types, types
-
-
-def on_node(docs: list[dict[str, Any]], node: str) -> list[dict[str, Any]]:
-    """The example's documents with its pods pinned to ``node`` (local devices)."""
-    for d in docs:
-        if d["kind"] == "Pod":
-            d["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
-    return docs
 
 
 def test_gpu_pods_see_exactly_their_gpus(tier: Tier, namespace: str) -> None:

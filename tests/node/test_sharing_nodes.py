@@ -23,8 +23,7 @@ import pytest
 
 from driver.gpu.sharing.mps import start_time
 from tests.e2e.helpers import wait_for
-from tests.node.helpers import RELEASE_NS, Tier, attr, example, seen
-from tests.node.test_real_nodes import UUID, allocated, on_node
+from tests.node.helpers import RELEASE_NS, UUID, Tier, allocated, attr, example, on_node, seen
 
 pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from driver.fabric_devices.naming import FAILED_CONDITION
-from tests.unit.test_inspect_views import attrs
+from tests.unit.inspect_node_objects import attrs
 
 JsonObj = dict[str, Any]
 POOL = "fabric"

@@ -24,7 +24,7 @@ from driver.vf.prepare import VfHandler
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
 from tests.claims_doubles import NODE, OnceHandler, Reader
-from tests.unit.test_mig_prepare import Node
+from tests.unit.mig_node import Node
 
 Env = tuple[Reader, OnceHandler, ClaimPreparer, Path]
 

@@ -8,14 +8,12 @@ A 2-GPU claim used to show only its last GPU."""
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from driver.cdi import CdiRegistry
 from driver.checkpoint import Checkpoint, CheckpointStore
-from driver.claims.model import ClaimRef
 from driver.claims.preparer import ClaimPreparer
 from driver.devices.handler import DeviceHandler
 from driver.devices.inventory import NodeInventory
@@ -28,29 +26,7 @@ from driver.mig.policy import MigPolicy
 from driver.mig.session import NvmlSession
 from driver.nvml.fake import FakeNvml
 from driver.nvml.fake_state import FakeMachine
-
-NODE = "node-a"
-
-
-class Reader:
-    def __init__(self) -> None:
-        self.claims: dict[str, dict[str, Any]] = {}
-
-    async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any]:
-        return self.claims[name]
-
-    def add(self, name: str, requests: Mapping[str, list[str]]) -> ClaimRef:
-        uid = str(uuid.uuid4())
-        results = [
-            {"request": r, "driver": "patchbay.dev", "pool": NODE, "device": d}
-            for r, devices in requests.items()
-            for d in devices
-        ]
-        self.claims[name] = {
-            "metadata": {"namespace": "ns", "name": name, "uid": uid},
-            "status": {"allocation": {"devices": {"results": results, "config": []}}},
-        }
-        return ClaimRef("ns", name, uid)
+from tests.claims_doubles import NODE, Reader
 
 
 def container_env(cdi_root: Path, ids: list[str]) -> dict[str, str]:

@@ -24,7 +24,7 @@ from driver.fabricclient.memory import MemoryFabric
 from driver.fabricclient.model import AttachResult
 from driver.kube.api import RESOURCE_V1
 from driver.kube.memory import MemoryKube
-from tests.unit.test_controller_workers import ALLOC, CLAIM, GPU, VARIANT
+from tests.unit.fabric_objects import ALLOC, CLAIM, GPU, VARIANT
 
 CLAIMS = f"{RESOURCE_V1}/namespaces/default/resourceclaims"
 

@@ -13,9 +13,7 @@ workers run on the shipped in-memory API and fabric (docs/fabric.md,
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-from typing import Any
 
 import pytest
 
@@ -23,117 +21,16 @@ from driver.controller import claims as cl
 from driver.controller.pool.slot_serving import take_up
 from driver.controller.pool.slots import build_count_pool, slot_id
 from driver.controller.reconciler import Reconciler
-from driver.fabric_devices.naming import NODE_ANNOTATION, READY_CONDITION, NodeFabric, variant_name
-from driver.fabricclient.dialect_count import (
-    CountAttachResult,
-    CountResource,
-)
-from driver.fabricclient.memory import MemoryFabric
+from driver.fabric_devices.naming import NodeFabric, variant_name
 from driver.fabricclient.model import (
-    AttachResult,
     FabricConnection,
-    FabricDevice,
     FabricInventory,
     HostAdapter,
 )
-from driver.kube.api import RESOURCE_V1
-from driver.kube.memory import MemoryKube
-from tests.signals import Signal
-from tests.unit.test_controller_spares_reconciler import running, settings
+from tests.unit.controller_world import running, settings
+from tests.unit.count_manager_world import A0, CLAIMS, H100, World, claim, gpu
 
-H100 = "H100-SXM5-80GB"
-A0 = HostAdapter("node-a-a0", "pcie0", "sw0", "node-a", "adapter0")
-SLOT = variant_name(slot_id("sw0", H100, "node-a", "adapter0", 0), "node-a", "adapter0")
 REPORT = NodeFabric({"adapter0": "pci0000:15"}, busy=frozenset({"GPU-0"}))
-CLAIMS = f"{RESOURCE_V1}/namespaces/default/resourceclaims"
-
-
-def gpu(i: int) -> FabricDevice:
-    return FabricDevice(
-        f"gpu-{i}", "pcie0", "sw0", "gpu", H100, f"S{i}", f"GPU-{i}", 0x10DE, 0x2330,
-        "OK", True, False, (A0,), None,
-    )  # fmt: skip
-
-
-def claim() -> dict[str, Any]:
-    result = {"request": "gpu", "driver": "patchbay.dev", "pool": "fabric", "device": SLOT,
-              "bindingConditions": [READY_CONDITION]}  # fmt: skip
-    return {
-        "metadata": {"name": "claim", "namespace": "default", "uid": "uid-1"},
-        "status": {"allocation": {"devices": {"results": [result]}}},
-    }
-
-
-class World:
-    """The API, a count-based manager, and node-a's plugin (its ``adapters``,
-    adapter -> pcieRoot), which reports what is attached once ``live`` (until
-    then it has not seen the device yet)."""
-
-    def __init__(
-        self, devices: list[FabricDevice], adapters: dict[str, str], live: bool = False,
-        more: dict[str, dict[str, str]] | None = None,
-    ) -> None:  # fmt: skip
-        self.api, self.changed, self.live = MemoryKube(), Signal(), live
-        self.nodes = {"node-a": adapters, **(more or {})}  # node -> its adapters
-        self.fabric = Manager(devices, self)
-        for node, ads in self.nodes.items():
-            self.api.add("/api/v1/nodes", {"metadata": {"name": node, "annotations": {
-                NODE_ANNOTATION: NodeFabric(ads).to_annotation()}}})  # fmt: skip
-        self.api.on_store = lambda _path, _obj: self.changed.changed()
-
-    async def report(self) -> None:
-        if not self.live:
-            return
-        for node, adapters in self.nodes.items():
-            conns = [(d, c) for d in self.fabric.devices.values()
-                     if (c := d.connection) is not None and c.node == node]  # fmt: skip
-            seen = NodeFabric(
-                adapters,
-                gpus={d.uuid: c.adapter for d, c in conns},
-                serials={d.serial: d.uuid for d, _ in conns},
-            )
-            ann = {"metadata": {"annotations": {NODE_ANNOTATION: seen.to_annotation()}}}
-            await self.api.merge_patch(f"/api/v1/nodes/{node}", ann)
-
-    def entry(self) -> dict[str, Any]:
-        (stored,) = self.api.objects(CLAIMS)
-        return next(iter((stored.get("status") or {}).get("devices") or ()), {})
-
-    def ready(self) -> bool:
-        (stored,) = self.api.objects(CLAIMS)
-        return any(a.ready for a in cl.fabric_allocations(stored, "fabric"))
-
-
-class Manager(MemoryFabric):
-    """A count-based manager: a scale-up attaches the last free device of the
-    model asked for that the node reaches, on whichever switch (not the one
-    asked through); ``lose_answers``: the controller dies before it reads the
-    answer."""
-
-    picks_devices = True  # as a count dialect: the manager picks the device
-
-    def __init__(self, devices: list[FabricDevice], world: World) -> None:
-        super().__init__(devices)
-        self.world, self.scale_ups, self.lose_answers = world, 0, False
-
-    async def attach(self, device_id: str, node: str, adapter: str, key: str = "") -> AttachResult:
-        self.scale_ups += 1
-        model = self.devices[device_id].model
-        free = [d for _, d in sorted(self.devices.items()) if d.connection is None]
-        reached = {d.id: a.adapter for d in free for a in d.adapters if a.node == node}
-        picked = [d for d in free if d.model == model and d.id in reached][-1]
-        await super().attach(picked.id, node, reached[picked.id], key)
-        await self.world.report()
-        self.world.changed.changed()
-        if self.lose_answers:
-            await asyncio.Event().wait()  # cancelled: the controller is gone
-        arrived = CountResource(f"res-{picked.id}", picked.serial, "gpu", picked.model, "OK")
-        return CountAttachResult(f"/machines/m#res-{picked.id}", None, arrived)
-
-    async def detach(self, device_id: str) -> Any:
-        task = await super().detach(device_id)
-        await self.world.report()
-        return task
 
 
 @pytest.mark.parametrize("crash", ["before the answer is read", "while the node has not seen it"])

@@ -22,9 +22,9 @@ from driver.controller.reconciler import Reconciler
 from driver.fabric_devices.naming import READY_CONDITION, counter_name, variant_name
 from driver.fabricclient.model import HostAdapter
 from driver.kube.api import slice_path
-from tests.unit.test_controller_count_restart import CLAIMS, H100, World
-from tests.unit.test_controller_spares_reconciler import gpu as one_gpu
-from tests.unit.test_controller_spares_reconciler import running, settings
+from tests.unit.controller_world import gpu as one_gpu
+from tests.unit.controller_world import running, settings
+from tests.unit.count_manager_world import CLAIMS, H100, World
 
 B0 = HostAdapter("node-b-a0", "pcie0", "sw0", "node-b", "adapter0")
 A0 = HostAdapter("node-a-a0", "pcie0", "sw0", "node-a", "adapter0")

@@ -19,8 +19,8 @@ from driver.controller.reconciler import Reconciler
 from driver.fabric_devices.naming import counter_name, variant_name
 from driver.fabricclient.model import HostAdapter
 from driver.kube.api import slice_path
-from tests.unit.test_controller_count_restart import CLAIMS, H100, World, claim, gpu
-from tests.unit.test_controller_spares_reconciler import running, settings
+from tests.unit.controller_world import running, settings
+from tests.unit.count_manager_world import CLAIMS, H100, World, claim, gpu
 
 A0 = HostAdapter("node-a-a0", "pcie0", "sw0", "node-a", "adapter0")
 A1 = HostAdapter("node-a-a1", "pcie0", "sw1", "node-a", "adapter1")

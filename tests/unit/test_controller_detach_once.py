@@ -19,7 +19,7 @@ from driver.controller.reconciler import Reconciler
 from driver.fabricclient.model import FabricDevice, FabricInventory
 from driver.metrics import FABRIC_OPS
 from tests.signals import Signal
-from tests.unit.test_controller_spares_reconciler import MODEL, Fabric, World, running, settings
+from tests.unit.controller_world import MODEL, Fabric, World, running, settings
 
 
 class HeldFabric(Fabric):

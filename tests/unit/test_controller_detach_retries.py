@@ -37,13 +37,8 @@ from driver.fabricclient.memory import MemoryFabric
 from driver.fabricclient.protocol import FabricApi
 from driver.kube.events import EVENTS_V1, EventRecorder, ObjectRef
 from driver.kube.memory import MemoryKube
-from fabric.service import inventory
-from fabric.service.app import make_app
-from fabric.service.core import Fabric
-from fabric.service.demo import write_demo
-from fabric.service.store import Store
-from tests.unit.test_controller_workers import GPU
-from tests.unit.test_fabric_api import TOKEN
+from tests.unit.fabric_objects import GPU
+from tests.unit.fabric_service import TOKEN, serving
 
 NODE = ObjectRef("Node", "node-a", uid="uid-n")
 STUCK = "connection 9 of gpu-0 is still attaching"
@@ -149,13 +144,8 @@ async def test_jitter_spreads_the_waits_and_success_starts_over() -> None:
 
 @pytest.fixture
 async def service(tmp_path: Path) -> AsyncIterator[TestServer]:
-    fab = Fabric(inventory.load(write_demo(tmp_path)), Store(tmp_path / "f.db"), (0.02, 0.02))
-    await fab.start()
-    server = TestServer(make_app(fab, TOKEN))
-    await server.start_server()
-    yield server
-    await server.close()
-    await fab.close()
+    async with serving(tmp_path) as (_, server):
+        yield server
 
 
 @pytest.mark.parametrize("dialect", ["connections", "zones"])

@@ -22,7 +22,7 @@ from driver.fabricclient.memory import MemoryFabric
 from driver.kube.api import RESOURCE_V1
 from driver.kube.events import EVENTS_V1, EventRecorder, ObjectRef
 from driver.kube.memory import MemoryKube
-from tests.unit.test_controller_workers import ALLOC, CLAIM, GPU, VARIANT, node
+from tests.unit.fabric_objects import ALLOC, CLAIM, GPU, VARIANT, node
 
 
 class Env:

@@ -21,7 +21,7 @@ from driver.fabric_devices.naming import FAILED_CONDITION, variant_name
 from driver.fabricclient.memory import MemoryFabric
 from driver.kube.api import RESOURCE_V1, slice_path
 from driver.kube.memory import MemoryKube
-from tests.unit.test_controller_startup import GPU, NODE
+from tests.unit.fabric_objects import GPU, node
 
 CLAIMS = f"{RESOURCE_V1}/namespaces/default/resourceclaims"
 VARIANT = variant_name("GPU-0", "node-a", "adapter0", "gpu")
@@ -52,7 +52,7 @@ class OrderedKube(MemoryKube):
 
 async def test_the_failure_is_written_after_the_pool_without_the_device() -> None:
     api, fabric = OrderedKube(), MemoryFabric([GPU])
-    api.add("/api/v1/nodes", NODE)
+    api.add("/api/v1/nodes", node({}))
     claim = {
         "metadata": {"name": "claim", "namespace": "default", "uid": "uid-1"},
         "status": {"allocation": {"devices": {"results": [

@@ -14,8 +14,8 @@ from driver.controller.spares.settings import SpareSettings
 from driver.fabric_devices.naming import NodeFabric
 from driver.fabricclient.model import FabricInventory
 from driver.inspect.fabric import fabric_view, render_fabric
+from tests.unit.fabric_objects import reachable_gpu as gpu
 from tests.unit.inspect_objects import DEVICES, fabric_slices, node, variant_name
-from tests.unit.test_controller_pool import gpu
 
 H100 = "H100"
 NODES = ("node-a", "node-b")

@@ -15,26 +15,13 @@ import pytest
 
 from driver.controller.process.settings import ControllerSettings
 from driver.controller.reconciler import Reconciler, node_uuids
-from driver.fabric_devices.naming import NodeFabric
 from driver.fabricclient.memory import MemoryFabric
-from driver.fabricclient.model import FabricDevice, HostAdapter
 from driver.kube.api import RESOURCE_V1, slice_path
 from driver.kube.memory import MemoryKube
 from tests.signals import LogSignal, Signal
+from tests.unit.fabric_objects import GPU, node
 
-NODE = {
-    "metadata": {
-        "name": "node-a",
-        "annotations": {
-            "patchbay.dev/fabric": NodeFabric({"adapter0": "pci0000:15"}).to_annotation()
-        },
-    }
-}
-ADAPTER = HostAdapter("node-a-a0", "pcie0", "sw0", "node-a", "adapter0")
-GPU = FabricDevice(
-    "gpu-0", "pcie0", "sw0", "gpu", "H100-SXM5-80GB", "S1", "GPU-0", 0x10DE, 0x2330,
-    "OK", True, False, (ADAPTER,), None,
-)  # fmt: skip
+NODE = node({})  # node-a, its adapter0 reported, nothing attached
 LISTS = {
     "resourceslices": slice_path(),
     "resourceclaims": f"{RESOURCE_V1}/resourceclaims",

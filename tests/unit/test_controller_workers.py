@@ -11,46 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any
 
-from driver.controller import claims as cl
 from driver.controller.attach.holds import FailedHolds
 from driver.controller.attach.reports import NodeReports
 from driver.controller.attach.status import ClaimStatusWriter
 from driver.controller.attach.workers import Workers
-from driver.controller.pool.variant import Variant
 from driver.fabric_devices.naming import (
     FAILED_CONDITION,
     LEGACY_FAILED_CONDITION,
-    NODE_ANNOTATION,
     READY_CONDITION,
-    NodeFabric,
 )
 from driver.fabricclient.memory import MemoryFabric
-from driver.fabricclient.model import FabricDevice, HostAdapter
 from driver.kube.api import RESOURCE_V1
 from driver.kube.memory import MemoryKube
-
-VARIANT = Variant("fgpu-1", "gpu-0", "gpu", "GPU-0", "node-a", "adapter0", "pci0000:15")
-ADAPTER = HostAdapter("node-a-a0", "pcie0", "sw0", "node-a", "adapter0")
-GPU = FabricDevice(
-    "gpu-0", "pcie0", "sw0", "gpu", "H100-SXM5-80GB", "S1", "GPU-0", 0x10DE, 0x2330,
-    "OK", True, False, (ADAPTER,), None,
-)  # fmt: skip
-CLAIM = {
-    "metadata": {"name": "claim", "uid": "uid-1"},
-    "status": {
-        "allocation": {
-            "devices": {
-                "results": [
-                    {"request": "gpu", "driver": "patchbay.dev", "pool": "fabric",
-                     "device": "fgpu-1"}
-                ]
-            }
-        }
-    },
-}  # fmt: skip
-ALLOC = cl.FabricAllocation("uid-1", "default", "claim", "fgpu-1", ready=False, failed=False)
+from tests.unit.fabric_objects import ALLOC, CLAIM, GPU, VARIANT, node
 
 
 class Node:
@@ -70,11 +44,6 @@ class Node:
         claim = self.api.objects(f"{RESOURCE_V1}/namespaces/default/resourceclaims")[0]
         entries = (claim.get("status") or {}).get("devices") or []
         return [c["type"] for e in entries for c in e.get("conditions") or []]
-
-
-def node(gpus: dict[str, str]) -> dict[str, Any]:
-    report = NodeFabric({"adapter0": "pci0000:15"}, gpus=gpus).to_annotation()
-    return {"metadata": {"name": "node-a", "annotations": {NODE_ANNOTATION: report}}}
 
 
 async def test_attach_is_ready_once_the_node_report_shows_the_device() -> None:

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from aiohttp.test_utils import TestServer
 
 from driver.controller import claims as cl
 from driver.controller.attach.connect import Connector
@@ -29,14 +28,8 @@ from driver.fabricclient import FabricClient
 from driver.fabricclient.model import FabricInventory
 from driver.fabricclient.protocol import FabricApi
 from driver.kube.memory import MemoryKube
-from fabric.service import inventory
-from fabric.service.app import make_app
-from fabric.service.core import Fabric
-from fabric.service.demo import write_demo
-from fabric.service.store import Store
-from tests.unit.test_controller_workers import VARIANT
-from tests.unit.test_fabric_api import TOKEN, Env
-from tests.unit.test_fabric_half_done import break_the_next_attach
+from tests.unit.fabric_objects import VARIANT
+from tests.unit.fabric_service import Env, break_the_next_attach, fabric_env
 
 # A spare-like allocation (no claim name): nothing is written to a claim.
 ALLOC = cl.FabricAllocation("uid-2", "", "", VARIANT.name, ready=False, failed=False)
@@ -61,14 +54,8 @@ class Watched:
 
 @pytest.fixture
 async def env(tmp_path: Path) -> AsyncIterator[Env]:
-    fab = Fabric(inventory.load(write_demo(tmp_path)), Store(tmp_path / "f.db"), (0.02, 0.02))
-    await fab.start()
-    server = TestServer(make_app(fab, TOKEN))
-    await server.start_server()
-    async with FabricClient(str(server.make_url("")), TOKEN, dialect="zones") as fc:
-        yield Env(fab, server, fc, tmp_path)
-    await server.close()
-    await fab.close()
+    async with fabric_env(tmp_path, "zones") as env:
+        yield env
 
 
 def connector(fabric: Watched) -> Connector:

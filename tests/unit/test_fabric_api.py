@@ -9,57 +9,16 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import TestServer
 
-from driver.fabricclient import FabricClient, FabricConflict
-from fabric.service import inventory
-from fabric.service.app import make_app
-from fabric.service.core import Fabric
-from fabric.service.demo import write_demo
-from fabric.service.store import Store
+from driver.fabricclient import FabricConflict
 from fabric.simhost.host import SimHost
-
-TOKEN = "t0ken"
-
-
-class Env:
-    def __init__(self, fab: Fabric, server: TestServer, client: FabricClient, root: Path):
-        self.fab, self.server, self.client, self.root = fab, server, client, root
-
-    def url(self, path: str) -> str:
-        return str(self.server.make_url(path))
-
-    async def raw(self, method: str, path: str, token: str | None = TOKEN, **kw: object):  # type: ignore[no-untyped-def]
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        async with (
-            aiohttp.ClientSession() as s,
-            s.request(
-                method,
-                self.url(path),
-                headers=headers,
-                **kw,  # type: ignore[arg-type]
-            ) as r,
-        ):
-            return r.status, await r.json(content_type=None)
-
-    async def faults(self, body: dict[str, object]) -> dict[str, object]:
-        status, data = await self.raw("POST", "/patchbay/v1/faults", json=body)
-        assert status == 200, data
-        return data  # type: ignore[no-any-return]
+from tests.unit.fabric_service import TOKEN, Env, fabric_env
 
 
 @pytest.fixture
 async def env(tmp_path: Path) -> AsyncIterator[Env]:
-    inv = inventory.load(write_demo(tmp_path))
-    fab = Fabric(inv, Store(tmp_path / "f.db"), (0.05, 0.05))
-    await fab.start()
-    server = TestServer(make_app(fab, TOKEN))
-    await server.start_server()
-    client = FabricClient(str(server.make_url("")), TOKEN)
-    yield Env(fab, server, client, tmp_path)
-    await client.close()
-    await server.close()
-    await fab.close()
+    async with fabric_env(tmp_path, latency=(0.05, 0.05)) as env:
+        yield env
 
 
 async def test_inventory_lists_devices_with_switch_and_reachable_adapters(env: Env) -> None:

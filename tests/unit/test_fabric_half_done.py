@@ -11,22 +11,18 @@ member whose attach still runs reads as attaching, not attached.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestServer
 
 from driver.fabricclient import FabricClient
 from driver.fabricclient.dialect import DialectName
-from fabric.service import hosts, inventory
-from fabric.service.app import make_app
-from fabric.service.core import Fabric
-from fabric.service.demo import write_demo
-from fabric.service.store import Store
+from fabric.service import hosts
 from fabric.simhost.host import SimHost
-from tests.unit.test_fabric_api import TOKEN, Env
+from tests.unit.fabric_service import TOKEN, Env, break_the_next_attach, fabric_env
 
 DIALECTS = ["connections", "zones"]
 NIC, NODE, ADAPTER = "nic-0", "node-a", "adapter0"
@@ -34,46 +30,12 @@ NIC, NODE, ADAPTER = "nic-0", "node-a", "adapter0"
 
 @pytest.fixture
 async def env(tmp_path: Path) -> AsyncIterator[Env]:
-    fab = Fabric(inventory.load(write_demo(tmp_path)), Store(tmp_path / "f.db"), (0.02, 0.02))
-    await fab.start()
-    server = TestServer(make_app(fab, TOKEN))
-    await server.start_server()
-    async with FabricClient(str(server.make_url("")), TOKEN) as fc:
-        yield Env(fab, server, fc, tmp_path)
-    await server.close()
-    await fab.close()
+    async with fabric_env(tmp_path) as env:
+        yield env
 
 
 def client(env: Env, dialect: DialectName) -> FabricClient:
     return FabricClient(str(env.server.make_url("")), TOKEN, dialect=dialect)
-
-
-def once(real: Callable[..., Any], then: Callable[..., Any]) -> Callable[..., Any]:
-    """``then`` on the first call, ``real`` after."""
-    calls = 0
-
-    def call(*args: Any) -> Any:
-        nonlocal calls
-        calls += 1
-        return then(*args) if calls == 1 else real(*args)
-
-    return call
-
-
-def break_the_next_attach(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The next hot-add puts the device on the host and then fails; the
-    hot-remove that undoes it fails too (once: the host works again after)."""
-    add, remove = hosts.add, hosts.remove
-
-    def add_then_fail(*args: Any) -> Any:
-        add(*args)
-        raise FileNotFoundError(2, "No such file or directory", "0000:87:00.4/vendor")
-
-    def refuse(*args: Any) -> Any:
-        raise FileNotFoundError(2, "No such file or directory", "0000:87:00.4/remove")
-
-    monkeypatch.setattr(hosts, "add", once(add, add_then_fail))
-    monkeypatch.setattr(hosts, "remove", once(remove, refuse))
 
 
 def macs_on(env: Env, node: str) -> list[str]:
@@ -97,14 +59,25 @@ async def connection_status(env: Env, device: str) -> dict[str, Any]:
     return dict(body["Status"])
 
 
-@pytest.mark.parametrize("dialect", DIALECTS)
-async def test_an_attach_whose_rollback_fails_leaves_the_adapter_usable(
+@asynccontextmanager
+async def broken_attach(
     env: Env, dialect: DialectName, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> AsyncIterator[tuple[FabricClient, str]]:
+    """The NIC's attach through a client of ``dialect``, broken half-way and
+    its rollback too (:func:`break_the_next_attach`): it ended in
+    ``Exception``. The client, and the NIC's MAC."""
     mac = (await env.client.device(NIC)).mac
     break_the_next_attach(monkeypatch)
     async with client(env, dialect) as fc:
         assert await attach(fc) == "Exception"
+        yield fc, mac
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_an_attach_whose_rollback_fails_leaves_the_adapter_usable(
+    env: Env, dialect: DialectName, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with broken_attach(env, dialect, monkeypatch) as (fc, mac):
         # Failed, as the Redfish Connection says it: never left attaching.
         assert await connection_status(env, NIC) == {
             "State": "UnavailableOffline", "Health": "Critical",
@@ -128,10 +101,7 @@ async def test_an_attach_whose_rollback_fails_leaves_the_adapter_usable(
 async def test_a_failed_connection_detaches_and_leaves_nothing_on_the_host(
     env: Env, dialect: DialectName, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    mac = (await env.client.device(NIC)).mac
-    break_the_next_attach(monkeypatch)
-    async with client(env, dialect) as fc:
-        assert await attach(fc) == "Exception"
+    async with broken_attach(env, dialect, monkeypatch) as (fc, mac):
         assert mac in macs_on(env, NODE)  # what the broken hot-add left
         task = await fc.detach(NIC)  # answered on its merits: not 409 "still attaching"
         assert task is not None

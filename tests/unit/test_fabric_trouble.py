@@ -26,7 +26,7 @@ from driver.fabric_devices.naming import FAILED_CONDITION, READY_CONDITION
 from driver.fabricclient.memory import MemoryFabric
 from driver.kube.api import RESOURCE_V1
 from driver.kube.memory import MemoryKube
-from tests.unit.test_controller_workers import ALLOC, CLAIM, GPU, VARIANT, node
+from tests.unit.fabric_objects import ALLOC, CLAIM, GPU, VARIANT, node
 
 CLAIMS = f"{RESOURCE_V1}/namespaces/default/resourceclaims"
 

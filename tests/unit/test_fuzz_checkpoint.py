@@ -8,7 +8,7 @@ claim the loaded file holds can be unprepared, or fails with the typed
 from __future__ import annotations
 
 import asyncio
-import json
+import copy
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -16,46 +16,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from driver.cdi import CdiRegistry
-from driver.checkpoint import CheckpointStore
 from driver.claims.model import ClaimRef
-from driver.claims.preparer import ClaimPreparer
-from driver.devices.inventory import NodeInventory
-from driver.devices.model import Device
-from tests.claims_doubles import NODE, FlakyHandler, Reader
 from tests.fuzzing import FUZZ, mutated
+from tests.unit.fuzz_seeds import CHECKPOINT, UID, start
 
-UID = "5b0f7d7e-2f4c-4a51-9d3e-0c8a6b2e1f40"
-DEVICE = {
-    "request_names": ["r"],
-    "pool_name": NODE,
-    "device_name": "gpu-0",
-    "kind": "gpu",
-    "local_id": "GPU-0",
-    "cdi_device_ids": [f"k8s.patchbay.dev/claim={UID}-gpu-0"],
-    "undo": {},
-}
-RECORD = {
-    "uid": UID,
-    "namespace": "ns",
-    "name": "c",
-    "state": "PrepareCompleted",
-    "devices": [DEVICE],
-    "updated": 1.0,
-    "cdi_spec": {"cdiVersion": "0.6.0", "kind": "k8s.patchbay.dev/claim", "devices": []},
-}
-CHECKPOINT: dict[str, Any] = {"version": 1, "boot_id": "boot", "claims": {UID: RECORD}}
 KEYS = st.sampled_from([UID, "not-a-uuid", "5b0f7d7e-2f4c-4a51-9d3e-0c8a6b2e1f41", UID.upper()])
-
-
-def start(root: Path, data: dict[str, Any]) -> tuple[ClaimPreparer, FlakyHandler]:
-    (root / "cp.json").write_text(json.dumps(data))
-    inventory = NodeInventory()
-    inventory.replace_pool(NODE, [Device("gpu-0", "gpu", "GPU-0", {"minor": 0})])
-    handler = FlakyHandler(root / "dev")
-    store = CheckpointStore(root / "cp.json", "boot")
-    cdi = CdiRegistry(root / "cdi")
-    return ClaimPreparer(Reader(), inventory, {"gpu": handler}, store, cdi), handler
 
 
 @settings(FUZZ, max_examples=60)  # a plugin start per example
@@ -63,6 +28,7 @@ def start(root: Path, data: dict[str, Any]) -> tuple[ClaimPreparer, FlakyHandler
 def test_a_fuzzed_checkpoint_starts_and_every_claim_unprepares(
     data: dict[str, Any], key: str, rename: bool
 ) -> None:
+    data = copy.deepcopy(data)  # the example may share parts with CHECKPOINT: never edit those
     claims = data.get("claims")
     if isinstance(claims, dict) and isinstance(claims.get(UID), dict):
         claims[key] = claims.pop(UID)

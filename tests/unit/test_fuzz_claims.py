@@ -5,7 +5,6 @@ a failed prepare leaves no checkpoint record, no CDI spec and no device set up."
 
 from __future__ import annotations
 
-import asyncio
 import json
 import tempfile
 from pathlib import Path
@@ -15,40 +14,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import driver.vf.config  # noqa: F401  (registers VfConfig with the opaque decoder)
-from driver.cdi import CdiRegistry
-from driver.checkpoint import CheckpointStore
 from driver.claims.allocation import Allocation, parse_allocation
-from driver.claims.model import ClaimRef
-from driver.claims.preparer import ClaimPreparer
 from driver.config import opaque
-from driver.devices.inventory import NodeInventory
-from driver.devices.model import Device
 from driver.errors import ClaimError, ConfigError
 from driver.pci.uevents import UeventFeed
-from tests.claims_doubles import NODE, FlakyHandler
+from tests.claims_doubles import NODE
 from tests.fuzzing import FUZZ, json_values, mutated
+from tests.unit.fuzz_seeds import CLAIM, CONFIG_BODY, UID, prepare_claim
 
-UID = "5b0f7d7e-2f4c-4a51-9d3e-0c8a6b2e1f40"
-CONFIG_BODY = {
-    "apiVersion": opaque.API_VERSION,
-    "kind": "GpuConfig",
-    "driverCapabilities": ["compute"],
-}
 CONFIGS = st.one_of(
     mutated(CONFIG_BODY),
     mutated({"apiVersion": opaque.API_VERSION, "kind": "VfConfig", "mode": "vfio-pci"}),
     json_values(),
 )
-RESULT = {"request": "gpu", "driver": "patchbay.dev", "pool": NODE, "device": "gpu-0"}
-ENTRY = {
-    "source": "FromClaim",
-    "requests": ["gpu"],
-    "opaque": {"driver": "patchbay.dev", "parameters": CONFIG_BODY},
-}
-CLAIM: dict[str, Any] = {
-    "metadata": {"namespace": "ns", "name": "c", "uid": UID},
-    "status": {"allocation": {"devices": {"results": [RESULT], "config": [ENTRY]}}},
-}
 
 
 @FUZZ
@@ -79,27 +57,6 @@ def test_parse_allocation_fails_only_with_a_claim_error(claim: dict[str, Any]) -
         config.applies_to("gpu")
 
 
-def _prepare(claim: dict[str, Any]) -> tuple[str, dict[str, Any], list[Path], set[str]]:
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        inventory = NodeInventory()
-        inventory.replace_pool(NODE, [Device("gpu-0", "gpu", "GPU-0", {"minor": 0})])
-        handler = FlakyHandler(root / "dev")
-
-        class Reader:
-            async def read_claim(self, namespace: str, name: str) -> dict[str, Any]:
-                return claim
-
-        store = CheckpointStore(root / "cp.json", "boot")
-        prep = ClaimPreparer(
-            Reader(), inventory, {"gpu": handler}, store, CdiRegistry(root / "cdi")
-        )
-        ref = ClaimRef("ns", "c", UID)
-        result = asyncio.run(prep.prepare([ref]))[UID]
-        saved = json.loads((root / "cp.json").read_text()) if (root / "cp.json").exists() else {}
-        return result.error, saved.get("claims", {}), list((root / "cdi").glob("*")), handler.active
-
-
 @settings(FUZZ, max_examples=50)  # a whole prepare per example
 @given(mutated(CLAIM), st.lists(CONFIGS, min_size=1, max_size=2))
 def test_a_fuzzed_claim_fails_cleanly_or_prepares(claim: dict[str, Any], params: list[Any]) -> None:
@@ -112,7 +69,7 @@ def test_a_fuzzed_claim_fails_cleanly_or_prepares(claim: dict[str, Any], params:
         section = devices["allocation"].get("devices")
         if isinstance(section, dict):
             section["config"] = entries
-    error, records, specs, active = _prepare(claim)
+    error, records, specs, active = prepare_claim(claim)
     assert not error.startswith("internal error"), error
     if error:
         assert records == {} and specs == [] and active == set(), error

@@ -18,8 +18,7 @@ from driver.cxl.discovery import cxl_device, memories
 from driver.nvme.discovery import scan
 from driver.slices.limits import device_problems
 from fabric.simhost import TOPOLOGIES, CxlMemory, SimHost
-from tests.fuzzing import FUZZ
-from tests.unit.test_fuzz_sysfs import CONTENTS, Files
+from tests.fuzzing import CONTENTS, FUZZ, Files
 
 CTRL_FILES = ["serial", "model", "state", "transport", "address", "firmware_rev"]
 NS_FILES = ["size", "nsid", "dev"]

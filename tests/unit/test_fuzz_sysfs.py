@@ -8,7 +8,6 @@ give their VFs."""
 from __future__ import annotations
 
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from driver.vf.config import PfPoolConfig
 from driver.vf.discovery import physical_functions, scan_vfs
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
-from tests.fuzzing import FUZZ
+from tests.fuzzing import CONTENTS, FUZZ, Files
 
 CONFIG = PfPoolConfig.model_validate({"pfs": [{"vendorID": "15b3"}]})
 BDF = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -35,43 +34,11 @@ PF_FILES = [
     "net/*/type",
 ]
 VF_FILES = ["vendor", "device", "numa_node"]
-CONTENTS = st.one_of(
-    st.binary(max_size=12),
-    st.sampled_from(["", "\n", "-1", "0x", "0x02000", " 8 \n", "²", "٣", "1e3", "9" * 30]).map(
-        str.encode
-    ),
-    st.text(max_size=8).map(str.encode),
-    st.none(),  # a directory where the file was
-)
 
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory: pytest.TempPathFactory) -> SimHost:
     return SimHost.build(TOPOLOGIES["2x-h100-nic"](), tmp_path_factory.mktemp("fuzz") / "node")
-
-
-class Files:
-    """Replace files of a tree for one example and put them back after."""
-
-    def __init__(self) -> None:
-        self.saved: list[tuple[Path, bytes | None]] = []
-
-    def put(self, path: Path, content: bytes | None) -> None:
-        self.saved.append((path, path.read_bytes() if path.exists() else None))
-        path.unlink(missing_ok=True)
-        if content is None:
-            path.mkdir()
-        else:
-            path.write_bytes(content)
-
-    def restore(self) -> None:
-        for path, content in reversed(self.saved):
-            if path.is_dir():
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
-            if content is not None:
-                path.write_bytes(content)
 
 
 def target(root: Path, name: str) -> Path:

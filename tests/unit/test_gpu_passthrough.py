@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from driver.pci.writes import driver_of
 from fabric.simhost.effects import EffectsWatcher
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
+from tests.claims_doubles import Reader
 
 GPU_BDF = "0000:3b:00.0"
 PASSTHROUGH = {"apiVersion": opaque.API_VERSION, "kind": "GpuConfig", "passthrough": "vfio-pci"}
@@ -188,26 +189,10 @@ def test_a_process_holding_the_gpu_node_is_refused(
     assert host.tree.driver_of(GPU_BDF) == "nvidia"
 
 
-class Reader:
-    def __init__(self) -> None:
-        self.claims: dict[str, dict[str, Any]] = {}
-
-    async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any]:
-        return self.claims[name]
-
-    def add(self, name: str, device: str, params: dict[str, Any] | None) -> ClaimRef:
-        uid = str(uuid.uuid4())
-        result = {"request": "vm", "driver": "patchbay.dev", "pool": "node", "device": device}
-        config = (
-            [{"source": "FromClass", "opaque": {"driver": "patchbay.dev", "parameters": params}}]
-            if params
-            else []
-        )
-        self.claims[name] = {
-            "metadata": {"namespace": "ns", "name": name, "uid": uid},
-            "status": {"allocation": {"devices": {"results": [result], "config": config}}},
-        }
-        return ClaimRef("ns", name, uid)
+def vm_claim(reader: Reader, device: str, params: dict[str, Any]) -> ClaimRef:
+    """Claim ``vm`` of ``device`` with the class's opaque ``params``."""
+    config = [{"source": "FromClass", "opaque": {"driver": "patchbay.dev", "parameters": params}}]
+    return reader.add("vm", {"vm": [device]}, pool="node", config=config)
 
 
 def preparer(
@@ -242,11 +227,11 @@ async def test_only_a_passthrough_claim_goes_to_a_worker_thread(
         return await real(fn, *args)
 
     monkeypatch.setattr("driver.claims.preparer.asyncio.to_thread", counted)
-    cuda = reader.add("cuda", "gpu-0", None)
+    cuda = reader.add("cuda", {"vm": ["gpu-0"]}, pool="node")
     assert (await prep.prepare([cuda]))[cuda.uid].error == ""
     assert (await prep.unprepare([cuda]))[cuda.uid] == ""
     assert hops == []
-    vm = reader.add("vm", "gpu-0", PASSTHROUGH)
+    vm = vm_claim(reader, "gpu-0", PASSTHROUGH)
     assert (await prep.prepare([vm]))[vm.uid].error == ""
     assert (await prep.unprepare([vm]))[vm.uid] == ""
     assert hops == ["_prepare_sync", "_unprepare_sync"]
@@ -257,7 +242,7 @@ async def test_through_the_preparer_checkpointed_and_restored(
     host: SimHost, gpu: Device, handler: GpuHandler, kernel: EffectsWatcher, tmp_path: Path
 ) -> None:
     prep, reader = preparer(host, gpu, handler, tmp_path)
-    vm = reader.add("vm", "gpu-0", PASSTHROUGH)
+    vm = vm_claim(reader, "gpu-0", PASSTHROUGH)
     assert (await prep.prepare([vm]))[vm.uid].error == ""
     assert host.tree.driver_of(GPU_BDF) == "vfio-pci"
     saved = json.loads((tmp_path / "cp.json").read_text())
@@ -287,7 +272,7 @@ async def test_a_crash_at_any_step_gives_the_gpu_back(
     kubelet's retry) converge, and the final unprepare leaves the GPU on
     nvidia and listed by NVML: the undo data was on disk before the bind."""
     first, reader = preparer(host, gpu, handler, tmp_path)
-    vm = reader.add("vm", "gpu-0", PASSTHROUGH)
+    vm = vm_claim(reader, "gpu-0", PASSTHROUGH)
 
     def crash_point(name: str) -> None:
         if name == point:

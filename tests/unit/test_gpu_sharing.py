@@ -38,15 +38,7 @@ from fabric.simhost.host import SimHost
 from fabric.simhost.nvidia_smi import read_record
 from fabric.simhost.topologies import TOPOLOGIES
 from tests.claims_doubles import NODE, Reader
-
-
-def gpu_config(sharing: dict[str, Any], requests: list[str] | None = None) -> dict[str, Any]:
-    params = {"apiVersion": API_VERSION, "kind": "GpuConfig", "sharing": sharing}
-    return {"requests": requests or [], "opaque": {"driver": "patchbay.dev", "parameters": params}}
-
-
-MPS = {"strategy": "MPS", "mpsConfig": {
-    "defaultActiveThreadPercentage": 40, "defaultPinnedDeviceMemoryLimit": "2Gi"}}  # fmt: skip
+from tests.sharing_claims import MPS, daemons_of, gpu_config
 
 
 class Crash(BaseException):
@@ -116,19 +108,6 @@ def wait_gone(pid: int, within: float = 10.0) -> None:
         assert ready, f"process {pid} still running after {within:.0f}s"
     finally:
         os.close(fd)
-
-
-def daemons_of(root: Path) -> list[int]:
-    """Live processes started with a pipe directory under ``root``."""
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            alive = start_time(int(proc.name)) is not None
-            if alive and str(root).encode() in (proc / "environ").read_bytes():
-                found.append(int(proc.name))
-        except OSError:
-            continue
-    return found
 
 
 @pytest.fixture

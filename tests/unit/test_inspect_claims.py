@@ -13,6 +13,7 @@ from driver.inspect.claims import claims_view, render_claims
 from driver.inspect.cli import parser, render, wants
 from driver.inspect.events import event_time
 from driver.inspect.fetch import Snapshot, Wants, default_namespace
+from tests.unit.inspect_node_objects import claim, gpu, local_slice
 from tests.unit.inspect_objects import (
     condition,
     event,
@@ -20,7 +21,6 @@ from tests.unit.inspect_objects import (
     fabric_slices,
     pending_claim,
 )
-from tests.unit.test_inspect_views import claim, gpu, local_slice
 
 NOW = datetime(2026, 12, 1, 10, 0, 42, tzinfo=UTC)
 

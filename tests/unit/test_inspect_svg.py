@@ -12,7 +12,7 @@ from driver.inspect import cli
 from driver.inspect.fetch import Snapshot
 from driver.inspect.svg import render_svg
 from driver.inspect.topology import topology_view
-from tests.unit.test_inspect_views import NODE, claim, gpu, local_slice, mig_cluster, vf
+from tests.unit.inspect_node_objects import NODE, claim, gpu, local_slice, mig_cluster, vf
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -21,9 +21,8 @@ from driver.vf.config import PfPoolConfig
 from driver.vf.discovery import physical_functions, scan_vfs
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
-from tests.unit.test_fuzz_checkpoint import CHECKPOINT, start
-from tests.unit.test_fuzz_claims import CLAIM, UID, _prepare
-from tests.unit.test_fuzz_fabric import (
+from tests.unit.fuzz_seeds import CHECKPOINT, CLAIM, UID, prepare_claim, start
+from tests.unit.redfish_bodies import (
     CONNECTION,
     INITIATOR,
     TARGET,
@@ -78,7 +77,7 @@ def test_a_result_without_its_request_names_it() -> None:  # was KeyError('reque
 
 
 def test_a_prepare_of_an_odd_claim_fails_naming_the_field_not_internally() -> None:
-    error, records, specs, active = _prepare(claim_with(["status"], [None]))
+    error, records, specs, active = prepare_claim(claim_with(["status"], [None]))
     assert "status must be an object, got list" in error and "internal error" not in error
     assert (records, specs, active) == ({}, [], set())
 

@@ -36,7 +36,7 @@ from driver.gpu.sharing.supervisor import (
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
 from tests.e2e.helpers import wait_for
-from tests.unit.test_gpu_sharing import daemons_of
+from tests.sharing_claims import daemons_of
 
 UUIDS = ["GPU-aaaa", "GPU-bbbb"]
 

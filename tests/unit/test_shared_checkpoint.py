@@ -33,7 +33,7 @@ from driver.mig.startup import ownership
 from driver.nvml.fake import FakeNvml
 from driver.nvml.fake_state import FakeMachine
 from tests.claims_doubles import NODE, Reader
-from tests.unit.test_sockets import waiting_in_flock
+from tests.signals import waiting_in_flock
 
 BOOT = "boot"
 UUID = "GPU-0000"

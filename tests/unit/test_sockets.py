@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
-import itertools
 import os
 import socket
 import sys
@@ -24,6 +23,7 @@ from plugin.sockets import (
     remove_socket,
     socket_paths,
 )
+from tests.signals import waiting_in_flock
 
 UID = "6b1e8f3c-2d4a-4f5e-9a7b-1c2d3e4f5a6b"
 
@@ -119,25 +119,6 @@ async def test_claim_lock_serialises_in_process(short_dir: Path) -> None:
 
     await asyncio.gather(*(body() for _ in range(5)))
     assert peak == 1
-
-
-async def waiting_in_flock(path: Path) -> None:
-    """Until this process waits for ``path``'s flock: the kernel lists a blocked
-    waiter in /proc/locks (``N: -> FLOCK ADVISORY WRITE <pid> <maj>:<min>:<inode>``),
-    so the test knows the lock was asked for and refused, at any speed."""
-
-    def waiting() -> bool:
-        st = path.stat()
-        file = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-        want = ["->", "FLOCK", "ADVISORY", "WRITE", str(os.getpid()), file]
-        lines = Path("/proc/locks").read_text().splitlines()
-        return any(line.split()[1:7] == want for line in lines)
-
-    async with asyncio.timeout(5):
-        for _ in itertools.count():
-            if waiting():
-                return
-            await asyncio.sleep(0.01)  # poll: /proc/locks has no change notice
 
 
 _HOLDER = """

@@ -6,15 +6,12 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from driver.cdi import CdiRegistry
 from driver.checkpoint import CheckpointStore
-from driver.claims.model import ClaimRef
 from driver.claims.preparer import ClaimPreparer
 from driver.devices.inventory import NodeInventory
 from driver.errors import ConfigError
@@ -25,6 +22,7 @@ from driver.vf.discovery import scan
 from driver.vf.prepare import VfHandler
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
+from tests.claims_doubles import Reader
 
 PF_A = "0000:1a:00.0"  # ens0f0np0, 8 VFs 0000:1a:00.2-.9, root pci0000:15
 TIERED = PfPoolConfig.model_validate(
@@ -157,23 +155,6 @@ def test_prepared_tier_names_its_share_under_its_vfs_prefix(host: SimHost) -> No
     }
 
 
-class Reader:
-    def __init__(self) -> None:
-        self.claims: dict[str, dict[str, Any]] = {}
-
-    async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any]:
-        return self.claims[name]
-
-    def add(self, name: str, device: str) -> ClaimRef:
-        uid = str(uuid.uuid4())
-        result = {"request": "nic", "driver": "patchbay.dev", "pool": "node", "device": device}
-        self.claims[name] = {
-            "metadata": {"namespace": "ns", "name": name, "uid": uid},
-            "status": {"allocation": {"devices": {"results": [result]}}},
-        }
-        return ClaimRef("ns", name, uid)
-
-
 async def test_two_tiers_of_one_vf_are_never_prepared_together(
     host: SimHost, tmp_path: Path
 ) -> None:
@@ -183,8 +164,8 @@ async def test_two_tiers_of_one_vf_are_never_prepared_together(
     store = CheckpointStore(tmp_path / "cp.json", "boot")
     handlers = {"vf": VfHandler(host.sysfs_root, host.dir / "dev")}
     prep = ClaimPreparer(reader, inv, handlers, store, CdiRegistry(tmp_path / "cdi"))
-    first = reader.add("first", "vf-0000-1a-00-2-40g")
-    second = reader.add("second", "vf-0000-1a-00-2-10g")
+    first = reader.add("first", {"nic": ["vf-0000-1a-00-2-40g"]}, pool="node")
+    second = reader.add("second", {"nic": ["vf-0000-1a-00-2-10g"]}, pool="node")
     assert (await prep.prepare([first]))[first.uid].error == ""
     refused = (await prep.prepare([second]))[second.uid].error
     assert f"already prepared for claim {first.uid}" in refused

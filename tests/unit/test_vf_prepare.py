@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,6 @@ import pytest
 
 from driver.cdi import CdiRegistry
 from driver.checkpoint import CheckpointStore
-from driver.claims.model import ClaimRef
 from driver.claims.preparer import ClaimPreparer
 from driver.config import opaque
 from driver.devices.inventory import NodeInventory
@@ -25,6 +24,7 @@ from driver.vf.prepare import VfHandler
 from fabric.simhost.effects import EffectsWatcher
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
+from tests.claims_doubles import Reader
 
 VFIO = VfConfig.model_validate(
     {"apiVersion": opaque.API_VERSION, "kind": "VfConfig", "mode": "vfio-pci"}
@@ -114,23 +114,6 @@ def test_a_bind_that_never_happens_times_out_naming_the_driver(
         handler(host, timeout=0.1).prepare(vfs["vf-0000-1a-00-2"], str(uuid.uuid4()), VFIO)
 
 
-class Reader:
-    def __init__(self) -> None:
-        self.claims: dict[str, dict[str, Any]] = {}
-
-    async def read_claim(self, namespace: str, name: str) -> Mapping[str, Any]:
-        return self.claims[name]
-
-    def add(self, name: str, device: str, config: list[dict[str, Any]]) -> ClaimRef:
-        uid = str(uuid.uuid4())
-        result = {"request": "nic", "driver": "patchbay.dev", "pool": "node", "device": device}
-        self.claims[name] = {
-            "metadata": {"namespace": "ns", "name": name, "uid": uid},
-            "status": {"allocation": {"devices": {"results": [result], "config": config}}},
-        }
-        return ClaimRef("ns", name, uid)
-
-
 def claim_config(**params: object) -> list[dict[str, Any]]:
     body = {"apiVersion": opaque.API_VERSION, "kind": "VfConfig", **params}
     return [{"source": "FromClaim", "opaque": {"driver": "patchbay.dev", "parameters": body}}]
@@ -144,8 +127,12 @@ async def test_preparer_batch_vfio_and_malformed_config(
     reader = Reader()
     store = CheckpointStore(tmp_path / "cp.json", "boot")
     prep = ClaimPreparer(reader, inv, {"vf": handler(host)}, store, CdiRegistry(tmp_path / "cdi"))
-    good = reader.add("good", "vf-0000-1a-00-2", claim_config(mode="vfio-pci"))
-    bad = reader.add("bad", "vf-0000-1a-00-3", claim_config(mode="vfio", vlan=4))
+    good = reader.add(
+        "good", {"nic": ["vf-0000-1a-00-2"]}, pool="node", config=claim_config(mode="vfio-pci")
+    )
+    bad = reader.add(
+        "bad", {"nic": ["vf-0000-1a-00-3"]}, pool="node", config=claim_config(mode="vfio", vlan=4)
+    )
     results = await prep.prepare([good, bad])
     assert results[good.uid].error == ""
     assert "field mode" in results[bad.uid].error and "field vlan" in results[bad.uid].error
