@@ -12,16 +12,9 @@ from driver.devices.quantity import of_bytes
 from driver.fabric_devices.naming import FAILED_CONDITION, NodeFabric, counter_name, variant_name
 from driver.fabricclient.model import FabricDevice, FabricInventory, HostAdapter
 from driver.slices.build import build_slices, slice_object
+from tests.unit.fabric_objects import reachable_gpu as gpu
 
 Health = Literal["OK", "Warning", "Critical"]
-
-
-def gpu(ident: str, nodes: tuple[str, ...], health: Health = "OK") -> FabricDevice:
-    adapters = tuple(HostAdapter(f"{n}-a0", "pcie0", "sw0", n, "adapter0") for n in nodes)
-    return FabricDevice(
-        ident, "pcie0", "sw0", "gpu", "H100-SXM5-80GB", "S1", f"GPU-{ident}", 0x10DE, 0x2330,
-        health, True, False, adapters, None,
-    )  # fmt: skip
 
 
 def nic(ident: str, nodes: tuple[str, ...], mac: str = "02:00:00:00:00:01") -> FabricDevice:
