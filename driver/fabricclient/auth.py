@@ -14,7 +14,11 @@ shortly before it expires and fetched again after a 401.
 
 A session is opened on first use, opened again when the fabric answers 401
 (it expired or the manager restarted: the request is sent once more), and
-deleted on :meth:`Auth.close`.
+deleted on :meth:`Auth.close`. Requests refused together (a listing's many
+concurrent reads meeting one expired session) share one new login: only
+the request that sent the current token drops it, the others wait on the
+lock and use the new one. A login answered 401 or 403 is said to be the
+credentials refused, not a protocol fault.
 """
 
 from __future__ import annotations
@@ -53,8 +57,9 @@ class Auth:
     async def headers(self, send: Send) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._token.current()}"}
 
-    async def refused(self, send: Send) -> bool:
-        """The fabric answered 401: True when a retry may pass (new credentials)."""
+    async def refused(self, send: Send, sent: dict[str, str]) -> bool:
+        """The fabric answered 401 to a request sent with headers ``sent``: True when
+        a retry may pass (new credentials)."""
         return False
 
     async def close(self, send: Send) -> None:
@@ -90,19 +95,29 @@ class SessionAuth(Auth):
         body = {"UserName": self._username, "Password": self._token.current()}
         status, headers = await send("POST", self._sessions, body, {})
         token = headers.get("X-Auth-Token", "")
+        if status in (401, 403):
+            raise FabricApiError(
+                status, "CredentialsRefused",
+                f"the fabric refused the credentials of user {self._username!r} (login)",
+                "POST", self._sessions,
+            )  # fmt: skip
         if status >= 300 or not token:
             raise FabricApiError(
                 status, "SessionLoginFailed",
-                f"POST {self._sessions} as {self._username!r} answered no X-Auth-Token",
+                f"login as {self._username!r}: expected 201 with an X-Auth-Token header, got "
+                f"{'no X-Auth-Token' if status < 300 else 'an error'}", "POST", self._sessions,
             )  # fmt: skip
         location = headers.get("Location", "")
         log.info("fabric: logged in as %s (session %s)", self._username, location or "?")
         return token, location
 
-    async def refused(self, send: Send) -> bool:
+    async def refused(self, send: Send, sent: dict[str, str]) -> bool:
+        token = sent.get("X-Auth-Token", "")
         async with self._lock:
-            had, self._session = self._session, None
-        return had is not None
+            if self._session is not None and self._session[0] == token:
+                log.info("fabric: session %s refused (expired?)", self._session[1] or "?")
+                self._session = None  # a concurrent refusal of it finds it gone already
+        return bool(token)
 
     async def close(self, send: Send) -> None:
         async with self._lock:
@@ -166,10 +181,12 @@ class OAuth2Auth(Auth):
         ttl = max(0.0, body.expires_in - self.LEEWAY_S) if body.expires_in else 60.0
         return body.access_token, time.monotonic() + ttl
 
-    async def refused(self, send: Send) -> bool:
+    async def refused(self, send: Send, sent: dict[str, str]) -> bool:
+        used = sent.get("Authorization", "")
         async with self._lock:
-            had, self._access = self._access, None
-        return had is not None
+            if self._access is not None and used == f"Bearer {self._access[0]}":
+                self._access = None  # fetched again once, by the next request
+        return bool(used)
 
     async def close(self, send: Send) -> None:
         if self._session is not None:

@@ -27,7 +27,10 @@ class _Wire(BaseModel):
 
 
 def _links(value: Any) -> Any:
-    """A single link where a list is expected (some services do): a one-item list."""
+    """A single link where a list is expected (some services do): a one-item list;
+    null (some services send it for an empty list): an empty one."""
+    if value is None:
+        return []
     return [value] if isinstance(value, dict) else value
 
 
@@ -139,6 +142,8 @@ class Endpoint(_Wire):
     status: Status = Field(default_factory=Status, alias="Status")
     links: EndpointLinks = Field(default_factory=EndpointLinks, alias="Links")
 
+    listed = field_validator("entities", "identifiers", mode="before")(_links)
+
     def role(self) -> str:
         """Initiator, Target or Both: the first connected entity's ``EntityRole``."""
         return next((e.role for e in self.entities if e.role), "")
@@ -147,6 +152,26 @@ class Endpoint(_Wire):
 class ConnectionLinks(_Wire):
     initiators: Links = Field(default_factory=list, alias="InitiatorEndpoints")
     targets: Links = Field(default_factory=list, alias="TargetEndpoints")
+    initiator_groups: Links = Field(default_factory=list, alias="InitiatorEndpointGroups")
+    target_groups: Links = Field(default_factory=list, alias="TargetEndpointGroups")
+
+    listed = field_validator(
+        "initiators", "targets", "initiator_groups", "target_groups", mode="before"
+    )(_links)
+
+
+class EndpointGroupLinks(_Wire):
+    endpoints: Links = Field(default_factory=list, alias="Endpoints")
+
+
+class EndpointGroup(_Wire):
+    """Its members: ``Links.Endpoints`` (v1_3_0 on), else the deprecated ``Endpoints``."""
+
+    links: EndpointGroupLinks = Field(default_factory=EndpointGroupLinks, alias="Links")
+    endpoints_deprecated: Links = Field(default_factory=list, alias="Endpoints")
+
+    def members(self) -> Links:
+        return self.links.endpoints or self.endpoints_deprecated
 
 
 class VolumeInfo(_Wire):
@@ -155,6 +180,7 @@ class VolumeInfo(_Wire):
 
 class Connection(_Wire):
     odata_id: str = Field(alias="@odata.id")
+    odata_type: str = Field(default="", alias="@odata.type")
     id: str = Field(alias="Id")
     type: str | None = Field(default=None, alias="ConnectionType")
     status: Status = Field(default_factory=Status, alias="Status")

@@ -84,9 +84,13 @@ async def test_nvmeof_jbof_volumes_and_nqn_endpoints_parse() -> None:
     nqns = {e.id: (e.role, e.nqn) for e in inv.nqn_endpoints}
     assert nqns["Target1"] == ("Target", "nqn.corp.com:nvme:nvm-subsys-sn-7642")
     assert nqns["Initiator1"] == ("Initiator", "host.corp.com:nvme:nvm-subsys-sn-4635")
-    granted = {(v.uri.rsplit("/", 1)[-1], v.initiators) for v in inv.volumes if v.initiators}
-    assert granted == {("1", ("Initiator1",)), ("3", ("Initiator1",)), ("2", ("Initiator2",)),
-                       ("4", ("Initiator2",))}  # fmt: skip
+    # Connection 3 grants volumes 3 and 4 to InitiatorEndpointGroups/1 (both
+    # initiators): read, and each volume listed once (it was listed twice, the
+    # group's grant lost).
+    granted = {v.uri.rsplit("/", 1)[-1]: tuple(sorted(v.initiators)) for v in inv.volumes}
+    assert len(inv.volumes) == len(granted)
+    both = ("Initiator1", "Initiator2")
+    assert granted == {"1": ("Initiator1",), "2": ("Initiator2",), "3": both, "4": both}
     vol1 = next(v for v in inv.volumes if v.uri.endswith("/Volumes/1"))
     assert vol1.capacity_bytes == 899527000064
     assert vol1.nguid == "01000000010000002233445566778899"
