@@ -16,10 +16,8 @@ tree into devices, host adapters and their reachability. For each Fabric:
   the endpoint's own Id;
 - Target endpoints are devices when :mod:`identity` can say what they are
   (``NVMeOverFabrics`` endpoints are listed apart, by NQN: parse only);
-- a device is reachable from every initiator on its switch: the switch in
-  its ``Links.ConnectedPorts`` (``.../Switches/<sw>/Ports/<p>``), else the
-  switch whose port lists the endpoint (``AssociatedEndpoints``) or is
-  connected to the endpoint's own port;
+- a device is reachable from every initiator whose switch its switch joins
+  through inter-switch links (:mod:`reach`);
 - attachments come from the dialect (Connections, or zone members), every
   one of them: a device keeps all its bindings (``FabricDevice.connections``,
   the attached one first as ``connection``), an initiator another host's;
@@ -56,6 +54,7 @@ from driver.fabricclient.model import (
     HostAdapter,
     NqnEndpoint,
 )
+from driver.fabricclient.reach import Graph, read_graph
 from driver.fabricclient.systems import FabricSystemsSetting as FabricSystemsSetting
 from driver.fabricclient.systems import system_nodes as system_nodes
 
@@ -78,11 +77,6 @@ def system_of(uri: str) -> str:
     """``/redfish/v1/Systems/<id>`` of a URI under a system, or ""."""
     sid = wire.segment_after(uri, "Systems")
     return f"{ROOT}/Systems/{sid}" if sid else ""
-
-
-def switch_of(uri: str) -> str:
-    sw = wire.segment_after(uri, "Switches")
-    return sw if sw and "/Ports/" in uri else ""
 
 
 class InventoryReader:
@@ -118,24 +112,27 @@ class InventoryReader:
 
     async def _endpoints(
         self, links: Links, fab: wire.Fabric, bindings: list[Binding]
-    ) -> list[wire.Endpoint]:
-        """The fabric's endpoints: its collection's, and those bindings name beyond it."""
+    ) -> tuple[list[wire.Endpoint], Graph]:
+        """The fabric's endpoints (its collection's, and those bindings and switch ports
+        name beyond it) and its graph of switches."""
         where = fab.endpoints.odata_id if fab.endpoints else ""
         members = await links.members(where, tolerant=True) if where else []
         eps = self._parsed(links, wire.Endpoint, members)
+        graph = await read_graph(links, fab, eps)
         known = {_key(e.odata_id) for e in eps}
         named = dict.fromkeys(u for b in bindings for u in (*b.initiators, *b.targets))
+        named |= dict.fromkeys(sorted(graph.endpoints()))
         for uri in (u for u in named if u not in known and u not in links.broken):
             ep = await links.maybe(wire.Endpoint, uri, bindings_naming(bindings, uri))
             if ep is not None:
-                log.info("fabric endpoint %s: not in %s, named by a binding", uri, where)
+                log.info("fabric endpoint %s: not in %s, named by a binding or port", uri, where)
                 eps.append(ep)
-        return eps
+        return eps, graph
 
     async def _fabric(self, links: Links, fab: wire.Fabric) -> FabricInventory:
         bindings = await self.dialect.bindings(links, fab)
-        eps = await self._endpoints(links, fab, bindings)
-        switches = await self._switches(links, fab, eps)
+        eps, graph = await self._endpoints(links, fab, bindings)
+        switches = {_key(e.odata_id): graph.switch(e) for e in eps}
         nqn = tuple(NqnEndpoint(e.id, fab.id, e.role(), wire.durable(e.identifiers, "NQN"))
                     for e in eps if e.protocol == NVME_OF)  # fmt: skip
         ini_eps = [e for e in eps if e.role() in ("Initiator", "Both") and e.protocol != NVME_OF]
@@ -153,7 +150,8 @@ class InventoryReader:
                 held.setdefault(e.id, i)
             elif i is not None and e.id not in held:
                 sw = switches.get(_key(e.odata_id), "")
-                devices.append(_device(fab.id, e, i, sw, adapters, bound.get(_key(e.odata_id), [])))
+                reach = tuple(a for a in adapters if graph.joins(a.switch, sw))
+                devices.append(_device(fab.id, e, i, sw, reach, bound.get(_key(e.odata_id), [])))
         volumes = await self._volumes(links, fab)
         return FabricInventory(tuple(devices), tuple(adapters), nqn, volumes, (),
                                tuple(held.items()))  # fmt: skip
@@ -208,31 +206,6 @@ class InventoryReader:
             conns.sort(key=lambda c: ORDER[c.state])
         return out
 
-    async def _switches(
-        self, links: Links, fab: wire.Fabric, eps: list[wire.Endpoint]
-    ) -> dict[str, str]:
-        """Endpoint URI -> switch Id."""
-        out: dict[str, str] = {}
-        for e in eps:
-            named = next(filter(None, (switch_of(p.odata_id) for p in e.links.connected_ports)), "")
-            if named:
-                out[_key(e.odata_id)] = named
-        if len(out) == len(eps) or fab.switches is None:
-            return out
-        own_port = {_key(p.odata_id): _key(e.odata_id) for e in eps for p in e.links.ports}
-        switch_bodies = await links.members(fab.switches.odata_id, tolerant=True)
-        for sw in self._parsed(links, wire.Switch, switch_bodies):
-            if sw.ports is None:
-                continue
-            ports_uri = sw.ports.odata_id
-            for port in self._parsed(links, wire.Port, await links.members(ports_uri, True)):
-                ends = [_key(x.odata_id) for x in port.links.associated_endpoints]
-                peers = [_key(c.odata_id) for c in port.links.connected_ports]
-                ends += [own_port[c] for c in peers if c in own_port]
-                for end in ends:
-                    out.setdefault(end, sw.id)
-        return out
-
     async def _adapter(
         self, links: Links, fabric: str, e: wire.Endpoint, switches: Mapping[str, str]
     ) -> HostAdapter:
@@ -279,13 +252,13 @@ def bindings_naming(bindings: list[Binding], uri: str) -> str:
 
 
 def _device(
-    fabric: str, e: wire.Endpoint, i: Identity, switch: str, adapters: list[HostAdapter],
+    fabric: str, e: wire.Endpoint, i: Identity, switch: str, reach: tuple[HostAdapter, ...],
     conns: list[FabricConnection],
 ) -> FabricDevice:  # fmt: skip
     return FabricDevice(
         e.id, fabric, switch, i.kind, i.model, i.serial, i.uuid, i.vendor_id, i.device_id,
         e.status.health or "OK", e.status.state != "UnavailableOffline",
         any(c.state == "Attached" for c in conns),
-        tuple(a for a in adapters if switch and a.switch == switch),
-        conns[0] if conns else None, i.mac, i.capacity_bytes, i.nqn, e.odata_id, tuple(conns),
+        reach, conns[0] if conns else None, i.mac, i.capacity_bytes, i.nqn, e.odata_id,
+        tuple(conns), i.logical_device,
     )  # fmt: skip

@@ -82,6 +82,9 @@ class FabricDevice:
     # Every binding (Connection, zone membership) of the device, ``connection`` first:
     # a device may sit in several Connections, to one host or to several.
     connections: tuple[FabricConnection, ...] = ()
+    # CXL memory: the logical device (the GCXLID's part after ':', e.g. "0001"); the
+    # LDs of one multi-logical device share a serial and differ here ("" if unknown).
+    logical_device: str = ""
 
     def endpoint_uri(self) -> str:
         return self.uri or f"/redfish/v1/Fabrics/{self.fabric}/Endpoints/{self.id}"
@@ -89,6 +92,15 @@ class FabricDevice:
     def bound_to(self, node: str) -> tuple[FabricConnection, ...]:
         """Its bindings to ``node`` (all of them, whichever adapter)."""
         return tuple(c for c in self.connections if c.node == node)
+
+    @property
+    def unique_identity(self) -> str:
+        """:attr:`identity`, with the logical device for CXL memory: distinct for each
+        LD of a multi-logical device (which :attr:`identity`, what is published
+        today, is not; the pool's names move to this with the new pool shape)."""
+        if self.kind == "cxlmem" and self.logical_device:
+            return f"{self.identity}:{self.logical_device}"
+        return self.identity
 
     @property
     def identity(self) -> str:
