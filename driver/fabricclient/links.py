@@ -145,6 +145,8 @@ class Links:
                     raise
                 log.info("fabric refused $expand on %s (%s): members one by one", uri, exc)
                 self.caps.expand = ""
+            except FabricResourceBroken as exc:  # too large, cut short: one by one, this once
+                log.info("fabric %s expanded unreadable (%s): members one by one", uri, exc)
         if body is None:
             body = await self.get(uri)
         listed = parse(wire.Collection, body, uri).members
