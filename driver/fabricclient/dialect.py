@@ -41,6 +41,11 @@ class Dialect(Protocol):
         binding that cannot be read is recorded in ``links.broken``)."""
         ...
 
+    async def named(self, links: Links, eps: list[wire.Endpoint], known: set[str]) -> list[Binding]:
+        """The bindings endpoints ``eps`` link (``Links.Connections``, ``Links.Zones``)
+        beyond those ``known`` (URIs): ones their collection omits."""
+        ...
+
     async def attach(
         self, ops: Operations, links: Links, dev: FabricDevice, via: HostAdapter, key: str
     ) -> AttachResult:

@@ -87,6 +87,20 @@ class ConnectionsDialect:
                  for c in await connections_in(links, fabric.connections.odata_id)]  # fmt: skip
         return [b for b in found if b is not None and b.targets]  # Storage: volumes instead
 
+    async def named(self, links: Links, eps: list[wire.Endpoint], known: set[str]) -> list[Binding]:
+        out = []
+        for uri in dict.fromkeys(key(c.odata_id) for e in eps for c in e.links.connections):
+            if uri in known or uri in links.broken:
+                continue
+            c = await links.maybe(
+                wire.Connection, uri, "an endpoint's Links.Connections", gone_ok=True
+            )
+            found = await binding(links, c) if c is not None else None
+            if found is not None and found.targets:
+                log.info("fabric connection %s: not in its collection, named by an endpoint", uri)
+                out.append(found)
+        return out
+
     async def attach(
         self, ops: Operations, links: Links, dev: FabricDevice, via: HostAdapter, key: str
     ) -> AttachResult:

@@ -206,6 +206,9 @@ class CountDialect:
     async def bindings(self, links: Links, fabric: wire.Fabric) -> list[Binding]:
         return await self._redfish.bindings(links, fabric)
 
+    async def named(self, links: Links, eps: list[wire.Endpoint], known: set[str]) -> list[Binding]:
+        return await self._redfish.named(links, eps, known)
+
     async def machine(self, transport: Transport, node: str) -> list[CountResource]:
         """The resources the manager has attached to ``node``'s machine (its "get")."""
         uri = self._uri(self.machines.of(node))

@@ -73,23 +73,34 @@ class ZonesDialect:
         for body in await links.members(fabric.zones.odata_id, tolerant=True):
             uri = str(body.get("@odata.id", fabric.zones.odata_id))
             try:
-                zone = parse(wire.Zone, body, uri)
+                out += await self._members(links, parse(wire.Zone, body, uri))
             except FabricMalformed as exc:
                 links.note_broken(uri, exc)
-                continue
-            members = [key(e.odata_id) for e in zone.links.endpoints]
-            eps = await asyncio.gather(*(links.maybe(wire.Endpoint, m, uri) for m in members))
-            inis = [m for m, e in zip(members, eps, strict=True)
-                    if e is not None and e.role() in ("Initiator", "Both")]  # fmt: skip
-            if len(inis) != 1:
-                continue  # no initiator, or a zone shared by several: not a host port's zone
-            targets = [m for m, e in zip(members, eps, strict=True) if e and m not in inis]
-            states = await asyncio.gather(
-                *(member_state(links, m, inis[0], zone.odata_id) for m in targets)
-            )
-            out += [Binding(zone.id, zone.odata_id, (inis[0],), (m,), state)
-                    for m, state in zip(targets, states, strict=True)]  # fmt: skip
         return out
+
+    async def named(self, links: Links, eps: list[wire.Endpoint], known: set[str]) -> list[Binding]:
+        out = []
+        for uri in dict.fromkeys(key(z.odata_id) for e in eps for z in e.links.zones):
+            if uri in known or uri in links.broken:
+                continue
+            zone = await links.maybe(wire.Zone, uri, "an endpoint's Links.Zones", gone_ok=True)
+            if zone is not None:
+                out += await self._members(links, zone)
+        return out
+
+    async def _members(self, links: Links, zone: wire.Zone) -> list[Binding]:
+        """A host port's zone: one binding per target member, else none."""
+        uri = zone.odata_id
+        members = [key(e.odata_id) for e in zone.links.endpoints]
+        eps = await asyncio.gather(*(links.maybe(wire.Endpoint, m, uri) for m in members))
+        inis = [m for m, e in zip(members, eps, strict=True)
+                if e is not None and e.role() in ("Initiator", "Both")]  # fmt: skip
+        if len(inis) != 1:
+            return []  # no initiator, or a zone shared by several: not a host port's zone
+        targets = [m for m, e in zip(members, eps, strict=True) if e and m not in inis]
+        states = await asyncio.gather(*(member_state(links, m, inis[0], uri) for m in targets))
+        return [Binding(zone.id, uri, (inis[0],), (m,), state)
+                for m, state in zip(targets, states, strict=True)]  # fmt: skip
 
     async def _zone(self, links: Links, uri: str) -> tuple[wire.Zone, str]:
         resp = await links.transport.request("GET", uri)
@@ -133,8 +144,8 @@ class ZonesDialect:
             if (c.node, c.adapter) != (via.node, via.adapter) and c.state != "Failed":
                 raise FabricAttachConflict(409, "AttachedElsewhere", (
                     f"{dev.id} is in zone {c.uri} of {c.node or '?'}/{c.adapter}: not added "
-                    f"to {via.node}/{via.adapter}'s zone too (one device, two hosts); detach "
-                    "it there first"
+                    f"to the zone of {via.node}/{via.adapter} as well (a device is in one "
+                    "host port's zone at a time); detach it there first"
                 ), "PATCH", zone_uri)  # fmt: skip
         task = await self._patch(ops, links, zone_uri, "add", dev, "attach", key)
         log.info("fabric attach %s -> %s/%s (zone %s): %s", dev.id, via.node, via.adapter,

@@ -132,6 +132,10 @@ class InventoryReader:
     async def _fabric(self, links: Links, fab: wire.Fabric) -> FabricInventory:
         bindings = await self.dialect.bindings(links, fab)
         eps, graph = await self._endpoints(links, fab, bindings)
+        more = await self.dialect.named(links, eps, {b.uri for b in bindings})
+        if more:  # bindings the collection omits name endpoints it may omit too
+            bindings += more
+            eps, graph = await self._endpoints(links, fab, bindings)
         switches = {_key(e.odata_id): graph.switch(e) for e in eps}
         nqn = tuple(NqnEndpoint(e.id, fab.id, e.role(), wire.durable(e.identifiers, "NQN"))
                     for e in eps if e.protocol == NVME_OF)  # fmt: skip

@@ -104,12 +104,18 @@ class Links:
             log.warning("fabric resource %s unreadable (%s): %s", uri, cause, exc)
         return True
 
-    async def maybe(self, model: type[wire.M], uri: str, where: str = "") -> wire.M | None:
+    async def maybe(
+        self, model: type[wire.M], uri: str, where: str = "", gone_ok: bool = False
+    ) -> wire.M | None:
         """:meth:`model`, or None (recorded in :attr:`broken`) when that resource
-        alone is broken."""
+        alone is broken; ``gone_ok``: None, unrecorded, when it is not found (a link
+        that outlived what it names: a backlink no collection confirms)."""
         try:
-            return await self.model(model, uri, where)
+            return await self.model(model, uri, "" if gone_ok else where)
         except (FabricApiError, FabricResourceBroken) as exc:
+            if gone_ok and isinstance(exc, FabricNotFound):
+                log.info("fabric %s, linked from %s, is gone: ignored", uri, where or "?")
+                return None
             if not self.note_broken(uri, exc):
                 raise
             return None

@@ -233,9 +233,11 @@ def two_switch_tree() -> dict[str, dict[str, Any]]:
 
 
 def write_mockup(tree: dict[str, dict[str, Any]], folder: Path) -> Path:
-    """``tree`` as a DMTF mockup folder: ``<folder>/redfish/v1/.../index.json``."""
+    """``tree`` as a DMTF mockup folder in short form (as DMTF publishes them):
+    ``<folder>/index.json`` is ``/redfish/v1``, ``<folder>/Fabrics/index.json`` its
+    ``Fabrics``."""
     for uri, body in tree.items():
-        path = folder / uri.strip("/") / "index.json"
+        path = folder / uri.removeprefix(ROOT).strip("/") / "index.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(body, indent=1))
     return folder
