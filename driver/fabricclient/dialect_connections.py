@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from driver.errors import FabricConflict, FabricMalformed, FabricResourceBroken
+from driver.errors import FabricConflict, FabricMalformed, FabricNotFound, FabricResourceBroken
 from driver.fabricclient import wire
 from driver.fabricclient.attachment import IDEMPOTENCY_HEADER, Binding, key, link, state_of
 from driver.fabricclient.links import Links, parse
@@ -105,7 +105,10 @@ class ConnectionsDialect:
         self, ops: Operations, links: Links, dev: FabricDevice, via: HostAdapter, key: str
     ) -> AttachResult:
         uri = f"/redfish/v1/Fabrics/{dev.fabric}/Connections"
-        seen = [c.odata_type for c in await connections_in(links, uri)]
+        try:  # the types the service shows; Sunfish creates the collection on first POST
+            seen = [c.odata_type for c in await connections_in(links, uri)]
+        except FabricNotFound:
+            seen = []
         body: dict[str, Any] = {
             "@odata.type": await odata_type(links, "Connection", seen),
             "Links": {

@@ -130,6 +130,7 @@ class InventoryReader:
         return eps, graph
 
     async def _fabric(self, links: Links, fab: wire.Fabric) -> FabricInventory:
+        fab = await resolved(links, fab)
         bindings = await self.dialect.bindings(links, fab)
         eps, graph = await self._endpoints(links, fab, bindings)
         more = await self.dialect.named(links, eps, {b.uri for b in bindings})
@@ -248,6 +249,23 @@ class InventoryReader:
                 nguid = wire.durable(v.identifiers, "NGUID")
                 out.append(FabricVolume(v.odata_id, v.capacity_bytes, nguid, inis))
         return tuple(out)
+
+
+COLLECTIONS = {"endpoints": "Endpoints", "connections": "Connections", "zones": "Zones",
+               "switches": "Switches"}  # fmt: skip
+
+
+async def resolved(links: Links, fab: wire.Fabric) -> wire.Fabric:
+    """``fab`` with each collection link that answers (``Links.collection``): a
+    broken one is recorded and the collection's standard URI read instead."""
+    if not fab.odata_id:
+        return fab
+    update = {}
+    for attr, name in COLLECTIONS.items():
+        linked: wire.Link | None = getattr(fab, attr)
+        uri = await links.collection(fab.odata_id, name, linked.odata_id if linked else "")
+        update[attr] = wire.Link.model_validate({"@odata.id": uri}) if uri else None
+    return fab.model_copy(update=update)
 
 
 def bindings_naming(bindings: list[Binding], uri: str) -> str:

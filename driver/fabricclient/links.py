@@ -139,6 +139,28 @@ class Links:
                 f"fabric GET {uri}: 404, expected the resource {where} links", uri
             ) from exc
 
+    async def collection(self, owner: str, name: str, linked: str) -> str:
+        """The URI of ``owner``'s collection ``name`` that answers: ``linked``, else
+        (recorded broken, or not linked) the standard ``<owner>/<name>`` that the
+        schemas' URI patterns give (Sunfish links ``/redfish/v1/Endpoints`` where
+        ``/redfish/v1/Fabrics/CXL/Endpoints`` is served); "" when neither is there."""
+        standard = f"{owner.rstrip('/')}/{name}"
+        if linked:
+            try:
+                await self.get(linked)
+                return linked
+            except (FabricApiError, FabricResourceBroken) as exc:
+                if not self.note_broken(linked, exc) or linked.rstrip("/") == standard:
+                    raise
+        try:
+            await self.get(standard)
+        except FabricNotFound:
+            return ""
+        if linked:
+            log.warning("fabric %s links its %s at %s, which is broken: reading %s",
+                        owner, name, linked, standard)  # fmt: skip
+        return standard
+
     async def members(self, uri: str, tolerant: bool = False) -> list[dict[str, Any]]:
         """The members of collection ``uri``, each a full resource body; ``tolerant``:
         without those that cannot be read (recorded in :attr:`broken`)."""

@@ -14,9 +14,10 @@ fabric's graph once per inventory read:
   else the switch whose port lists it (``AssociatedEndpoints``) or is
   connected to the endpoint's own port (``Links.LocalPorts``/``Ports``);
 - two switches are joined when a port of one names a port of the other
-  (``ConnectedPorts``, either side): an island of joined switches is one
-  reach. The walk keeps what it has seen, so links that loop (both sides of
-  one link, a port naming itself, rings of switches) end it.
+  (``ConnectedPorts`` or ``ConnectedSwitchPorts``, either side) or the other
+  switch (``ConnectedSwitches``): an island of joined switches is one reach.
+  The walk keeps what it has seen, so links that loop (both sides of one
+  link, a port naming itself, rings of switches) end it.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class Graph:
     port_switch: dict[str, str] = field(default_factory=dict)  # port URI -> switch Id
     ends: dict[str, list[str]] = field(default_factory=dict)  # port URI -> endpoint URIs
     peers: dict[str, list[str]] = field(default_factory=dict)  # port URI -> port URIs
+    linked: set[tuple[str, str]] = field(default_factory=set)  # switches a port names
 
     def endpoints(self) -> set[str]:
         """Every endpoint a port names."""
@@ -70,12 +72,15 @@ class Graph:
     def islands(self) -> dict[str, int]:
         """Switch Id -> the number of its island (switches joined by links)."""
         joined: dict[str, set[str]] = {sw: set() for sw in self.port_switch.values()}
+        for a, b in self.linked:
+            joined.setdefault(a, set()).add(b)
+            joined.setdefault(b, set()).add(a)
         for port, peers in self.peers.items():
-            a = self.port_switch[port]
-            for b in (self.port_switch.get(p) for p in peers):
-                if b is not None and b != a:
-                    joined[a].add(b)
-                    joined[b].add(a)
+            mine = self.port_switch[port]
+            for other in (self.port_switch.get(p) for p in peers):
+                if other is not None and other != mine:
+                    joined[mine].add(other)
+                    joined[other].add(mine)
         island: dict[str, int] = {}
         for n, start in enumerate(sorted(joined)):
             todo = [start] if start not in island else []
@@ -95,8 +100,10 @@ async def read_graph(links: Links, fab: wire.Fabric, eps: list[wire.Endpoint]) -
     todo: list[str] = []
     for body in await links.members(fab.switches.odata_id, tolerant=True):
         sw = _parsed(links, wire.Switch, body)
-        if sw is not None and sw.ports is not None:
-            for p in await links.members(sw.ports.odata_id, tolerant=True):
+        linked = sw.ports.odata_id if sw is not None and sw.ports is not None else ""
+        ports = await links.collection(sw.odata_id, "Ports", linked) if sw else ""
+        if sw is not None and ports:
+            for p in await links.members(ports, tolerant=True):
                 port = _parsed(links, wire.Port, p)
                 if port is not None:
                     todo += _add(g, sw.id, port)
@@ -120,7 +127,9 @@ def _add(g: Graph, switch: str, port: wire.Port) -> list[str]:
     uri = key(port.odata_id)
     g.port_switch[uri] = switch
     g.ends[uri] = [key(x.odata_id) for x in port.links.associated_endpoints]
-    g.peers[uri] = [key(x.odata_id) for x in port.links.connected_ports]
+    ends = (*port.links.connected_ports, *port.links.connected_switch_ports)
+    g.peers[uri] = [key(x.odata_id) for x in ends]
+    g.linked |= {(switch, wire.last_segment(x.odata_id)) for x in port.links.connected_switches}
     return g.peers[uri]
 
 

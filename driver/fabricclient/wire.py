@@ -94,6 +94,7 @@ class EventService(_Wire):
 
 
 class Fabric(_Wire):
+    odata_id: str = Field(default="", alias="@odata.id")
     id: str = Field(alias="Id")
     endpoints: Link | None = Field(default=None, alias="Endpoints")
     connections: Link | None = Field(default=None, alias="Connections")
@@ -200,6 +201,7 @@ class Zone(_Wire):
 
 
 class Switch(_Wire):
+    odata_id: str = Field(default="", alias="@odata.id")
     id: str = Field(alias="Id")
     ports: Link | None = Field(default=None, alias="Ports")
 
@@ -207,6 +209,13 @@ class Switch(_Wire):
 class PortLinks(_Wire):
     associated_endpoints: Links = Field(default_factory=list, alias="AssociatedEndpoints")
     connected_ports: Links = Field(default_factory=list, alias="ConnectedPorts")
+    connected_switch_ports: Links = Field(default_factory=list, alias="ConnectedSwitchPorts")
+    connected_switches: Links = Field(default_factory=list, alias="ConnectedSwitches")
+
+    listed = field_validator(
+        "associated_endpoints", "connected_ports", "connected_switch_ports",
+        "connected_switches", mode="before",
+    )(_links)  # fmt: skip
 
 
 class Port(_Wire):

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
+import shutil
 import subprocess
 import sys
 import urllib.error
@@ -33,9 +35,17 @@ REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
 MOCKUP_SERVER = SHARED / "redfish" / "mockup-server" / "redfishMockupServer.py"
 MOCKUPS = SHARED / "redfish" / "mockups"
+SUNFISH = SHARED / "sunfish"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "patchbay"
 # What each service's upstream requirements.txt names, pinned.
 MOCKUP_SERVER_PACKAGES = ("requests==2.32.3", "grequests==0.7.0")
+# Sunfish's library pins Flask 2.3 (its poetry.lock: flask 2.3.3, werkzeug 3.0.6).
+SUNFISH_PACKAGES = ("flask==2.3.3", "werkzeug==3.0.6", "requests==2.32.3")
+# Sunfish's three apps: the service and its two agents, each with the mockup tree it
+# starts from (upstream's server/mockups) and the port upstream hard-codes.
+SUNFISH_APPS = (("app_sunfish_server.py", "server_start_Resources", 5000),
+                ("app_fabric_mgr.py", "fm_agent_Resources", 5001),
+                ("app_appliance_mgr.py", "am_agent_Resources", 5002))  # fmt: skip
 STARTUP_S = 60.0  # a cold start on a busy 2-core machine; it is seconds otherwise
 
 
@@ -57,9 +67,11 @@ def tool_venv(name: str, packages: tuple[str, ...]) -> Path:
         missing_prerequisite(f"{name}: installing {' '.join(packages)} into {tmp} failed: "
                              f"{exc} {out.decode(errors='replace')[-400:]}")  # fmt: skip
     (tmp / ".complete").touch()
-    with contextlib.suppress(OSError):  # another process may have made it meanwhile
+    try:
         tmp.rename(root)
-    return python if root.exists() else tmp / "bin" / "python"
+    except OSError:  # another process (an xdist worker) made it meanwhile: use theirs
+        shutil.rmtree(tmp, ignore_errors=True)
+    return python
 
 
 def _answers(url: str) -> bool:
@@ -105,3 +117,49 @@ def mockup_server(mockup: Path, log: Path) -> Iterator[str]:
             "-D", str(mockup)]  # fmt: skip
     with serving_process(argv, f"http://127.0.0.1:{port}", MOCKUP_SERVER.parent, log) as url:
         yield url
+
+
+def _sunfish_tree(work: Path, ports: dict[int, int]) -> Path:
+    """A copy of Sunfish's server with upstream's hard-coded ports (5000-5002, in the
+    agents' event and registration URLs and each ``app.run()``) replaced by ours."""
+    server = work / "server"
+    shutil.copytree(SUNFISH / "server", server, ignore=shutil.ignore_patterns("sc24-PoC",
+                    "nvmeof-mockups", "utils_resources", "scripts", "static"))  # fmt: skip
+    for app, _, upstream in SUNFISH_APPS:
+        text = (server / app).read_text()
+        for old, new in ports.items():
+            text = text.replace(f"127.0.0.1:{old}", f"127.0.0.1:{new}")
+        run = f'app.run(debug=False, host="127.0.0.1", port={ports[upstream]})'
+        (server / app).write_text(text.replace("app.run(debug=False)", run))
+    return server
+
+
+@contextlib.contextmanager
+def sunfish(work: Path) -> Iterator[str]:
+    """OFA Sunfish with its fabric-manager and appliance-manager agents, each agent
+    registered and its resources uploaded (upstream's own steps: ``POST
+    /AgentRegister``, ``POST /AgentUpload``); yields the service's base URL."""
+    if not (SUNFISH / "server" / "app_sunfish_server.py").is_file():
+        missing_prerequisite(f"OFA Sunfish is not at {SUNFISH}")
+    python = tool_venv("sunfish", SUNFISH_PACKAGES)
+    ports = {upstream: free_port() for _, _, upstream in SUNFISH_APPS}
+    server = _sunfish_tree(work, ports)
+    env = os.environ | {"PYTHONPATH": f"{SUNFISH / 'library'}:{server}"}
+    with contextlib.ExitStack() as stack:
+        for app, resources, upstream in SUNFISH_APPS:
+            run = work / app.removesuffix(".py")
+            shutil.copytree(server / "mockups" / resources, run / "Resources")
+            url = f"http://127.0.0.1:{ports[upstream]}"
+            argv = [str(python), str(server / app)]
+            stack.enter_context(serving_process(argv, url, run, work / f"{app}.log", env))
+        for _, _, upstream in SUNFISH_APPS[1:]:
+            for step in ("AgentRegister", "AgentUpload"):
+                request = urllib.request.Request(
+                    f"http://127.0.0.1:{ports[upstream]}/{step}", method="POST",
+                    data=b"{}", headers={"Content-Type": "application/json"},
+                )  # fmt: skip
+                with urllib.request.urlopen(request, timeout=60) as r:
+                    answer = json.loads(r.read() or b"null")
+                if r.status != 200:
+                    raise AssertionError(f"Sunfish agent {upstream}: {step} answered {answer}")
+        yield f"http://127.0.0.1:{ports[5000]}"
