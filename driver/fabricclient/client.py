@@ -43,7 +43,7 @@ from driver.errors import (
     FabricNotFound,
     FabricUnavailable,
 )
-from driver.fabricclient import wire
+from driver.fabricclient import wire, wire_tasks
 from driver.fabricclient.attachment import idempotency_key
 from driver.fabricclient.auth import Auth
 from driver.fabricclient.dialect import Dialect, DialectName, make_dialect
@@ -168,10 +168,10 @@ class FabricClient:
         breaks or stays silent past ``idle_timeout_s``.
         """
         root = await self.root()
-        service = wire.EventService()
+        service = wire_tasks.EventService()
         if root.event_service is not None:
             uri = root.event_service.odata_id
-            service = parse(wire.EventService, await self._transport.get(uri), uri)
+            service = parse(wire_tasks.EventService, await self._transport.get(uri), uri)
         if not service.sse_uri:
             raise FabricNotFound(404, "NoEventStream", "the fabric offers no SSE stream "
                                  "(EventService.ServerSentEventUri): polling")  # fmt: skip
@@ -199,7 +199,7 @@ class FabricClient:
                     if line.startswith("data:"):
                         data.append(line[5:].strip())
                     elif not line and data:
-                        event = parse(wire.Event, json.loads("\n".join(data)), uri)
+                        event = parse(wire_tasks.Event, json.loads("\n".join(data)), uri)
                         data = []
                         yield [e.origin.odata_id for e in event.events if e.origin is not None]
         except ValueError as exc:

@@ -43,7 +43,7 @@ from urllib.parse import urlsplit
 
 from driver.backoff import Backoff
 from driver.errors import FabricApiError
-from driver.fabricclient import wire
+from driver.fabricclient import wire, wire_tasks
 from driver.fabricclient.limits import TASK_MAX_POLLS
 from driver.fabricclient.links import parse
 from driver.fabricclient.model import FabricTask, TaskState
@@ -215,17 +215,17 @@ def _ended(state: str) -> bool:
     return state in ("Completed", "Killed", "Exception", "Cancelled")
 
 
-def _task_body(body: Any, where: str) -> wire.Task | None:
+def _task_body(body: Any, where: str) -> wire_tasks.Task | None:
     if not isinstance(body, dict) or "TaskState" not in body:
         return None
-    return parse(wire.Task, body, where)
+    return parse(wire_tasks.Task, body, where)
 
 
-def _messages(task: wire.Task | None) -> tuple[str, ...]:
+def _messages(task: wire_tasks.Task | None) -> tuple[str, ...]:
     return tuple(m.message for m in task.messages if m.message) if task else ()
 
 
-def _from_payload(payload: wire.Payload, op: str) -> tuple[str, str]:
+def _from_payload(payload: wire_tasks.Payload, op: str) -> tuple[str, str]:
     """(operation, device) from a Task's ``Payload`` when the client did not start it."""
     operation = op or {"POST": "attach", "DELETE": "detach"}.get(payload.operation, "")
     try:

@@ -48,7 +48,7 @@ from driver.errors import (
     FabricTlsError,
     FabricUnreachable,
 )
-from driver.fabricclient import wire
+from driver.fabricclient import wire_tasks
 from driver.fabricclient.auth import Auth
 from driver.fabricclient.limits import MAX_BODY_BYTES
 
@@ -247,7 +247,7 @@ def api_error(status: int, data: Any, method: str = "", uri: str = "") -> Fabric
     """The error for an answer of ``status`` (400 or more, where a success was
     expected) to ``method`` ``uri`` with body ``data``."""
     try:
-        info = wire.ErrorBody.model_validate(data).error
+        info = wire_tasks.ErrorBody.model_validate(data).error
         message = info.message or "; ".join(m.message for m in info.extended if m.message)
         code = info.code
     except ValidationError:

@@ -16,8 +16,6 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from driver.fabricclient.model import TaskState
-
 M = TypeVar("M", bound=BaseModel)
 HEX_ID = r"^(0[xX])?[0-9a-fA-F]{1,8}$"  # what the client reads as an int, base 16
 
@@ -87,10 +85,6 @@ class ServiceRoot(_Wire):
         if e is None:
             return ""
         return "." if e.no_links else ("*" if e.expand_all else "")
-
-
-class EventService(_Wire):
-    sse_uri: str | None = Field(default=None, alias="ServerSentEventUri")
 
 
 class Fabric(_Wire):
@@ -274,48 +268,6 @@ class Volume(_Wire):
     odata_id: str = Field(alias="@odata.id")
     capacity_bytes: int = Field(default=0, alias="CapacityBytes", ge=0)
     identifiers: list[Identifier] = Field(default_factory=list, alias="Identifiers")
-
-
-class Message(_Wire):
-    message: str = Field(default="", alias="Message")
-    message_id: str = Field(default="", alias="MessageId")
-
-
-class Payload(_Wire):
-    operation: str = Field(default="", alias="HttpOperation")
-    target_uri: str = Field(default="", alias="TargetUri")
-    json_body: str = Field(default="", alias="JsonBody")
-
-
-class Task(_Wire):
-    odata_id: str = Field(default="", alias="@odata.id")
-    id: str = Field(default="", alias="Id")
-    state: TaskState = Field(alias="TaskState")
-    status: str | None = Field(default=None, alias="TaskStatus")
-    monitor: str | None = Field(default=None, alias="TaskMonitor")
-    messages: list[Message] = Field(default_factory=list, alias="Messages")
-    payload: Payload | None = Field(default=None, alias="Payload")
-
-
-class EventRecord(_Wire):
-    message_id: str = Field(default="", alias="MessageId")
-    origin: Link | None = Field(default=None, alias="OriginOfCondition")
-
-
-class Event(_Wire):
-    """A Redfish ``Event`` from the EventService's SSE stream."""
-
-    events: list[EventRecord] = Field(default_factory=list, alias="Events")
-
-
-class ErrorInfo(_Wire):
-    code: str = "Base.GeneralError"
-    message: str = ""
-    extended: list[Message] = Field(default_factory=list, alias="@Message.ExtendedInfo")
-
-
-class ErrorBody(_Wire):
-    error: ErrorInfo
 
 
 def last_segment(uri: str) -> str:
