@@ -17,6 +17,7 @@ from tests.unit.fabric_standard_server import MockupServer, serving
 from tests.unit.fabric_two_switch import (
     CONNECTION_TYPE,
     CONNS,
+    FAB,
     EPS,
     MLD_SERIAL,
     two_switch_tree,
@@ -148,3 +149,18 @@ async def test_without_connections_to_learn_from_the_type_comes_from_metadata() 
         result = await fc.attach("gpu-0", "node-a", "fa1")
     assert posted[0]["@odata.type"] == "#Connection.v1_3_1.Connection"
     assert result.connection_uri == f"{CONNS}/c9"  # a 204's Location is kept
+
+
+async def test_a_loop_of_links_through_a_port_no_collection_lists_ends() -> None:
+    """sw2's collection omits its link port, which names itself and sw1's; sw1's
+    names it back: the walk reads it once, by its URI, and stops."""
+    tree = two_switch_tree()
+    ports = f"{FAB}/Switches/sw2/Ports"
+    isl = f"{ports}/isl"
+    tree[ports] = {**tree[ports], "Members": [m for m in tree[ports]["Members"]
+                                              if m["@odata.id"] != isl]}  # fmt: skip
+    server = MockupServer(bodies=tree)
+    async with serving(server) as fc:
+        inv = await fc.inventory()
+    assert sorted(a.adapter for a in inv.device("ld-1").adapters) == ["fa0", "fa1", "fa2"]
+    assert server.paths().count(isl) == 1
