@@ -17,8 +17,8 @@ from tests.unit.fabric_standard_server import MockupServer, serving
 from tests.unit.fabric_two_switch import (
     CONNECTION_TYPE,
     CONNS,
-    FAB,
     EPS,
+    FAB,
     MLD_SERIAL,
     two_switch_tree,
 )
