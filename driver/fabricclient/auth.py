@@ -41,6 +41,7 @@ from driver.fabricclient.token import FabricTokenSettings, TokenSource
 log = logging.getLogger(__name__)
 AuthMode = Literal["bearer", "basic", "session", "oauth2"]
 SESSIONS = "/redfish/v1/SessionService/Sessions"  # where DSP0266 puts them
+MAX_TOKEN_BYTES = 64 << 10  # a token endpoint's answer read at most (a JWT is a few kB)
 
 # (method, uri, json body, headers) -> (status, response headers); no auth added.
 Send = Callable[
@@ -163,8 +164,9 @@ class OAuth2Auth(Auth):
             connector = aiohttp.TCPConnector(ssl=self._tls) if self._tls else None
             self._session = aiohttp.ClientSession(timeout=self._timeout, connector=connector)
         try:
-            async with self._session.post(self._url, data=form) as r:
-                status, raw = r.status, await r.read()
+            # Not redirected: a 307 would carry the client secret to wherever it points.
+            async with self._session.post(self._url, data=form, allow_redirects=False) as r:
+                status, raw = r.status, await r.content.read(MAX_TOKEN_BYTES)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise FabricUnavailable(f"OAuth2 token endpoint {self._url}: {exc}") from exc
         try:

@@ -28,7 +28,7 @@ from driver.errors import (
     FabricUnreachable,
 )
 from driver.fabricclient import FabricClient
-from driver.fabricclient.auth import Auth, BasicAuth, SessionAuth
+from driver.fabricclient.auth import Auth, BasicAuth, OAuth2Auth, SessionAuth
 from driver.fabricclient.limits import FabricLimitsSettings
 from driver.fabricclient.token import TokenSource
 from tests.unit.fabric_standard_server import FAB, ROOT, MockupServer, contract_tree, error, serving
@@ -265,3 +265,25 @@ async def test_a_session_expiring_mid_listing_is_renewed_once_and_deleted(tmp_pa
         await server.close()
     assert len(inv.devices) == 4
     assert sessions.logins == 2 and sessions.logouts == 1 and sessions.valid == set()
+
+
+async def test_an_oauth2_token_endpoint_redirect_is_not_followed_with_the_secret(
+    tmp_path: Path,
+) -> None:
+    other = await MockupServer().start()
+    token_path = "/realms/r/protocol/openid-connect/token"
+
+    async def away(request: web.Request) -> web.Response:
+        raise web.HTTPTemporaryRedirect(other.url + token_path)  # 307: the form again
+
+    server = await MockupServer(bodies=plain_tree(), routes={("POST", token_path): away}).start()
+    (tmp_path / "secret").write_text("client-secret\n")
+    auth = OAuth2Auth(server.url + token_path, "patchbay", TokenSource(path=tmp_path / "secret"))
+    try:
+        async with FabricClient(server.url, auth) as fc:
+            with pytest.raises(FabricApiError) as exc:
+                await fc.inventory()
+    finally:
+        await server.close()
+        await other.close()
+    assert other.requests == [] and exc.value.status == 307
