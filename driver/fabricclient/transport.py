@@ -127,7 +127,7 @@ class Transport:
     async def _exchange(
         self, method: str, uri: str, body: dict[str, Any] | None, headers: dict[str, str]
     ) -> tuple[int, dict[str, str], bytes]:
-        url = URL(self.base_url + uri, encoded=True)
+        url = URL(self.base_url + uri)
         try:
             for _ in range(MAX_REDIRECTS + 1):
                 async with self.session().request(
