@@ -143,19 +143,29 @@ class Links:
         """The URI of ``owner``'s collection ``name`` that answers: ``linked``, else
         (recorded broken, or not linked) the standard ``<owner>/<name>`` that the
         schemas' URI patterns give (Sunfish links ``/redfish/v1/Endpoints`` where
-        ``/redfish/v1/Fabrics/CXL/Endpoints`` is served); "" when neither is there."""
+        ``/redfish/v1/Fabrics/CXL/Endpoints`` is served); "" when it is not linked
+        and not there. A link to it that neither answers is
+        :class:`FabricResourceBroken` naming both: what it holds cannot be known."""
         standard = f"{owner.rstrip('/')}/{name}"
         if linked:
             try:
                 await self.get(linked)
                 return linked
             except (FabricApiError, FabricResourceBroken) as exc:
-                if not self.note_broken(linked, exc) or linked.rstrip("/") == standard:
+                if not self.note_broken(linked, exc):
                     raise
         try:
             await self.get(standard)
-        except FabricNotFound:
-            return ""
+        except (FabricApiError, FabricResourceBroken) as exc:
+            if not linked and isinstance(exc, FabricNotFound):
+                return ""  # the service has none
+            if cause_of(exc) is None:
+                raise
+            raise FabricResourceBroken(
+                f"fabric {owner}: its {name} collection is unreadable at {linked or standard}"
+                f"{f' and at {standard}' if linked and linked != standard else ''}: {exc}",
+                linked or standard,
+            ) from exc
         if linked:
             log.warning("fabric %s links its %s at %s, which is broken: reading %s",
                         owner, name, linked, standard)  # fmt: skip

@@ -287,3 +287,13 @@ async def test_an_oauth2_token_endpoint_redirect_is_not_followed_with_the_secret
         await server.close()
         await other.close()
     assert other.requests == [] and exc.value.status == 307
+
+
+async def test_a_connections_collection_that_fails_is_no_fabric_without_attachments() -> None:
+    """Unreadable bindings cannot be read as "nothing attached": the read fails,
+    naming the collection (and the attach of a device attached there is not asked)."""
+    routes = {("GET", CONNS): answering(500)}
+    async with serving(MockupServer(bodies=plain_tree(), routes=routes)) as fc:
+        with pytest.raises(FabricResourceBroken) as exc:
+            await fc.inventory()
+    assert exc.value.uri == CONNS and f"GET {CONNS}: HTTP 500" in str(exc.value)
