@@ -12,7 +12,9 @@ Count-based managers (the ``count`` dialect) take OAuth2 access tokens from
 an identity manager: the client-credentials grant, the token cached until
 shortly before it expires and fetched again after a 401.
 
-A session is opened on first use, opened again when the fabric answers 401
+A login POST carries ``@odata.type`` at the newest ``Session`` version the
+service's ``$metadata`` includes (read without credentials, as DSP0266
+allows), else ``v1_0_0``. A session is opened on first use, opened again when the fabric answers 401
 (it expired or the manager restarted: the request is sent once more), and
 deleted on :meth:`Auth.close`. Requests refused together (a listing's many
 concurrent reads meeting one expired session) share one new login: only
@@ -35,7 +37,8 @@ from typing import Literal, Self
 import aiohttp
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from driver.errors import FabricApiError, FabricMalformed, FabricUnavailable
+from driver.errors import FabricApiError, FabricMalformed, FabricResourceBroken, FabricUnavailable
+from driver.fabricclient.odata_types import FALLBACK, METADATA, fallback, in_metadata
 from driver.fabricclient.token import FabricTokenSettings, TokenSource
 
 log = logging.getLogger(__name__)
@@ -43,9 +46,10 @@ AuthMode = Literal["bearer", "basic", "session", "oauth2"]
 SESSIONS = "/redfish/v1/SessionService/Sessions"  # where DSP0266 puts them
 MAX_TOKEN_BYTES = 64 << 10  # a token endpoint's answer read at most (a JWT is a few kB)
 
-# (method, uri, json body, headers) -> (status, response headers); no auth added.
+# (method, uri, json body, headers) -> (status, response headers, body); no auth added.
 Send = Callable[
-    [str, str, dict[str, str] | None, dict[str, str]], Awaitable[tuple[int, dict[str, str]]]
+    [str, str, dict[str, str] | None, dict[str, str]],
+    Awaitable[tuple[int, dict[str, str], bytes]],
 ]
 
 
@@ -84,6 +88,7 @@ class SessionAuth(Auth):
         super().__init__(password)
         self._username, self._sessions = username, sessions
         self._session: tuple[str, str] | None = None  # (X-Auth-Token, session URI)
+        self._type = ""  # the Session @odata.type the service advertises, once known
         self._lock = asyncio.Lock()
 
     async def headers(self, send: Send) -> dict[str, str]:
@@ -93,8 +98,18 @@ class SessionAuth(Auth):
             return {"X-Auth-Token": self._session[0]}
 
     async def _login(self, send: Send) -> tuple[str, str]:
-        body = {"UserName": self._username, "Password": self._token.current()}
-        status, headers = await send("POST", self._sessions, body, {})
+        if not self._type:  # $metadata is readable without credentials (DSP0266)
+            found = ""
+            try:
+                status, _, text = await send("GET", METADATA, None, {})
+                if status == 200:
+                    found = in_metadata("Session", text.decode(errors="replace"))
+            except FabricResourceBroken as exc:  # too large, cut short: the fallback
+                log.info("fabric %s unreadable (%s): Session %s", METADATA, exc, FALLBACK)
+            self._type = found or fallback("Session")
+        body = {"@odata.type": self._type, "UserName": self._username,
+                "Password": self._token.current()}  # fmt: skip
+        status, headers, _ = await send("POST", self._sessions, body, {})
         token = headers.get("X-Auth-Token", "")
         if status in (401, 403):
             raise FabricApiError(

@@ -16,9 +16,12 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from driver.errors import FabricApiError, FabricResourceBroken
-from driver.fabricclient.links import Links
+
+if TYPE_CHECKING:  # auth uses this module too, and links sits above auth
+    from driver.fabricclient.links import Links
 
 log = logging.getLogger(__name__)
 METADATA = "/redfish/v1/$metadata"
@@ -28,6 +31,15 @@ FALLBACK = "v1_0_0"
 def _version(text: str, schema: str) -> tuple[int, int, int] | None:
     m = re.fullmatch(rf"#?{re.escape(schema)}\.v(\d+)_(\d+)_(\d+)(\.{re.escape(schema)})?", text)
     return (int(m[1]), int(m[2]), int(m[3])) if m else None
+
+
+def in_metadata(schema: str, text: str) -> str:
+    """The newest ``schema`` version a ``$metadata`` document includes, or ""."""
+    return newest(schema, re.findall(rf'Namespace="({re.escape(schema)}\.v\d+_\d+_\d+)"', text))
+
+
+def fallback(schema: str) -> str:
+    return f"#{schema}.{FALLBACK}.{schema}"
 
 
 def newest(schema: str, types: Iterable[str]) -> str:
@@ -49,13 +61,11 @@ async def odata_type(links: Links, schema: str, seen: Iterable[str] = ()) -> str
     if known is not None:
         return known
     try:
-        text = await links.transport.get_text(METADATA)
-        namespaces = re.findall(rf'Namespace="({re.escape(schema)}\.v\d+_\d+_\d+)"', text)
-        chosen = newest(schema, namespaces)
+        chosen = in_metadata(schema, await links.transport.get_text(METADATA))
     except (FabricApiError, FabricResourceBroken) as exc:
         log.info("fabric %s unreadable (%s): no schema versions from it", METADATA, exc)
     if not chosen:
-        chosen = f"#{schema}.{FALLBACK}.{schema}"
+        chosen = fallback(schema)
         log.info("fabric shows no %s version (no such resource, none in %s): using %s",
                  schema, METADATA, chosen)  # fmt: skip
     links.caps.types[schema] = chosen

@@ -186,10 +186,9 @@ class Transport:
 
     async def _send(
         self, method: str, uri: str, body: dict[str, str] | None, headers: dict[str, str]
-    ) -> tuple[int, dict[str, str]]:
+    ) -> tuple[int, dict[str, str], bytes]:
         """For the credentials themselves (login, logout): no auth added."""
-        status, resp_headers, _ = await self._exchange(method, uri, body, headers)
-        return status, resp_headers
+        return await self._exchange(method, uri, body, headers)
 
     async def auth_headers(self) -> dict[str, str]:
         return await self.auth.headers(self._send)

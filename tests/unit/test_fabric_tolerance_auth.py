@@ -199,3 +199,29 @@ async def test_no_sse_stream_ends_events_so_the_controller_polls(service: bool) 
                 await anext(fc.events())
     finally:
         await server.close()
+
+
+async def test_the_login_names_the_session_type_the_service_advertises(tmp_path: Path) -> None:
+    """Issue 35: every POSTed body carries @odata.type (Sunfish refuses one without),
+    at the newest version the service's $metadata (read without credentials) has."""
+    sessions, posted = Sessions(), list[dict[str, Any]]()
+    server = sessions.server()
+    login = server.routes[("POST", SESSIONS)]
+
+    async def recording(request: web.Request) -> web.StreamResponse:
+        posted.append(await request.json())
+        return await login(request)
+
+    async def metadata(request: web.Request) -> web.Response:
+        text = '<Include Namespace="Session.v1_7_0"/><Include Namespace="Session.v1_8_0"/>'
+        return web.Response(text=text, content_type="application/xml")
+
+    server.routes |= {("POST", SESSIONS): recording, ("GET", f"{ROOT}/$metadata"): metadata}
+    await server.start()
+    try:
+        auth = SessionAuth("admin", TokenSource(path=password_file(tmp_path, "s3cret")))
+        async with FabricClient(server.url, auth) as fc:
+            assert len((await fc.inventory()).devices) == 4
+    finally:
+        await server.close()
+    assert [p["@odata.type"] for p in posted] == ["#Session.v1_8_0.Session"]
