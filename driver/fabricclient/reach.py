@@ -45,6 +45,7 @@ class Graph:
     ends: dict[str, list[str]] = field(default_factory=dict)  # port URI -> endpoint URIs
     peers: dict[str, list[str]] = field(default_factory=dict)  # port URI -> port URIs
     linked: set[tuple[str, str]] = field(default_factory=set)  # switches a port names
+    _islands: dict[str, int] | None = None  # computed once the graph is read
 
     def endpoints(self) -> set[str]:
         """Every endpoint a port names."""
@@ -66,7 +67,9 @@ class Graph:
         """Whether switches ``a`` and ``b`` (both known) are one reach."""
         if not a or not b:
             return False
-        islands = self.islands()
+        if self._islands is None:
+            self._islands = self.islands()
+        islands = self._islands
         return a == b or (a in islands and islands.get(a) == islands.get(b))
 
     def islands(self) -> dict[str, int]:
