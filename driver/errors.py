@@ -22,11 +22,16 @@ never lost. The tree (exit code where an error ends a process)::
     │   └── ApiStatusError         4  ... with a non-success HTTP status
     ├── FabricApiError                the fabric service refused a request
     │   ├── FabricConflict            ... 409
+    │   │   └── FabricAttachConflict  ... an attach refused: the device is attached elsewhere
+    │   ├── FabricAttachRefused       ... an attach request refused (4xx), by it or the client
     │   ├── FabricNotFound            ... 404
     │   └── CountAttachFailed         ... a count-based manager sent the wrong device or none
-    ├── FabricUnavailable             the fabric service is unreachable
-    │   ├── FabricTlsError            ... its TLS certificate was refused
-    │   └── FabricMalformed           ... it answered a body of the wrong shape
+    ├── FabricUnavailable             the fabric service is unusable now (retry later)
+    │   ├── FabricUnreachable         ... no answer: connection, timeout, TLS, redirect
+    │   │   ├── FabricTlsError        ... its TLS certificate was refused
+    │   │   └── FabricRedirectRefused ... it redirected to another origin
+    │   └── FabricResourceBroken      ... one resource broken (5xx, too large, missing)
+    │       └── FabricMalformed       ... it answered a body of the wrong shape
     ├── AttachFailed                  the fabric could not attach a device
     │   └── SpareTaken                ... a warm spare's device is attached elsewhere
     ├── LeaseLost                  5  the controller is no longer the leader
@@ -137,17 +142,32 @@ class ApiStatusError(ApiError):
 
 
 class FabricApiError(PatchbayError):
-    """The fabric service refused a request; ``code`` is the Redfish MessageId."""
+    """The fabric service refused a request; ``code`` is the Redfish MessageId;
+    ``method`` and ``uri`` the request, when known."""
 
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(f"fabric: HTTP {status} {code}: {message}")
+    def __init__(
+        self, status: int, code: str, message: str, method: str = "", uri: str = ""
+    ) -> None:
+        where = f" {method} {uri}" if method or uri else ""
+        super().__init__(f"fabric{where}: HTTP {status} {code}: {message}")
         self.status = status
         self.code = code
         self.message = message
+        self.method = method
+        self.uri = uri
 
 
 class FabricConflict(FabricApiError):
     """409: the device is attached elsewhere, held by another tenant, busy or in use."""
+
+
+class FabricAttachRefused(FabricApiError):
+    """An attach request was refused: the manager answered it 4xx (other than 404
+    and 409), or the client would not send it (what it would break is named)."""
+
+
+class FabricAttachConflict(FabricConflict, FabricAttachRefused):
+    """An attach refused because the device is attached to another host (409)."""
 
 
 class CountAttachFailed(FabricApiError):
@@ -162,11 +182,31 @@ class FabricUnavailable(PatchbayError):
     """The fabric service could not be reached or answered garbage (retry later)."""
 
 
-class FabricTlsError(FabricUnavailable):
+class FabricUnreachable(FabricUnavailable):
+    """The fabric manager did not answer: connection refused or reset, a timeout
+    (named with its length), TLS refused, a redirect away from it."""
+
+
+class FabricTlsError(FabricUnreachable):
     """The fabric's TLS certificate was refused (CA, host name, validity)."""
 
 
-class FabricMalformed(FabricUnavailable):
+class FabricRedirectRefused(FabricUnreachable):
+    """The fabric redirected a request to another origin (scheme, host or port):
+    not followed, so no credential goes there; both origins are named."""
+
+
+class FabricResourceBroken(FabricUnavailable):
+    """One resource of the fabric could not be read: an error answer (5xx), a body
+    over the size limit, a link to nothing; ``uri`` names it. The rest of the
+    fabric may be fine: an inventory keeps what it could read."""
+
+    def __init__(self, message: str, uri: str = "") -> None:
+        super().__init__(message)
+        self.uri = uri
+
+
+class FabricMalformed(FabricResourceBroken):
     """The fabric answered a body that is not JSON or lacks or mistypes a field."""
 
 

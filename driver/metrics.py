@@ -227,6 +227,11 @@ FABRIC_SECONDS = histogram(
     "Seconds from the start of an attach (until the node sees the device) or detach to its end",
     FABRIC_BUCKETS, ("op", "result"), CONTROLLER,
 )  # fmt: skip
+FABRIC_UNREADABLE = counter(
+    "patchbay_fabric_unreadable_resources_total",
+    "Fabric resources a read skipped as unreadable, by cause (the rest of the read is kept)",
+    ("cause",), CONTROLLER,
+)  # fmt: skip
 FABRIC_IN_FLIGHT = gauge(
     "patchbay_fabric_operations_in_flight",
     "Attach/detach operations running or waiting (the controller's queue)", ("op",), CONTROLLER,

@@ -12,9 +12,15 @@ Count-based managers (the ``count`` dialect) take OAuth2 access tokens from
 an identity manager: the client-credentials grant, the token cached until
 shortly before it expires and fetched again after a 401.
 
-A session is opened on first use, opened again when the fabric answers 401
+A login POST carries ``@odata.type`` at the newest ``Session`` version the
+service's ``$metadata`` includes (read without credentials, as DSP0266
+allows), else ``v1_0_0``. A session is opened on first use, opened again when the fabric answers 401
 (it expired or the manager restarted: the request is sent once more), and
-deleted on :meth:`Auth.close`.
+deleted on :meth:`Auth.close`. Requests refused together (a listing's many
+concurrent reads meeting one expired session) share one new login: only
+the request that sent the current token drops it, the others wait on the
+lock and use the new one. A login answered 401 or 403 is said to be the
+credentials refused, not a protocol fault.
 """
 
 from __future__ import annotations
@@ -31,16 +37,19 @@ from typing import Literal, Self
 import aiohttp
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from driver.errors import FabricApiError, FabricMalformed, FabricUnavailable
+from driver.errors import FabricApiError, FabricMalformed, FabricResourceBroken, FabricUnavailable
+from driver.fabricclient.odata_types import FALLBACK, METADATA, fallback, in_metadata
 from driver.fabricclient.token import FabricTokenSettings, TokenSource
 
 log = logging.getLogger(__name__)
 AuthMode = Literal["bearer", "basic", "session", "oauth2"]
 SESSIONS = "/redfish/v1/SessionService/Sessions"  # where DSP0266 puts them
+MAX_TOKEN_BYTES = 64 << 10  # a token endpoint's answer read at most (a JWT is a few kB)
 
-# (method, uri, json body, headers) -> (status, response headers); no auth added.
+# (method, uri, json body, headers) -> (status, response headers, body); no auth added.
 Send = Callable[
-    [str, str, dict[str, str] | None, dict[str, str]], Awaitable[tuple[int, dict[str, str]]]
+    [str, str, dict[str, str] | None, dict[str, str]],
+    Awaitable[tuple[int, dict[str, str], bytes]],
 ]
 
 
@@ -53,8 +62,9 @@ class Auth:
     async def headers(self, send: Send) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._token.current()}"}
 
-    async def refused(self, send: Send) -> bool:
-        """The fabric answered 401: True when a retry may pass (new credentials)."""
+    async def refused(self, send: Send, sent: dict[str, str]) -> bool:
+        """The fabric answered 401 to a request sent with headers ``sent``: True when
+        a retry may pass (new credentials)."""
         return False
 
     async def close(self, send: Send) -> None:
@@ -78,6 +88,7 @@ class SessionAuth(Auth):
         super().__init__(password)
         self._username, self._sessions = username, sessions
         self._session: tuple[str, str] | None = None  # (X-Auth-Token, session URI)
+        self._type = ""  # the Session @odata.type the service advertises, once known
         self._lock = asyncio.Lock()
 
     async def headers(self, send: Send) -> dict[str, str]:
@@ -87,22 +98,42 @@ class SessionAuth(Auth):
             return {"X-Auth-Token": self._session[0]}
 
     async def _login(self, send: Send) -> tuple[str, str]:
-        body = {"UserName": self._username, "Password": self._token.current()}
-        status, headers = await send("POST", self._sessions, body, {})
+        if not self._type:  # $metadata is readable without credentials (DSP0266)
+            found = ""
+            try:
+                status, _, text = await send("GET", METADATA, None, {})
+                if status == 200:
+                    found = in_metadata("Session", text.decode(errors="replace"))
+            except FabricResourceBroken as exc:  # too large, cut short: the fallback
+                log.info("fabric %s unreadable (%s): Session %s", METADATA, exc, FALLBACK)
+            self._type = found or fallback("Session")
+        body = {"@odata.type": self._type, "UserName": self._username,
+                "Password": self._token.current()}  # fmt: skip
+        status, headers, _ = await send("POST", self._sessions, body, {})
         token = headers.get("X-Auth-Token", "")
+        if status in (401, 403):
+            raise FabricApiError(
+                status, "CredentialsRefused",
+                f"the fabric refused the credentials of user {self._username!r} (login)",
+                "POST", self._sessions,
+            )  # fmt: skip
         if status >= 300 or not token:
             raise FabricApiError(
                 status, "SessionLoginFailed",
-                f"POST {self._sessions} as {self._username!r} answered no X-Auth-Token",
+                f"login as {self._username!r}: expected 201 with an X-Auth-Token header, got "
+                f"{'no X-Auth-Token' if status < 300 else 'an error'}", "POST", self._sessions,
             )  # fmt: skip
         location = headers.get("Location", "")
         log.info("fabric: logged in as %s (session %s)", self._username, location or "?")
         return token, location
 
-    async def refused(self, send: Send) -> bool:
+    async def refused(self, send: Send, sent: dict[str, str]) -> bool:
+        token = sent.get("X-Auth-Token", "")
         async with self._lock:
-            had, self._session = self._session, None
-        return had is not None
+            if self._session is not None and self._session[0] == token:
+                log.info("fabric: session %s refused (expired?)", self._session[1] or "?")
+                self._session = None  # a concurrent refusal of it finds it gone already
+        return bool(token)
 
     async def close(self, send: Send) -> None:
         async with self._lock:
@@ -148,8 +179,9 @@ class OAuth2Auth(Auth):
             connector = aiohttp.TCPConnector(ssl=self._tls) if self._tls else None
             self._session = aiohttp.ClientSession(timeout=self._timeout, connector=connector)
         try:
-            async with self._session.post(self._url, data=form) as r:
-                status, raw = r.status, await r.read()
+            # Not redirected: a 307 would carry the client secret to wherever it points.
+            async with self._session.post(self._url, data=form, allow_redirects=False) as r:
+                status, raw = r.status, await r.content.read(MAX_TOKEN_BYTES)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise FabricUnavailable(f"OAuth2 token endpoint {self._url}: {exc}") from exc
         try:
@@ -166,10 +198,12 @@ class OAuth2Auth(Auth):
         ttl = max(0.0, body.expires_in - self.LEEWAY_S) if body.expires_in else 60.0
         return body.access_token, time.monotonic() + ttl
 
-    async def refused(self, send: Send) -> bool:
+    async def refused(self, send: Send, sent: dict[str, str]) -> bool:
+        used = sent.get("Authorization", "")
         async with self._lock:
-            had, self._access = self._access, None
-        return had is not None
+            if self._access is not None and used == f"Bearer {self._access[0]}":
+                self._access = None  # fetched again once, by the next request
+        return bool(used)
 
     async def close(self, send: Send) -> None:
         if self._session is not None:

@@ -10,7 +10,18 @@ answers and handles).
 
 Concurrency: coroutine methods on the caller's loop; one ``aiohttp``
 session per client, safe for concurrent calls. The service root is read
-once (its capabilities and links); every other read is fresh.
+once (its capabilities and links; ``/redfish/v1/``, with the slash, as
+DSP0266 names it: some services answer only that); every other read is
+fresh. A root without ``Fabrics`` is a service with no fabric: an empty
+inventory (logged once), not an error.
+
+The errors the controller can tell apart (``driver.errors``):
+:class:`FabricUnreachable` (no answer: connection, timeout, TLS, a redirect
+to another origin), :class:`FabricResourceBroken` (a resource the call
+needs is broken, named by URI; an inventory itself only records broken
+resources and holds back the devices in doubt), :class:`FabricAttachRefused`
+(the manager refused the attach request: its 4xx; 409, attached elsewhere,
+is :class:`FabricAttachConflict`, also a :class:`FabricConflict`).
 """
 
 from __future__ import annotations
@@ -24,12 +35,22 @@ from typing import Any
 
 import aiohttp
 
-from driver.errors import CountAttachFailed, FabricMalformed, FabricNotFound, FabricUnavailable
-from driver.fabricclient import wire
+from driver.errors import (
+    CountAttachFailed,
+    FabricApiError,
+    FabricAttachConflict,
+    FabricAttachRefused,
+    FabricMalformed,
+    FabricNotFound,
+    FabricUnavailable,
+)
+from driver.fabricclient import wire, wire_tasks
+from driver.fabricclient.attachment import idempotency_key
 from driver.fabricclient.auth import Auth
-from driver.fabricclient.dialect import Dialect, DialectName, idempotency_key, make_dialect
+from driver.fabricclient.dialect import Dialect, DialectName, make_dialect
 from driver.fabricclient.drives import read_drives
 from driver.fabricclient.inventory import ROOT, InventoryReader
+from driver.fabricclient.limits import FabricLimitsSettings
 from driver.fabricclient.links import Capabilities, Links, parse
 from driver.fabricclient.model import (
     AttachResult,
@@ -37,10 +58,11 @@ from driver.fabricclient.model import (
     FabricDevice,
     FabricInventory,
     FabricTask,
+    TaskState,
 )
 from driver.fabricclient.operations import Operations
 from driver.fabricclient.token import TokenSource
-from driver.fabricclient.transport import Transport, api_error
+from driver.fabricclient.transport import QUOTE, Transport, api_error
 
 log = logging.getLogger(__name__)
 ASKED = 1024  # attach requests whose Idempotency-Key generation is remembered
@@ -51,7 +73,8 @@ class FabricClient:
     (Basic, session); ``tls``: the context that verifies an https:// fabric;
     ``server_name``: the host name its certificate must carry when it is not the
     URL's host; ``dialect``: how attaches are asked; ``systems``: system Id or
-    UUID -> node, for systems whose HostName is not their node's name."""
+    UUID -> node, for systems whose HostName is not their node's name; ``limits``:
+    the body size and task poll bounds (:mod:`limits`)."""
 
     def __init__(
         self,
@@ -62,15 +85,19 @@ class FabricClient:
         server_name: str = "",
         dialect: DialectName | Dialect = "connections",
         systems: Mapping[str, str] | None = None,
+        limits: FabricLimitsSettings | None = None,
     ) -> None:
         if isinstance(auth, str):
             auth = TokenSource(auth)
         credentials = auth if isinstance(auth, Auth) else Auth(auth)
-        self._transport = Transport(base_url, credentials, timeout_s, tls, server_name)
+        limits = limits or FabricLimitsSettings()
+        self._transport = Transport(
+            base_url, credentials, timeout_s, tls, server_name, limits.fabric_max_body_bytes
+        )
         self.base_url = self._transport.base_url
         self.dialect = make_dialect(dialect) if isinstance(dialect, str) else dialect
         self._reader = InventoryReader(self.dialect, systems or {})
-        self._ops = Operations(self._transport)
+        self._ops = Operations(self._transport, limits.fabric_task_max_polls)
         self._root: wire.ServiceRoot | None = None
         self._caps = Capabilities()
         self._asked: dict[tuple[str, str, str, str], tuple[int, str | None]] = {}
@@ -100,8 +127,11 @@ class FabricClient:
 
     async def root(self) -> wire.ServiceRoot:
         if self._root is None:
-            self._root = parse(wire.ServiceRoot, await self._transport.get(ROOT), ROOT)
-            self._caps.expand = self._root.expand_query()
+            root = parse(wire.ServiceRoot, await self._transport.get(ROOT + "/"), ROOT + "/")
+            self._caps.expand = root.expand_query()
+            if root.fabrics is None:
+                log.info("fabric service root %s/ links no Fabrics: no fabric devices", ROOT)
+            self._root = root
         return self._root
 
     async def _links(self) -> Links:
@@ -112,8 +142,9 @@ class FabricClient:
 
     async def _read(self, links: Links) -> FabricInventory:
         root = await self.root()
-        fabrics = root.fabrics.odata_id if root.fabrics else f"{ROOT}/Fabrics"
-        return await self._reader.read(links, fabrics)
+        if root.fabrics is None:
+            return FabricInventory((), ())
+        return await self._reader.read(links, root.fabrics.odata_id)
 
     async def inventory(self) -> FabricInventory:
         """Every device of every fabric, with its switch, reachable adapters and connection."""
@@ -145,10 +176,10 @@ class FabricClient:
         breaks or stays silent past ``idle_timeout_s``.
         """
         root = await self.root()
-        service = wire.EventService()
+        service = wire_tasks.EventService()
         if root.event_service is not None:
             uri = root.event_service.odata_id
-            service = parse(wire.EventService, await self._transport.get(uri), uri)
+            service = parse(wire_tasks.EventService, await self._transport.get(uri), uri)
         if not service.sse_uri:
             raise FabricNotFound(404, "NoEventStream", "the fabric offers no SSE stream "
                                  "(EventService.ServerSentEventUri): polling")  # fmt: skip
@@ -163,10 +194,12 @@ class FabricClient:
         headers = {"Accept": "text/event-stream", **await t.auth_headers()}
         try:
             async with t.session().get(
-                t.base_url + uri, timeout=timeout, headers=headers, server_hostname=t.server_name
-            ) as r:
-                if r.status >= 400:
-                    raise api_error(r.status, (await r.read()).decode(errors="replace"))
+                t.base_url + uri, timeout=timeout, headers=headers, server_hostname=t.server_name,
+                allow_redirects=False,  # credentials go to the fabric's origin only
+            ) as r:  # fmt: skip
+                if r.status >= 300:
+                    body = (await r.content.read(QUOTE)).decode(errors="replace")
+                    raise api_error(r.status, body, "GET", uri)
                 yield []
                 data: list[str] = []
                 async for raw in r.content:
@@ -174,7 +207,7 @@ class FabricClient:
                     if line.startswith("data:"):
                         data.append(line[5:].strip())
                     elif not line and data:
-                        event = parse(wire.Event, json.loads("\n".join(data)), uri)
+                        event = parse(wire_tasks.Event, json.loads("\n".join(data)), uri)
                         data = []
                         yield [e.origin.odata_id for e in event.events if e.origin is not None]
         except ValueError as exc:
@@ -207,11 +240,10 @@ class FabricClient:
             raise FabricNotFound(
                 404, "ResourceNotFound", f"{device_id} is not reachable from {node}/{adapter}"
             )
-        conn = dev.connection
-        here = conn is not None and (conn.node, conn.adapter) == (node, adapter)
-        if conn is not None and here and conn.state == "Attached":
-            log.info("fabric attach %s -> %s/%s: already attached", device_id, node, adapter)
-            return AttachResult(conn.uri, None)
+        for conn in dev.connections:
+            if (conn.node, conn.adapter, conn.state) == (node, adapter, "Attached"):
+                log.info("fabric attach %s -> %s/%s: already attached", device_id, node, adapter)
+                return AttachResult(conn.uri, None)
         # One Idempotency-Key per attach request of (device, node, adapter, key): a
         # repeat while it runs reuses it, a new request after it ended gets a new one.
         ask = (device_id, node, adapter, key)
@@ -224,15 +256,47 @@ class FabricClient:
         except CountAttachFailed:  # what arrived was given back (or nothing came): asking
             self._asked[ask] = (generation, "")  # again is a new request, not a replay
             raise
+        except FabricApiError as exc:
+            mapped = refused(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
         self._asked[ask] = (generation, result.task.uri if result.task else "")
         while len(self._asked) > ASKED:
             self._asked.pop(next(iter(self._asked)))
         return result
 
     async def detach(self, device_id: str) -> FabricTask | None:
-        """Detach ``device_id`` from wherever it is; None if it is not attached."""
+        """Detach ``device_id`` from the node it is attached to (every binding of it to
+        that node); None if it is not attached. The handle's task is Completed only
+        once the manager shows no binding of it to that node any more."""
         links = await self._links()
         dev = (await self._read(links)).device(device_id)
         if dev.connection is None:
             return None
-        return await self.dialect.detach(self._ops, links, dev)
+        node = dev.connection.node
+        task = await self.dialect.detach(self._ops, links, dev)
+        if task is None:
+            return None
+
+        async def check() -> tuple[TaskState, tuple[str, ...]]:
+            left = (await self.inventory()).device(device_id).bound_to(node)
+            if not left:
+                return "Completed", ()
+            what = tuple(f"{c.uri}: {c.state}" for c in left)
+            if all(c.state == "Detaching" for c in left):
+                return "Running", what
+            why = f"{device_id} is still bound to {node or '?'} after its detach ended"
+            return "Exception", (why, *what)
+
+        return self._ops.combine([task], "detach", device_id, check)
+
+
+def refused(exc: FabricApiError) -> FabricApiError:
+    """An attach request's error answer as the attach refused (4xx, not 401/403/404)."""
+    if isinstance(exc, (FabricAttachRefused, CountAttachFailed)) or not 400 <= exc.status < 500:
+        return exc
+    if exc.status in (401, 403, 404, 408, 429):
+        return exc
+    cls = FabricAttachConflict if exc.status == 409 else FabricAttachRefused
+    return cls(exc.status, exc.code, exc.message, exc.method, exc.uri)

@@ -10,40 +10,28 @@ setting ``fabric_dialect`` picks one for the fabric the controller talks to.
 A dialect also says where the current attachments are read from (the
 Connections, or the zones' members), since that is the same choice.
 
-Every attach request carries an ``Idempotency-Key`` header (not a Redfish
-standard: a manager that honours it, as our simulator does, answers a
-repeat with its first answer instead of attaching twice). The key is
-derived from the device, node, adapter and the caller's key (the
-controller's allocation), so a retry of one allocation repeats it and a
-later allocation of the same device does not.
+What the dialects share (the :class:`~attachment.Binding` they read, the
+``Idempotency-Key`` every attach request carries, a binding's progress)
+lives below them in :mod:`attachment`, so this seam imports the dialects
+and none of them imports it back.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
 from driver.fabricclient import wire
+from driver.fabricclient.attachment import Binding
+from driver.fabricclient.dialect_connections import ConnectionsDialect
+from driver.fabricclient.dialect_zones import ZonesDialect
 from driver.fabricclient.links import Links
-from driver.fabricclient.model import (
-    AttachResult,
-    FabricConnection,
-    FabricDevice,
-    FabricTask,
-    HostAdapter,
-)
+from driver.fabricclient.model import AttachResult, FabricDevice, FabricTask, HostAdapter
 from driver.fabricclient.operations import Operations
 
 DialectName = Literal["connections", "zones", "count"]
-IDEMPOTENCY_HEADER = "Idempotency-Key"
-
-
-def idempotency_key(device: str, node: str, adapter: str, key: str = "") -> str:
-    """The same for the same attach request (device, node, adapter, caller's key)."""
-    return hashlib.sha256("\0".join((device, node, adapter, key)).encode()).hexdigest()[:32]
 
 
 class Dialect(Protocol):
@@ -56,10 +44,14 @@ class Dialect(Protocol):
         """The cluster's Nodes as the apiserver lists them, on every pass."""
         ...
 
-    async def connections(
-        self, links: Links, fabric: wire.Fabric, initiators: Mapping[str, HostAdapter]
-    ) -> list[FabricConnection]:
-        """The attachments of ``fabric``; ``initiators`` by endpoint URI."""
+    async def bindings(self, links: Links, fabric: wire.Fabric) -> list[Binding]:
+        """Every attachment of ``fabric`` as the manager shows it (tolerant: a
+        binding that cannot be read is recorded in ``links.broken``)."""
+        ...
+
+    async def named(self, links: Links, eps: list[wire.Endpoint], known: set[str]) -> list[Binding]:
+        """The bindings endpoints ``eps`` link (``Links.Connections``, ``Links.Zones``)
+        beyond those ``known`` (URIs): ones their collection omits."""
         ...
 
     async def attach(
@@ -69,7 +61,8 @@ class Dialect(Protocol):
         ...
 
     async def detach(self, ops: Operations, links: Links, dev: FabricDevice) -> FabricTask | None:
-        """Ask to detach ``dev`` from its connection (``dev.connection`` is set)."""
+        """Ask to remove every binding of ``dev`` to the node of ``dev.connection``
+        (set); one handle for all of them (``Operations.combine``), None when done."""
         ...
 
 
@@ -86,13 +79,6 @@ class FabricDialectSetting(BaseModel):
 
 
 def make_dialect(name: DialectName) -> Dialect:
-    from driver.fabricclient.dialect_connections import ConnectionsDialect
-    from driver.fabricclient.dialect_zones import ZonesDialect
-
     if name == "count":  # needs its settings: FabricCountSettings.dialect()
         raise ValueError("fabric_dialect count: build it from FabricCountSettings.dialect()")
     return ConnectionsDialect() if name == "connections" else ZonesDialect()
-
-
-def link(uri: str) -> dict[str, str]:
-    return {"@odata.id": uri}

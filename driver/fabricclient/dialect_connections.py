@@ -2,13 +2,22 @@
 
 Why a module: this is DMTF's own way (the CXL and NVMe-oF mockups use it)
 and our default. An attach POSTs a Connection naming the initiator and
-target endpoints; CXL memory is a ``ConnectionType: Memory`` connection
+target endpoints, with the ``@odata.type`` the service shows
+(:mod:`odata_types`); CXL memory is a ``ConnectionType: Memory`` connection
 whose ``MemoryChunkInfo`` names the logical device's memory chunks (from
 the endpoint's ``MemoryChunk`` entities, else the CXLLogicalDevice's
-``Links.MemoryChunks``). A connection's ``Status`` is its progress
-(:func:`state_of`, the zones dialect reads it too): ``State`` ``Starting``
-attaching, ``Disabled`` detaching, ``UnavailableOffline`` (present, not
-usable) or else ``Health`` ``Critical`` failed, anything else attached.
+``Links.MemoryChunks``).
+
+A Connection may bind several initiators and targets, named directly
+(``InitiatorEndpoints``, ``TargetEndpoints``) or through endpoint groups
+(``...EndpointGroups``, resolved to their members): all are read
+(:func:`binding`). A detach removes every Connection of the device to its
+node: one binding only the device and that node: DELETE; one with other
+targets: PATCHed without the device; one with other hosts' initiators:
+PATCHed without this node's; one that binds it through an endpoint group,
+or binds other devices to other hosts as well, is refused with
+:class:`FabricConflict` naming it (no single request removes only this
+device from this node).
 """
 
 from __future__ import annotations
@@ -17,48 +26,46 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from driver.errors import FabricConflict, FabricMalformed, FabricNotFound, FabricResourceBroken
 from driver.fabricclient import wire
-from driver.fabricclient.dialect import IDEMPOTENCY_HEADER, link
+from driver.fabricclient.attachment import IDEMPOTENCY_HEADER, Binding, key, link, state_of
 from driver.fabricclient.links import Links, parse
-from driver.fabricclient.model import (
-    AttachResult,
-    ConnectionState,
-    FabricConnection,
-    FabricDevice,
-    FabricTask,
-    HostAdapter,
-)
+from driver.fabricclient.model import AttachResult, FabricDevice, FabricTask, HostAdapter
+from driver.fabricclient.odata_types import odata_type
 from driver.fabricclient.operations import Operations
 
 log = logging.getLogger(__name__)
-STATES: dict[str | None, ConnectionState] = {
-    "Starting": "Attaching",
-    "Disabled": "Detaching",
-    "UnavailableOffline": "Failed",
-}
 
 
-def state_of(status: wire.Status) -> ConnectionState:
-    """A connection's progress from its ``Status`` (see the module docstring)."""
-    state = STATES.get(status.state)
-    if state is None:
-        state = "Failed" if status.health == "Critical" else "Attached"
-    return state
+async def binding(links: Links, c: wire.Connection) -> Binding | None:
+    """Connection ``c`` with its endpoint groups resolved; None when a group of it
+    cannot be read (the connection is then recorded broken)."""
+    ends: list[list[str]] = [[key(x.odata_id) for x in c.links.initiators],
+                             [key(x.odata_id) for x in c.links.targets]]  # fmt: skip
+    for out, groups in zip(ends, (c.links.initiator_groups, c.links.target_groups), strict=True):
+        for g in groups:
+            group = await links.maybe(wire.EndpointGroup, g.odata_id, c.odata_id)
+            if group is None:
+                links.note_broken(c.odata_id, FabricResourceBroken(
+                    f"fabric connection {c.odata_id}: its endpoint group {g.odata_id} is "
+                    "unreadable", c.odata_id))  # fmt: skip
+                return None
+            out.extend(key(e.odata_id) for e in group.members() if key(e.odata_id) not in out)
+    grouped = bool(c.links.initiator_groups or c.links.target_groups)
+    return Binding(c.id, c.odata_id, tuple(ends[0]), tuple(ends[1]), state_of(c.status), grouped)
 
 
-def connection(
-    c: wire.Connection, initiators: Mapping[str, HostAdapter]
-) -> FabricConnection | None:
-    """Our view of a device connection; None for one that names no target endpoint
-    (an NVMe-oF Storage connection names volumes instead)."""
-    if not c.links.targets:
-        return None
-    ini = initiators.get(c.links.initiators[0].odata_id.rstrip("/")) if c.links.initiators else None
-    return FabricConnection(
-        c.id, c.odata_id, wire.last_segment(c.links.targets[0].odata_id),
-        ini.node if ini else "", ini.adapter if ini else "",
-        state_of(c.status), "", None,
-    )  # fmt: skip
+async def connections_in(links: Links, where: str) -> list[wire.Connection]:
+    """The Connections of collection ``where`` that can be read (the others
+    recorded broken)."""
+    out = []
+    for body in await links.members(where, tolerant=True):
+        uri = str(body.get("@odata.id", where))
+        try:
+            out.append(parse(wire.Connection, body, uri))
+        except FabricMalformed as exc:
+            links.note_broken(uri, exc)
+    return out
 
 
 async def memory_chunks(links: Links, dev: FabricDevice) -> list[str]:
@@ -78,23 +85,41 @@ class ConnectionsDialect:
     def set_nodes(self, nodes: Iterable[Mapping[str, Any]]) -> None:
         return None  # a system names its node (HostName, a mapping or a systemUUID)
 
-    async def connections(
-        self, links: Links, fabric: wire.Fabric, initiators: Mapping[str, HostAdapter]
-    ) -> list[FabricConnection]:
+    async def bindings(self, links: Links, fabric: wire.Fabric) -> list[Binding]:
         if fabric.connections is None:
             return []
-        where = fabric.connections.odata_id
-        bodies = [parse(wire.Connection, b, where) for b in await links.members(where)]
-        return [c for c in (connection(b, initiators) for b in bodies) if c is not None]
+        found = [await binding(links, c)
+                 for c in await connections_in(links, fabric.connections.odata_id)]  # fmt: skip
+        return [b for b in found if b is not None and b.targets]  # Storage: volumes instead
+
+    async def named(self, links: Links, eps: list[wire.Endpoint], known: set[str]) -> list[Binding]:
+        out = []
+        for uri in dict.fromkeys(key(c.odata_id) for e in eps for c in e.links.connections):
+            if uri in known or uri in links.broken:
+                continue
+            c = await links.maybe(
+                wire.Connection, uri, "an endpoint's Links.Connections", gone_ok=True
+            )
+            found = await binding(links, c) if c is not None else None
+            if found is not None and found.targets:
+                log.info("fabric connection %s: not in its collection, named by an endpoint", uri)
+                out.append(found)
+        return out
 
     async def attach(
         self, ops: Operations, links: Links, dev: FabricDevice, via: HostAdapter, key: str
     ) -> AttachResult:
+        uri = f"/redfish/v1/Fabrics/{dev.fabric}/Connections"
+        try:  # the types the service shows; Sunfish creates the collection on first POST
+            seen = [c.odata_type for c in await connections_in(links, uri)]
+        except FabricNotFound:
+            seen = []
         body: dict[str, Any] = {
+            "@odata.type": await odata_type(links, "Connection", seen),
             "Links": {
                 "InitiatorEndpoints": [link(via.endpoint_uri())],
                 "TargetEndpoints": [link(dev.endpoint_uri())],
-            }
+            },
         }
         if dev.kind == "cxlmem":
             chunks = await memory_chunks(links, dev)
@@ -102,7 +127,6 @@ class ConnectionsDialect:
             body["MemoryChunkInfo"] = [
                 {"AccessCapabilities": ["Read", "Write"], "MemoryChunk": link(c)} for c in chunks
             ]
-        uri = f"/redfish/v1/Fabrics/{dev.fabric}/Connections"
         _, task = await ops.submit("POST", uri, body, {IDEMPOTENCY_HEADER: key}, "attach", dev.id)
         if task.done:
             log.info("fabric attach %s -> %s/%s: done", dev.id, via.node, via.adapter)
@@ -115,6 +139,36 @@ class ConnectionsDialect:
 
     async def detach(self, ops: Operations, links: Links, dev: FabricDevice) -> FabricTask | None:
         assert dev.connection is not None
-        _, task = await ops.submit("DELETE", dev.connection.uri, None, {}, "detach", dev.id)
-        log.info("fabric detach %s from %s: %s", dev.id, dev.connection.node, task.uri)
+        node = dev.connection.node
+        mine = dev.bound_to(node)
+        ours = {c.initiator for c in mine if c.initiator}
+        tasks = []
+        for uri in dict.fromkeys(c.uri for c in mine):
+            found = await binding(links, await links.model(wire.Connection, uri))
+            if found is None:
+                raise FabricResourceBroken(f"fabric connection {uri} of {dev.id}: unreadable "
+                                           f"({links.broken.get(uri, '?')})", uri)  # fmt: skip
+            tasks.append(await self._unbind(ops, found, dev, ours))
+            log.info("fabric detach %s from %s: %s", dev.id, node, tasks[-1].uri)
+        return ops.combine(tasks, "detach", dev.id)
+
+    async def _unbind(
+        self, ops: Operations, b: Binding, dev: FabricDevice, ours: set[str]
+    ) -> FabricTask:
+        target = key(dev.endpoint_uri())
+        other_targets = [t for t in b.targets if t != target]
+        other_inis = [i for i in b.initiators if i not in ours]
+        if not other_targets and not other_inis:
+            _, task = await ops.submit("DELETE", b.uri, None, {}, "detach", dev.id)
+            return task
+        if b.grouped or (other_targets and other_inis):
+            how = "through an endpoint group" if b.grouped else "with others to other hosts"
+            raise FabricConflict(409, "DetachNotAlone", f"connection {b.uri} binds {dev.id} "
+                                 f"{how}: no one request removes only it from this node; "
+                                 "change the connection by hand", "DELETE", b.uri)  # fmt: skip
+        links_body = (
+            {"TargetEndpoints": [link(t) for t in other_targets]} if other_targets
+            else {"InitiatorEndpoints": [link(i) for i in other_inis]}
+        )  # fmt: skip
+        _, task = await ops.submit("PATCH", b.uri, {"Links": links_body}, {}, "detach", dev.id)
         return task

@@ -44,16 +44,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from driver.errors import CountAttachFailed, FabricApiError, FabricMalformed, FabricNotFound
 from driver.fabricclient import wire
-from driver.fabricclient.dialect import IDEMPOTENCY_HEADER, Dialect, FabricDialectSetting
+from driver.fabricclient.attachment import IDEMPOTENCY_HEADER, Binding
+from driver.fabricclient.dialect import Dialect, FabricDialectSetting
 from driver.fabricclient.dialect_connections import ConnectionsDialect
 from driver.fabricclient.links import Links
-from driver.fabricclient.model import (
-    AttachResult,
-    FabricConnection,
-    FabricDevice,
-    FabricTask,
-    HostAdapter,
-)
+from driver.fabricclient.model import AttachResult, FabricDevice, FabricTask, HostAdapter
 from driver.fabricclient.operations import Operations
 from driver.fabricclient.transport import Transport
 
@@ -227,10 +222,11 @@ class CountDialect:
     def _uri(self, machine: str, tail: str = "") -> str:
         return f"{MACHINES}/{quote(machine, safe='')}{tail}?tenant_uuid={quote(self.tenant)}"
 
-    async def connections(
-        self, links: Links, fabric: wire.Fabric, initiators: Mapping[str, HostAdapter]
-    ) -> list[FabricConnection]:
-        return await self._redfish.connections(links, fabric, initiators)
+    async def bindings(self, links: Links, fabric: wire.Fabric) -> list[Binding]:
+        return await self._redfish.bindings(links, fabric)
+
+    async def named(self, links: Links, eps: list[wire.Endpoint], known: set[str]) -> list[Binding]:
+        return await self._redfish.named(links, eps, known)
 
     async def machine(self, transport: Transport, node: str) -> list[CountResource]:
         """The resources the manager has attached to ``node``'s machine (its "get")."""

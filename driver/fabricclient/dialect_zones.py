@@ -18,8 +18,15 @@ done: a member listed while its attach runs, or after it failed, is
 attaching or failed, which the member endpoint's own connection
 (``Links.Connections``, the one naming the zone's initiator) says in its
 ``Status`` (read as the connections dialect reads it:
-``dialect_connections.state_of``). A member with no connection linked is
-attached: membership is all such a manager tells.
+``attachment.state_of``). A member with no connection linked is
+attached: membership is all such a manager tells. Zone members the
+Endpoints collection omits are read from the zone's links.
+
+A device in another host's zone is not moved: its attach is refused with
+:class:`FabricAttachConflict` naming that zone (the caller detaches it
+there first, as for a Connection elsewhere), since adding it to a second
+host's zone would hand one device to two hosts. A detach removes the device
+from every zone of its node.
 """
 
 from __future__ import annotations
@@ -29,15 +36,13 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from driver.errors import FabricApiError, FabricNotFound
+from driver.errors import FabricApiError, FabricAttachConflict, FabricMalformed, FabricNotFound
 from driver.fabricclient import wire
-from driver.fabricclient.dialect import IDEMPOTENCY_HEADER, link
-from driver.fabricclient.dialect_connections import state_of
+from driver.fabricclient.attachment import IDEMPOTENCY_HEADER, Binding, key, link, state_of
 from driver.fabricclient.links import Links, parse
 from driver.fabricclient.model import (
     AttachResult,
     ConnectionState,
-    FabricConnection,
     FabricDevice,
     FabricTask,
     HostAdapter,
@@ -67,26 +72,41 @@ class ZonesDialect:
     def set_nodes(self, nodes: Iterable[Mapping[str, Any]]) -> None:
         return None  # a system names its node (HostName, a mapping or a systemUUID)
 
-    async def connections(
-        self, links: Links, fabric: wire.Fabric, initiators: Mapping[str, HostAdapter]
-    ) -> list[FabricConnection]:
+    async def bindings(self, links: Links, fabric: wire.Fabric) -> list[Binding]:
         if fabric.zones is None:
             return []
         out = []
-        for body in await links.members(fabric.zones.odata_id):
-            zone = parse(wire.Zone, body, fabric.zones.odata_id)
-            members = [e.odata_id.rstrip("/") for e in zone.links.endpoints]
-            inis = [m for m in members if m in initiators]
-            if len(inis) != 1:
-                continue  # no initiator, or a zone shared by several: not a host port's zone
-            ini, targets = initiators[inis[0]], [m for m in members if m not in initiators]
-            states = await asyncio.gather(
-                *(member_state(links, m, inis[0], zone.odata_id) for m in targets)
-            )
-            for m, state in zip(targets, states, strict=True):
-                out.append(FabricConnection(zone.id, zone.odata_id, wire.last_segment(m),
-                                            ini.node, ini.adapter, state, "", None))  # fmt: skip
+        for body in await links.members(fabric.zones.odata_id, tolerant=True):
+            uri = str(body.get("@odata.id", fabric.zones.odata_id))
+            try:
+                out += await self._members(links, parse(wire.Zone, body, uri))
+            except FabricMalformed as exc:
+                links.note_broken(uri, exc)
         return out
+
+    async def named(self, links: Links, eps: list[wire.Endpoint], known: set[str]) -> list[Binding]:
+        out = []
+        for uri in dict.fromkeys(key(z.odata_id) for e in eps for z in e.links.zones):
+            if uri in known or uri in links.broken:
+                continue
+            zone = await links.maybe(wire.Zone, uri, "an endpoint's Links.Zones", gone_ok=True)
+            if zone is not None:
+                out += await self._members(links, zone)
+        return out
+
+    async def _members(self, links: Links, zone: wire.Zone) -> list[Binding]:
+        """A host port's zone: one binding per target member, else none."""
+        uri = zone.odata_id
+        members = [key(e.odata_id) for e in zone.links.endpoints]
+        eps = await asyncio.gather(*(links.maybe(wire.Endpoint, m, uri) for m in members))
+        inis = [m for m, e in zip(members, eps, strict=True)
+                if e is not None and e.role() in ("Initiator", "Both")]  # fmt: skip
+        if len(inis) != 1:
+            return []  # no initiator, or a zone shared by several: not a host port's zone
+        targets = [m for m, e in zip(members, eps, strict=True) if e and m not in inis]
+        states = await asyncio.gather(*(member_state(links, m, inis[0], uri) for m in targets))
+        return [Binding(zone.id, uri, (inis[0],), (m,), state)
+                for m, state in zip(targets, states, strict=True)]  # fmt: skip
 
     async def _zone(self, links: Links, uri: str) -> tuple[wire.Zone, str]:
         resp = await links.transport.request("GET", uri)
@@ -123,8 +143,16 @@ class ZonesDialect:
         ini = await links.model(wire.Endpoint, via.endpoint_uri())
         if not ini.links.zones:
             where = via.endpoint_uri()
-            raise FabricNotFound(404, "ResourceNotFound", f"{where} names no zone (Links.Zones)")
+            raise FabricNotFound(404, "ResourceNotFound", "expected the initiator to name its "
+                                 "zone (Links.Zones)", "GET", where)  # fmt: skip
         zone_uri = ini.links.zones[0].odata_id
+        for c in dev.connections:
+            if (c.node, c.adapter) != (via.node, via.adapter) and c.state != "Failed":
+                raise FabricAttachConflict(409, "AttachedElsewhere", (
+                    f"{dev.id} is in zone {c.uri} of {c.node or '?'}/{c.adapter}: not added "
+                    f"to the zone of {via.node}/{via.adapter} as well (a device is in one "
+                    "host port's zone at a time); detach it there first"
+                ), "PATCH", zone_uri)  # fmt: skip
         task = await self._patch(ops, links, zone_uri, "add", dev, "attach", key)
         log.info("fabric attach %s -> %s/%s (zone %s): %s", dev.id, via.node, via.adapter,
                  zone_uri, "done" if task.done else task.uri)  # fmt: skip
@@ -132,6 +160,8 @@ class ZonesDialect:
 
     async def detach(self, ops: Operations, links: Links, dev: FabricDevice) -> FabricTask | None:
         assert dev.connection is not None
-        task = await self._patch(ops, links, dev.connection.uri, "remove", dev, "detach", "")
-        log.info("fabric detach %s from %s: %s", dev.id, dev.connection.node, task.uri)
-        return task
+        node, tasks = dev.connection.node, []
+        for zone in dict.fromkeys(c.uri for c in dev.bound_to(node)):
+            tasks.append(await self._patch(ops, links, zone, "remove", dev, "detach", ""))
+            log.info("fabric detach %s from %s (zone %s): %s", dev.id, node, zone, tasks[-1].uri)
+        return ops.combine(tasks, "detach", dev.id)

@@ -18,7 +18,9 @@ differently. This module reads, for one endpoint's target entities
   else its port's ``AssociatedMACAddresses``), an NVMe drive's
   ``SerialNumber`` (and NQN), a CXL memory device's serial: the EUI-64 of
   its ``GCXLID`` written as Linux shows ``/sys/bus/cxl/devices/memX/serial``
-  (``0x`` and 16 hex digits), with ``MemorySizeMiB`` as capacity.
+  (``0x`` and 16 hex digits), with ``MemorySizeMiB`` as capacity, and its
+  logical device (the GCXLID's part after ``:``), which tells the LDs of one
+  multi-logical device apart (they share the serial).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class Identity:
     device_id: int = 0
     capacity_bytes: int = 0
     nqn: str = ""
+    logical_device: str = ""
 
 
 def nvml_uuid(uuid: str) -> str:
@@ -67,6 +70,11 @@ def cxl_serial(gcxlid: str) -> str:
         return f"{int(eui, 16):#x}" if eui else ""
     except ValueError:
         return eui.lower()
+
+
+def cxl_logical_device(gcxlid: str) -> str:
+    """The logical device part of a GCXLID (``...-35:0001`` -> ``0001``), or ""."""
+    return gcxlid.partition(":")[2].strip().lower()
 
 
 def class_kind(fn: wire.Device) -> DeviceKind | None:
@@ -171,4 +179,5 @@ async def _identify(links: Links, ep: wire.Endpoint) -> Identity | None:
         return replace(ident, capacity_bytes=body.capacity_bytes or 0, nqn=nqn)
     gcxlid = wire.durable(body.identifiers, "GCXLID") or wire.durable(entity.identifiers, "GCXLID")
     size = (body.memory_size_mib or 0) << 20
-    return replace(ident, serial=cxl_serial(gcxlid), capacity_bytes=size)
+    return replace(ident, serial=cxl_serial(gcxlid), capacity_bytes=size,
+                   logical_device=cxl_logical_device(gcxlid))  # fmt: skip

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from driver.errors import FabricNotFound
+from driver.errors import FabricNotFound, FabricResourceBroken
 
 TaskState = Literal[
     "New", "Starting", "Running", "Suspended", "Interrupted", "Pending", "Stopping",
@@ -53,6 +53,7 @@ class FabricConnection:
     state: ConnectionState
     pci_bus_id: str  # "" unless known (Redfish has none for a fabric-attached function)
     task_uri: str | None  # the open task, if any
+    initiator: str = ""  # the initiator endpoint's URI, when the fabric names one
 
 
 @dataclass(frozen=True)
@@ -78,9 +79,28 @@ class FabricDevice:
     capacity_bytes: int = 0  # NVMe drives and CXL memory: their size
     nqn: str = ""  # NVMe drives: the subsystem NQN, if the fabric names it
     uri: str = ""  # the target endpoint's URI ("": /redfish/v1/Fabrics/<fabric>/Endpoints/<id>)
+    # Every binding (Connection, zone membership) of the device, ``connection`` first:
+    # a device may sit in several Connections, to one host or to several.
+    connections: tuple[FabricConnection, ...] = ()
+    # CXL memory: the logical device (the GCXLID's part after ':', e.g. "0001"); the
+    # LDs of one multi-logical device share a serial and differ here ("" if unknown).
+    logical_device: str = ""
 
     def endpoint_uri(self) -> str:
         return self.uri or f"/redfish/v1/Fabrics/{self.fabric}/Endpoints/{self.id}"
+
+    def bound_to(self, node: str) -> tuple[FabricConnection, ...]:
+        """Its bindings to ``node`` (all of them, whichever adapter)."""
+        return tuple(c for c in self.connections if c.node == node)
+
+    @property
+    def unique_identity(self) -> str:
+        """:attr:`identity`, with the logical device for CXL memory: distinct for each
+        LD of a multi-logical device (which :attr:`identity`, what is published
+        today, is not; the pool's names move to this with the new pool shape)."""
+        if self.kind == "cxlmem" and self.logical_device:
+            return f"{self.identity}:{self.logical_device}"
+        return self.identity
 
     @property
     def identity(self) -> str:
@@ -116,15 +136,24 @@ class FabricVolume:
 
 @dataclass(frozen=True)
 class FabricInventory:
+    """``broken``: (URI, why) of each resource the read could not use; ``held_back``:
+    device id -> why, for devices left out because something about them is in
+    doubt (their endpoint, identity, or a binding that may name them is broken)."""
+
     devices: tuple[FabricDevice, ...]
     adapters: tuple[HostAdapter, ...]
     nqn_endpoints: tuple[NqnEndpoint, ...] = ()
     volumes: tuple[FabricVolume, ...] = ()
+    broken: tuple[tuple[str, str], ...] = ()
+    held_back: tuple[tuple[str, str], ...] = ()
 
     def device(self, ident: str) -> FabricDevice:
         for d in self.devices:
             if d.id == ident:
                 return d
+        why = dict(self.held_back).get(ident)
+        if why is not None:
+            raise FabricResourceBroken(f"fabric device {ident!r} is held back: {why}")
         raise FabricNotFound(404, "ResourceNotFound", f"no fabric device {ident!r}")
 
 

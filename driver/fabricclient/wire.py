@@ -16,8 +16,6 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from driver.fabricclient.model import TaskState
-
 M = TypeVar("M", bound=BaseModel)
 HEX_ID = r"^(0[xX])?[0-9a-fA-F]{1,8}$"  # what the client reads as an int, base 16
 
@@ -27,7 +25,10 @@ class _Wire(BaseModel):
 
 
 def _links(value: Any) -> Any:
-    """A single link where a list is expected (some services do): a one-item list."""
+    """A single link where a list is expected (some services do): a one-item list;
+    null (some services send it for an empty list): an empty one."""
+    if value is None:
+        return []
     return [value] if isinstance(value, dict) else value
 
 
@@ -86,11 +87,8 @@ class ServiceRoot(_Wire):
         return "." if e.no_links else ("*" if e.expand_all else "")
 
 
-class EventService(_Wire):
-    sse_uri: str | None = Field(default=None, alias="ServerSentEventUri")
-
-
 class Fabric(_Wire):
+    odata_id: str = Field(default="", alias="@odata.id")
     id: str = Field(alias="Id")
     endpoints: Link | None = Field(default=None, alias="Endpoints")
     connections: Link | None = Field(default=None, alias="Connections")
@@ -139,6 +137,8 @@ class Endpoint(_Wire):
     status: Status = Field(default_factory=Status, alias="Status")
     links: EndpointLinks = Field(default_factory=EndpointLinks, alias="Links")
 
+    listed = field_validator("entities", "identifiers", mode="before")(_links)
+
     def role(self) -> str:
         """Initiator, Target or Both: the first connected entity's ``EntityRole``."""
         return next((e.role for e in self.entities if e.role), "")
@@ -147,6 +147,26 @@ class Endpoint(_Wire):
 class ConnectionLinks(_Wire):
     initiators: Links = Field(default_factory=list, alias="InitiatorEndpoints")
     targets: Links = Field(default_factory=list, alias="TargetEndpoints")
+    initiator_groups: Links = Field(default_factory=list, alias="InitiatorEndpointGroups")
+    target_groups: Links = Field(default_factory=list, alias="TargetEndpointGroups")
+
+    listed = field_validator(
+        "initiators", "targets", "initiator_groups", "target_groups", mode="before"
+    )(_links)
+
+
+class EndpointGroupLinks(_Wire):
+    endpoints: Links = Field(default_factory=list, alias="Endpoints")
+
+
+class EndpointGroup(_Wire):
+    """Its members: ``Links.Endpoints`` (v1_3_0 on), else the deprecated ``Endpoints``."""
+
+    links: EndpointGroupLinks = Field(default_factory=EndpointGroupLinks, alias="Links")
+    endpoints_deprecated: Links = Field(default_factory=list, alias="Endpoints")
+
+    def members(self) -> Links:
+        return self.links.endpoints or self.endpoints_deprecated
 
 
 class VolumeInfo(_Wire):
@@ -155,6 +175,7 @@ class VolumeInfo(_Wire):
 
 class Connection(_Wire):
     odata_id: str = Field(alias="@odata.id")
+    odata_type: str = Field(default="", alias="@odata.type")
     id: str = Field(alias="Id")
     type: str | None = Field(default=None, alias="ConnectionType")
     status: Status = Field(default_factory=Status, alias="Status")
@@ -174,6 +195,7 @@ class Zone(_Wire):
 
 
 class Switch(_Wire):
+    odata_id: str = Field(default="", alias="@odata.id")
     id: str = Field(alias="Id")
     ports: Link | None = Field(default=None, alias="Ports")
 
@@ -181,6 +203,13 @@ class Switch(_Wire):
 class PortLinks(_Wire):
     associated_endpoints: Links = Field(default_factory=list, alias="AssociatedEndpoints")
     connected_ports: Links = Field(default_factory=list, alias="ConnectedPorts")
+    connected_switch_ports: Links = Field(default_factory=list, alias="ConnectedSwitchPorts")
+    connected_switches: Links = Field(default_factory=list, alias="ConnectedSwitches")
+
+    listed = field_validator(
+        "associated_endpoints", "connected_ports", "connected_switch_ports",
+        "connected_switches", mode="before",
+    )(_links)  # fmt: skip
 
 
 class Port(_Wire):
@@ -239,48 +268,6 @@ class Volume(_Wire):
     odata_id: str = Field(alias="@odata.id")
     capacity_bytes: int = Field(default=0, alias="CapacityBytes", ge=0)
     identifiers: list[Identifier] = Field(default_factory=list, alias="Identifiers")
-
-
-class Message(_Wire):
-    message: str = Field(default="", alias="Message")
-    message_id: str = Field(default="", alias="MessageId")
-
-
-class Payload(_Wire):
-    operation: str = Field(default="", alias="HttpOperation")
-    target_uri: str = Field(default="", alias="TargetUri")
-    json_body: str = Field(default="", alias="JsonBody")
-
-
-class Task(_Wire):
-    odata_id: str = Field(default="", alias="@odata.id")
-    id: str = Field(default="", alias="Id")
-    state: TaskState = Field(alias="TaskState")
-    status: str | None = Field(default=None, alias="TaskStatus")
-    monitor: str | None = Field(default=None, alias="TaskMonitor")
-    messages: list[Message] = Field(default_factory=list, alias="Messages")
-    payload: Payload | None = Field(default=None, alias="Payload")
-
-
-class EventRecord(_Wire):
-    message_id: str = Field(default="", alias="MessageId")
-    origin: Link | None = Field(default=None, alias="OriginOfCondition")
-
-
-class Event(_Wire):
-    """A Redfish ``Event`` from the EventService's SSE stream."""
-
-    events: list[EventRecord] = Field(default_factory=list, alias="Events")
-
-
-class ErrorInfo(_Wire):
-    code: str = "Base.GeneralError"
-    message: str = ""
-    extended: list[Message] = Field(default_factory=list, alias="@Message.ExtendedInfo")
-
-
-class ErrorBody(_Wire):
-    error: ErrorInfo
 
 
 def last_segment(uri: str) -> str:

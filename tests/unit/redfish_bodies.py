@@ -93,7 +93,7 @@ def client(bodies: dict[str, Any]) -> FabricClient:
     bodies = {**LINKED, **bodies}
 
     async def request(method: str, uri: str, body: Any = None, headers: Any = None) -> Response:
-        path = uri.split("?", 1)[0]
+        path = uri.split("?", 1)[0].rstrip("/")  # the root is asked as /redfish/v1/
         if path not in bodies:
             raise FabricNotFound(404, "ResourceNotFound", path)
         return Response(200, {}, bodies[path])

@@ -34,11 +34,14 @@ async def test_cxl_mockup_gives_kinds_identities_initiators_and_reachability() -
     t3 = inv.device("T3")
     assert (t3.identity, t3.capacity_bytes, t3.vendor_id) == (CXL_SERIAL, 16 << 30, 0xABCD)
     assert t3.health == "OK" and t3.available and t3.switch == "CXL"
-    # Initiators: the system's endpoints (the mockup's collection omits I4), mapped
-    # to node-a by the setting; no FabricAdapter in their port links: the endpoint Id.
+    # Initiators: the system's endpoints, mapped to node-a by the setting; no
+    # FabricAdapter in their port links: the endpoint Id. The mockup's collections
+    # omit I4 and its Connection 14; T4's Links.Connections names 14, which names I4.
     assert sorted((a.node, a.adapter) for a in inv.adapters) == [
-        ("node-a", "I1"), ("node-a", "I2"), ("node-a", "I3"),
+        ("node-a", "I1"), ("node-a", "I2"), ("node-a", "I3"), ("node-a", "I4"),
     ]  # fmt: skip
+    t4 = inv.device("T4").connection
+    assert t4 is not None and (t4.id, t4.adapter) == ("14", "I4")
     assert {a.system_uuid for a in inv.adapters} == {CXL_SYSTEM_UUID}
     # One switch: every device is reachable from every initiator.
     assert all({a.endpoint for a in d.adapters} == {"I1", "I2", "I3"} for d in inv.devices)
@@ -84,9 +87,13 @@ async def test_nvmeof_jbof_volumes_and_nqn_endpoints_parse() -> None:
     nqns = {e.id: (e.role, e.nqn) for e in inv.nqn_endpoints}
     assert nqns["Target1"] == ("Target", "nqn.corp.com:nvme:nvm-subsys-sn-7642")
     assert nqns["Initiator1"] == ("Initiator", "host.corp.com:nvme:nvm-subsys-sn-4635")
-    granted = {(v.uri.rsplit("/", 1)[-1], v.initiators) for v in inv.volumes if v.initiators}
-    assert granted == {("1", ("Initiator1",)), ("3", ("Initiator1",)), ("2", ("Initiator2",)),
-                       ("4", ("Initiator2",))}  # fmt: skip
+    # Connection 3 grants volumes 3 and 4 to InitiatorEndpointGroups/1 (both
+    # initiators): read, and each volume listed once (it was listed twice, the
+    # group's grant lost).
+    granted = {v.uri.rsplit("/", 1)[-1]: tuple(sorted(v.initiators)) for v in inv.volumes}
+    assert len(inv.volumes) == len(granted)
+    both = ("Initiator1", "Initiator2")
+    assert granted == {"1": ("Initiator1",), "2": ("Initiator2",), "3": both, "4": both}
     vol1 = next(v for v in inv.volumes if v.uri.endswith("/Volumes/1"))
     assert vol1.capacity_bytes == 899527000064
     assert vol1.nguid == "01000000010000002233445566778899"

@@ -22,45 +22,11 @@ from driver.fabricclient.token import TokenSource
 from tests.unit.fabric_standard_server import (
     FAB,
     ROOT,
-    Handler,
     MockupServer,
     basic,
     contract_tree,
 )
-
-SESSIONS = f"{ROOT}/SessionService/Sessions"
-
-
-class Sessions:
-    """The server side of Redfish sessions: POST logs in, DELETE logs out."""
-
-    def __init__(self, password: str = "s3cret") -> None:
-        self.password, self.valid, self.logins, self.logouts = password, set[str](), 0, 0
-
-    async def login(self, request: web.Request) -> web.Response:
-        body = await request.json()
-        if (body.get("UserName"), body.get("Password")) != ("admin", self.password):
-            return web.json_response({"error": {"code": "Base.NoValidSession"}}, status=401)
-        self.logins += 1
-        token = f"tok{self.logins}"
-        self.valid.add(token)
-        headers = {"X-Auth-Token": token, "Location": f"{SESSIONS}/{self.logins}"}
-        return web.json_response({"Id": str(self.logins)}, status=201, headers=headers)
-
-    async def logout(self, request: web.Request) -> web.Response:
-        self.logouts += 1
-        self.valid.discard(request.headers.get("X-Auth-Token", ""))
-        return web.Response(status=204)
-
-    def server(self) -> MockupServer:
-        routes: dict[tuple[str, str], Handler] = {("POST", SESSIONS): self.login}
-        routes |= {("DELETE", f"{SESSIONS}/{n}"): self.logout for n in (1, 2)}
-        valid = self.valid
-        return MockupServer(
-            bodies=contract_tree(),
-            routes=routes,
-            auth=lambda r: r.headers.get("X-Auth-Token") in valid,
-        )
+from tests.unit.redfish_sessions import SESSIONS, Sessions
 
 
 def password_file(tmp_path: Path, text: str) -> Path:
@@ -199,3 +165,29 @@ async def test_no_sse_stream_ends_events_so_the_controller_polls(service: bool) 
                 await anext(fc.events())
     finally:
         await server.close()
+
+
+async def test_the_login_names_the_session_type_the_service_advertises(tmp_path: Path) -> None:
+    """Issue 35: every POSTed body carries @odata.type (Sunfish refuses one without),
+    at the newest version the service's $metadata (read without credentials) has."""
+    sessions, posted = Sessions(), list[dict[str, Any]]()
+    server = sessions.server()
+    login = server.routes[("POST", SESSIONS)]
+
+    async def recording(request: web.Request) -> web.StreamResponse:
+        posted.append(await request.json())
+        return await login(request)
+
+    async def metadata(request: web.Request) -> web.Response:
+        text = '<Include Namespace="Session.v1_7_0"/><Include Namespace="Session.v1_8_0"/>'
+        return web.Response(text=text, content_type="application/xml")
+
+    server.routes |= {("POST", SESSIONS): recording, ("GET", f"{ROOT}/$metadata"): metadata}
+    await server.start()
+    try:
+        auth = SessionAuth("admin", TokenSource(path=password_file(tmp_path, "s3cret")))
+        async with FabricClient(server.url, auth) as fc:
+            assert len((await fc.inventory()).devices) == 4
+    finally:
+        await server.close()
+    assert [p["@odata.type"] for p in posted] == ["#Session.v1_8_0.Session"]

@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 
 from driver.errors import FabricApiError, FabricMalformed, FabricNotFound
-from driver.fabricclient.dialect import idempotency_key
+from driver.fabricclient.attachment import idempotency_key
 from tests.unit.fabric_standard_server import (
     FAB,
     ROOT,
@@ -121,13 +121,17 @@ async def test_delete_answers(status: int) -> None:
     polls: list[int] = []
 
     async def delete(request: web.Request) -> web.Response:
+        tree[CONNS] = {"@odata.id": CONNS, "Members": []}  # the manager's state: detached
+        del tree[f"{CONNS}/5"]
         if status == 202:
             task = {"@odata.id": f"{ROOT}/TaskService/Tasks/9", "Id": "9", "TaskState": "Running"}
             return web.json_response(task, status=202, headers={"Location": MONITOR})
         return web.Response(status=204) if status == 204 else web.json_response({}, status=200)
 
     routes = {("DELETE", f"{CONNS}/5"): delete, ("GET", MONITOR): monitor(polls, (204, None))}
-    async with serving(MockupServer(bodies=tree, routes=routes)) as fc:
+    server = MockupServer(routes=routes)
+    server.bodies = tree  # the handler changes what the server serves
+    async with serving(server) as fc:
         assert (await fc.device("gpu-0")).in_use
         task = await fc.detach("gpu-0")
         assert task is not None and task.operation == "detach"

@@ -102,10 +102,14 @@ def test_uevent_lines_that_are_not_objects_are_skipped(
     assert Uevent({"SEQNUM": "٣"}).sequence_number == 0
 
 
-def test_a_connection_with_odd_links_is_unavailable_naming_the_fabric() -> None:
+# Since issue 35 one malformed resource no longer fails the inventory: it is recorded in
+# FabricInventory.broken (URI and the field) and the device it may concern is held back.
+def test_a_connection_with_odd_links_is_recorded_broken_naming_it() -> None:
     conn = {**CONNECTION, "Links": {"TargetEndpoints": "gpu-0"}}  # was a pydantic ValidationError
-    with pytest.raises(FabricUnavailable, match="/redfish/v1/Fabrics/fab1"):
-        inventory([INITIATOR, TARGET], [conn])
+    inv = inventory([INITIATOR, TARGET], [conn])
+    (uri, why), *_ = inv.broken
+    assert uri == conn["@odata.id"] and "Links.TargetEndpoints" in why
+    assert inv.devices == () and dict(inv.held_back)["gpu-0"].startswith(f"binding {uri}")
 
 
 @pytest.mark.parametrize(
@@ -114,17 +118,20 @@ def test_a_connection_with_odd_links_is_unavailable_naming_the_fabric() -> None:
      ({"ConnectedEntities": [{"EntityRole": ["Target"]}]}, "ConnectedEntities.0.EntityRole")],
     ids=["health", "role"],
 )  # fmt: skip
-def test_an_endpoint_with_odd_fields_is_unavailable(part: dict[str, Any], field: str) -> None:
+def test_an_endpoint_with_odd_fields_is_recorded_broken(part: dict[str, Any], field: str) -> None:
     target = {**TARGET, **part}
-    with pytest.raises(FabricUnavailable, match=rf"fab1/Endpoints: (.|\n)*{field}"):
-        inventory([INITIATOR, target], [])
+    inv = inventory([INITIATOR, target], [])
+    assert [u for u, _ in inv.broken] == [TARGET["@odata.id"]]
+    assert field in inv.broken[0][1] and inv.devices == ()
+    assert "gpu-0" in dict(inv.held_back)
 
 
-def test_a_non_hex_pci_id_is_unavailable() -> None:  # was ValueError from int(..., 16)
+def test_a_non_hex_pci_id_is_recorded_broken() -> None:  # was ValueError from int(..., 16)
     target = copy.deepcopy(TARGET)
     target["ConnectedEntities"][0]["EntityPciId"]["VendorId"] = "zz"
-    with pytest.raises(FabricUnavailable, match="VendorId"):
-        inventory([INITIATOR, target], [])
+    inv = inventory([INITIATOR, target], [])
+    assert "VendorId" in inv.broken[0][1] and "gpu-0" in dict(inv.held_back)
+    assert inv.devices == ()
 
 
 def test_a_task_with_an_odd_state_is_unavailable_naming_it() -> None:

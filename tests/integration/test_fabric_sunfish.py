@@ -1,0 +1,72 @@
+"""The fabric client against OFA Sunfish, the open composability manager (issue 35).
+
+Sunfish (``../shared/sunfish``, as upstream ships it; started by
+``tests/harness/redfish_servers.sunfish`` with its two agents, which
+register and upload upstream's two-switch CXL fabric) aggregates the
+agents behind one ``/redfish/v1/``. What it shows, and the client now reads:
+
+- it answers only ``/redfish/v1/`` (with the slash);
+- its Fabric links ``Endpoints`` at ``/redfish/v1/Endpoints``, its switches'
+  ``Ports`` at ``/redfish/v1/Ports`` (both 404): the broken links are named
+  in the inventory, and the collections read where the schema puts them;
+- the fabric-manager agent's switch CXL1 carries the hosts, the appliance
+  agent's CXL2 eight logical devices of one CXL memory device, joined by
+  ports naming each other (``ConnectedSwitchPorts``, ``ConnectedSwitches``);
+- it refuses a POST without ``@odata.type``, and has no Connections
+  collection until the first is created;
+- a Connection's DELETE fails in its agent forwarding (``AgentForwardingFailure``,
+  a ``BaseException``, escapes Flask): the connection is dropped without an
+  answer, and the client's error names the request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from driver.errors import FabricUnreachable
+from driver.fabricclient import FabricClient
+from tests.harness.redfish_servers import sunfish
+
+pytestmark = pytest.mark.integration
+SYSTEMS = {f"CXL-System{i}": f"node-{i}" for i in (1, 2, 3)}
+SERIAL = "0x4c1d96fffeddd835"
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with sunfish(tmp_path_factory.mktemp("sunfish")) as url:
+        yield url
+
+
+async def test_memory_targets_have_unique_identities_across_two_switches(service: str) -> None:
+    async with FabricClient(service, "unused", systems=SYSTEMS) as fc:
+        inv = await fc.inventory()
+    memory = [d for d in inv.devices if d.kind == "cxlmem"]
+    assert sorted(d.id for d in memory) == [f"VT1.{i}" for i in range(1, 9)]
+    assert {d.unique_identity for d in memory} == {f"{SERIAL}:{i:04d}" for i in range(1, 9)}
+    assert {d.switch for d in memory} == {"CXL2"}
+    assert {a.switch for a in inv.adapters} == {"CXL1"}
+    for d in memory:  # through the inter-switch links
+        assert sorted(a.node for a in d.adapters) == ["node-1", "node-2", "node-3"], d.id
+    # The broken links are named; the rest is kept.
+    broken = dict(inv.broken)
+    assert "GET /redfish/v1/Endpoints: HTTP 404" in broken["/redfish/v1/Endpoints"]
+    assert "GET /redfish/v1/Ports: HTTP 404" in broken["/redfish/v1/Ports"]
+    assert inv.held_back == ()
+
+
+async def test_attach_reads_back_attached_and_the_failed_detach_is_named(service: str) -> None:
+    async with FabricClient(service, "unused", systems=SYSTEMS) as fc:
+        assert (await fc.device("VT1.3")).connection is None
+        result = await fc.attach("VT1.3", "node-2", "I2")
+        assert result.task is None
+        conn = (await fc.device("VT1.3")).connection
+        assert conn is not None and (conn.node, conn.adapter, conn.state) == (
+            "node-2", "I2", "Attached",
+        )  # fmt: skip
+        assert conn.uri == result.connection_uri
+        with pytest.raises(FabricUnreachable) as exc:
+            await fc.detach("VT1.3")
+    assert f"fabric DELETE {conn.uri}: " in str(exc.value)
