@@ -63,6 +63,7 @@ async def _run(settings: ControllerSettings) -> None:
             tls=settings.client_ssl(), server_name=settings.fabric_server_name,
             dialect=settings.dialect(),
             systems=settings.system_nodes(),
+            limits=settings,
         )  # fmt: skip
         async with fabric_client as fabric:
             try:

@@ -19,6 +19,7 @@ from driver.fabric_devices.settings import FabricPoolSettings
 from driver.fabricclient.auth import FabricAuthSettings
 from driver.fabricclient.dialect_count import FabricCountSettings
 from driver.fabricclient.inventory import FabricSystemsSetting
+from driver.fabricclient.limits import FabricLimitsSettings
 from driver.fabricclient.tls import FabricTlsClientSettings, check_url
 from driver.httpendpoint import MetricsPortSettings
 from driver.process import ProcessSettings
@@ -29,6 +30,7 @@ class ControllerSettings(
     FabricAuthSettings,
     FabricCountSettings,
     FabricSystemsSetting,
+    FabricLimitsSettings,
     FabricTlsClientSettings,
     FabricPoolSettings,
     MetricsPortSettings,
