@@ -39,7 +39,7 @@ from driver.controller.attach.workers import Workers
 from driver.controller.events import CONTROLLER, ControllerEvents, gone_adapters, node_ref
 from driver.controller.pool.layout import mark_spares
 from driver.controller.pool.model import pool_model
-from driver.controller.pool.states import device_states, published_devices
+from driver.controller.pool.states import carry_held_back, device_states, published_devices
 from driver.controller.pool.variant import Variant
 from driver.controller.spares.keeper import SpareKeeper
 from driver.controller.spares.policy import SpareRules
@@ -161,7 +161,7 @@ class Reconciler:
         while True:
             try:
                 requested = time.monotonic()
-                self.inventory = await self.fabric.inventory()
+                self.inventory = carry_held_back(await self.fabric.inventory(), self.inventory)
                 self.workers.inventory_read(requested)
                 self.mark()
             except (FabricApiError, FabricUnavailable) as exc:
@@ -265,9 +265,13 @@ class Reconciler:
         # turned ready is the attach's own status write, and cancelling then
         # would drop the rest of its work (the Attached Event, its figures).
         self.workers.cancel_unneeded({(a.claim_uid, a.device) for a in allocs})
+        in_doubt = {ident for ident, _ in inv.held_back}  # seen as last read: never detached
         for device in inv.devices:
             conn = device.connection
             if conn is None or device.id in needed or device.id in spares.keep:
+                continue
+            if device.id in in_doubt:
+                log.debug("%s is held back by the last read: no detach", device.id)
                 continue
             if device.id in spares.withdrawing and not self.publisher.in_sync.is_set():
                 self._when_stored()  # published as a spare: detached once it is not

@@ -9,6 +9,7 @@ read the pool rather than build it. Pure functions.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
@@ -41,6 +42,19 @@ def device_states(
     kinds = sorted({k for k, _ in counts})
     states = ("free", "attached", "failed", "held", "unavailable")
     return [((k, s), float(counts.get((k, s), 0))) for k in kinds for s in states]
+
+
+def carry_held_back(new: FabricInventory, last: FabricInventory | None) -> FabricInventory:
+    """``new`` with each device it holds back (something about it could not be
+    read) as ``last`` showed it: a partial read never means a device is gone,
+    so nothing is unpublished or detached because of one (issue 35). A device
+    held back that was never seen stays out until it is read whole."""
+    held = {ident for ident, _ in new.held_back}
+    have = {d.id for d in new.devices}
+    kept = [d for d in (last.devices if last is not None else ()) if d.id in held - have]
+    if not kept:
+        return new
+    return dataclasses.replace(new, devices=(*new.devices, *kept))
 
 
 def published_devices(slices: Iterable[Mapping[str, Any]]) -> dict[str, Device]:
