@@ -25,11 +25,14 @@ from tests.e2e.mig_node import (
     gpu_state,
     instances,
     profile_template,
+    sim,
     slice_specs,
     template,
 )
 from tests.e2e.pods import gone, phase, pod, refused, running
 from tests.harness.simnode import SimNode
+
+__all__ = ["sim"]  # the module-scoped MIG node fixture
 
 pytestmark = pytest.mark.cluster
 
