@@ -7,18 +7,15 @@ there, and unprepare puts it back on ``nvidia`` and in the slice."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
 
 from driver.config.opaque import API_VERSION
-from fabric.simhost.topologies import TOPOLOGIES
-from tests.e2e.helpers import unique, wait_for
-from tests.harness.cluster import LocalCluster
+from tests.e2e.helpers import wait_for
 from tests.harness.simnode import PluginProcess
+from tests.integration import plugin_fixtures
 from tests.integration.kubelet import our_slices, wait_registered
-from tests.integration.own_node import own_node
 from tests.kube.claims import allocated_claim
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
@@ -29,20 +26,8 @@ PASSTHROUGH = {
 }
 
 
-@pytest.fixture
-def gpu_node(local_cluster: LocalCluster, core: client.CoreV1Api) -> Iterator[str]:
-    name = unique("vfio-node")
-    core.create_node({"metadata": {"name": name}})
-    yield name
-    core.delete_node(name)
-
-
-@pytest.fixture
-def gpu_plugin(
-    local_cluster: LocalCluster, core: client.CoreV1Api, gpu_node: str
-) -> Iterator[PluginProcess]:
-    with own_node(local_cluster, core, "", TOPOLOGIES["2-gpus"](), name=gpu_node) as own:
-        yield own.plugin().start()
+node = plugin_fixtures.node  # a Node, and a plugin process on a 2-GPU host for it
+plugin = plugin_fixtures.plugin
 
 
 def published(api: client.ResourceV1Api, node: str) -> dict[str, str]:
@@ -55,9 +40,8 @@ def published(api: client.ResourceV1Api, node: str) -> dict[str, str]:
 
 
 def test_vfio_gpu_claim_rebinds_hides_and_restores(
-    gpu_plugin: PluginProcess, resource_api: client.ResourceV1Api, namespace: str, gpu_node: str
+    plugin: PluginProcess, resource_api: client.ResourceV1Api, namespace: str, node: str
 ) -> None:
-    plugin, node = gpu_plugin, gpu_node
     kubelet = wait_registered(plugin)
     endpoint = kubelet.get_info().endpoint
     wait_for("GPUs published", lambda: "gpu-0" in published(resource_api, node), timeout=30)
