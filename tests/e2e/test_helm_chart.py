@@ -25,6 +25,9 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from driver.controller.process.settings import ControllerSettings
+from driver.settingsflags import parse_settings
+from plugin.settings import PluginSettings
 from tests.e2e.chart import CHART, NO_NODE, Applier, by_kind, render, run_helm
 from tests.e2e.helpers import delete_quietly, make_node, unique, wait_for
 
@@ -271,3 +274,30 @@ def test_chart_roles_equal_the_roles_the_e2e_tests_run_under(
     assert docs, f"no roles rendered for {component}"
     local = list(yaml.safe_load_all((REPO / "hack" / "rbac" / f"{component}.yaml").read_text()))
     assert _rules(docs, ("ClusterRole", "Role")) == _rules(local, ("ClusterRole", "Role"))
+
+
+@pytest.mark.parametrize(("kind", "command"), [
+    ("Deployment", "patchbay-controller"),
+    ("DaemonSet", "patchbay-plugin"),
+])  # fmt: skip
+def test_each_rendered_setting_parses_as_its_process_reads_it(
+    helm: Path, tmp_path: Path, kind: str, command: str
+) -> None:
+    """The env the chart writes is read by the process's own settings parser:
+    a value the template formats wrongly (a large integer written as
+    8.388608e+06, which the controller refused at start on the real nodes)
+    fails here, with every default and the non-default values."""
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump(NON_DEFAULT))
+    defaults = ("controller.enabled=true", "controller.token=t",
+                "controller.fabricUrl=https://fabric.example")  # fmt: skip
+    for docs in (
+        render(helm, unique("pbh"), "patchbay", None, *defaults),
+        render(helm, unique("pbh"), "patchbay", values),
+    ):
+        containers = [d["spec"]["template"]["spec"]["containers"][0] for d in by_kind(docs, kind)]
+        (container,) = [c for c in containers if c.get("command", [command])[0] == command]
+        env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+        model = ControllerSettings if command == "patchbay-controller" else PluginSettings
+        env |= {"NODE_NAME": "node-a", "FABRIC_TOKEN": "t"}  # what valueFrom and files give
+        parse_settings(model, [], env)  # raises, naming the setting, on a value it refuses

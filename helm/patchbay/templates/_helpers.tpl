@@ -48,9 +48,13 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{/* A setting as an env var (flag --x-y == env X_Y): pass (list "CDI_ROOT" value). Empty values are left out (= the process default "unset"). */}}
 {{- define "patchbay.env" -}}
 {{- $v := index . 1 -}}
-{{- if or (kindIs "bool" $v) (kindIs "float64" $v) (kindIs "int64" $v) (kindIs "int" $v) (ne (toString $v) "") }}
+{{- $s := toString $v -}}
+{{- /* YAML numbers arrive as float64: a whole one is written as an integer
+     (8388608, not 8.388608e+06, which an integer setting refuses). */ -}}
+{{- if and (kindIs "float64" $v) (eq $v (float64 (int64 $v))) }}{{ $s = toString (int64 $v) }}{{ end -}}
+{{- if or (kindIs "bool" $v) (kindIs "float64" $v) (kindIs "int64" $v) (kindIs "int" $v) (ne $s "") }}
 - name: {{ index . 0 }}
-  value: {{ toString $v | quote }}
+  value: {{ $s | quote }}
 {{- end -}}
 {{- end -}}
 
