@@ -238,6 +238,7 @@ class NodePlugin:
         for t in self.device_types:
             if isinstance(t, GpuType):
                 t.passthrough.on_change = from_any_thread
+                t.passthrough.on_handover = self.health.handed_over
 
     async def run(self) -> None:
         s = self.settings

@@ -79,6 +79,11 @@ class GpuPassthrough:
         self._mig_refusal = mig_refusal
         self._timeout = timeout
         self.on_change: Callable[[], None] | None = None
+        # Told (GPU UUID, True) before a GPU leaves NVIDIA's driver for
+        # vfio-pci and (UUID, False) once it is back: NVML loses such a GPU on
+        # purpose, which its XID watcher reports as XID 79 (set by the plugin:
+        # the health monitor's handed_over).
+        self.on_handover: Callable[[str, bool], None] | None = None
 
     def _path(self, bdf: str) -> Path | None:
         try:
@@ -117,6 +122,8 @@ class GpuPassthrough:
             )
         if driver_of(path) != VFIO_PCI:  # a retried prepare finds it bound already
             self._refuse_if_in_use(device, bdf)
+            if self.on_handover is not None:
+                self.on_handover(device.local_id, True)
             bind_vfio(self._sysfs, bdf, path, self._timeout)
             log.info("GPU %s (%s) handed over to %s", device.name, bdf, VFIO_PCI)
             self._changed()
@@ -142,6 +149,8 @@ class GpuPassthrough:
         override = undo.get(OVERRIDE)
         if override and override != VFIO_PCI:
             write_attr(path / "driver_override", str(override))
+        if self.on_handover is not None:
+            self.on_handover(local_id, False)
         log.info("GPU %s (%s) back on %s", local_id, bdf, original)
         self._changed()
 

@@ -35,6 +35,7 @@ from driver.health.policy import HealthSettings
 from driver.health.records import GpuRecord, HealthRecords, Phase
 from driver.kube.events import ObjectEvents
 from driver.metrics import GPU_FAILURES
+from driver.nvml.backend import XID_FALLEN_OFF_BUS
 from driver.nvml.condition import GpuCondition
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,8 @@ class HealthMonitor:
         self.boot_id = boot_id
         self._pools: dict[str, tuple[Device, ...]] = {}
         self._away: set[str] = set()  # GPUs with a record not on the node now
+        # GPUs the plugin handed to vfio-pci: NVML loses them on purpose.
+        self._handed_over: set[str] = set()
         self._since = int(time.time())
         self._changed = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -162,7 +165,21 @@ class HealthMonitor:
         else:
             self._take(uuid, xid, cls)
 
+    def handed_over(self, uuid: str, away: bool) -> None:
+        """The plugin hands ``uuid`` to vfio-pci (``away``) or has it back; thread-safe.
+
+        While it is away NVML does not list it, which the XID watcher reports
+        as XID 79 (fell off the bus): that one is no failure."""
+        if away:
+            self._handed_over.add(uuid)
+        else:
+            self._handed_over.discard(uuid)
+
     def _take(self, uuid: str, xid: int, cls: FailureClass) -> None:
+        if xid == XID_FALLEN_OFF_BUS and uuid in self._handed_over:
+            log.info("GPU %s: gone from NVML while handed to vfio-pci (not a failure)", uuid,
+                     extra={"device": uuid})  # fmt: skip
+            return
         if cls is FailureClass.APPLICATION:
             log.info("GPU %s: XID %d (application error, device stays healthy)", uuid, xid,
                      extra={"device": uuid})  # fmt: skip

@@ -109,3 +109,19 @@ async def test_a_paused_watcher_holds_no_nvml_and_resumes() -> None:
         await delivered.until("watching again", lambda: seen == [31, 13])
     finally:
         await asyncio.to_thread(watcher.stop)
+
+
+async def test_a_gpu_handed_to_vfio_is_lost_to_nvml_on_purpose() -> None:
+    """A passthrough claim binds the GPU to vfio-pci and NVML stops listing it,
+    which the XID watcher reports as XID 79: no failure while it is handed
+    over; once it is back, a fall off the bus is one again (the real-node
+    tier's GPUs stayed tainted, replace class, after a VM's claim)."""
+    monitor = HealthMonitor()
+    monitor.bind_loop()
+    monitor.set_devices({"node-a": [GPU0, GPU1]})
+    monitor.handed_over("GPU-aaaa", True)
+    monitor.report_xid("GPU-aaaa", 79)
+    assert monitor.unhealthy() == {}
+    monitor.handed_over("GPU-aaaa", False)
+    monitor.report_xid("GPU-aaaa", 79)
+    assert set(monitor.unhealthy()) == {"GPU-aaaa"}
