@@ -38,14 +38,8 @@ from driver.claims.metadata_files import MetadataFiles, with_metadata_ids
 from driver.claims.model import ClaimRef, Fetched, PrepareResult, log_fields
 from driver.claims.plan import Planned, plan_claim
 from driver.claims.results import merge_edits, result_of, unique_devices
-from driver.devices.handler import (
-    ClaimSharing,
-    DeviceHandler,
-    Inventory,
-    blocks_prepare,
-    blocks_unprepare,
-    changes_device,
-)
+from driver.claims.threads import ThreadChoice
+from driver.devices.handler import ClaimSharing, DeviceHandler, Inventory, changes_device
 from driver.errors import ClaimError, ConfigError, PatchbayError
 from driver.faults import crash_point
 from driver.metrics import (
@@ -79,6 +73,7 @@ class ClaimPreparer:
         self._store = store
         self._cdi = cdi
         self._sharing = sharing  # claim-wide GPU sharing (driver.gpu.sharing)
+        self._threads = ThreadChoice(self._handlers, sharing)  # loop or worker thread
         self._metadata = metadata  # device metadata files (KEP-5304), when on
         self._lock = lock if lock is not None else ClaimLock()
         # During a rolling update two plugin processes share the checkpoint
@@ -159,7 +154,7 @@ class ClaimPreparer:
             for ref in claims:
                 try:
                     record = self.checkpoint.claims.get(ref.uid)
-                    if record is None or not self._blocks_undo(record):
+                    if record is None or not self._threads.for_undo(record):
                         self._unprepare_sync(ref.uid)
                     else:
                         await asyncio.to_thread(self._unprepare_sync, ref.uid)
@@ -207,7 +202,7 @@ class ClaimPreparer:
             self._cdi.write_spec(uid, record.cdi_spec)
             restored += 1
         for uid, record in self.checkpoint.claims.items():
-            if record.state is ClaimState.PREPARE_COMPLETED and self._shares(record):
+            if record.state is ClaimState.PREPARE_COMPLETED and self._threads.shares(record):
                 assert self._sharing is not None  # adopt what survived, redo what was lost
                 try:
                     self._sharing.apply(uid, [d.undo for d in record.devices])
@@ -255,31 +250,10 @@ class ClaimPreparer:
             for r in allocation.devices
             if (d := self._inventory.lookup(r.pool, r.device)) is not None
         ]
-        sharing = self._sharing is not None and any(
-            "sharing" in c.parameters for c in allocation.configs
-        )
         params = [c.parameters for c in allocation.configs]
-        blocks = sharing or any(
-            k not in self._handlers or blocks_prepare(self._handlers[k], params) for k in kinds
-        )
-        if record is not None:  # an interrupted prepare is undone first
-            blocks = blocks or self._blocks_undo(record)
-        if not blocks:
+        if not self._threads.for_prepare(kinds, params, record):
             return self._prepare_sync(ref, allocation, identity)
         return await asyncio.to_thread(self._prepare_sync, ref, allocation, identity)
-
-    def _blocks_undo(self, record: ClaimRecord) -> bool:
-        """Whether undoing ``record`` needs a worker thread (an unknown kind
-        fails in the thread)."""
-        return self._shares(record) or any(
-            d.kind not in self._handlers or blocks_unprepare(self._handlers[d.kind], d.undo)
-            for d in record.devices
-        )
-
-    def _shares(self, record: ClaimRecord) -> bool:
-        return self._sharing is not None and self._sharing.involved(
-            [d.undo for d in record.devices]
-        )
 
     def _prepare_sync(
         self, ref: ClaimRef, allocation: Allocation, identity: ClaimIdentity | None = None
@@ -302,7 +276,7 @@ class ClaimPreparer:
         # PrepareStarted must be on disk before a handler changes hardware
         # (MIG instances, driver binding); CDI-only devices have nothing to
         # undo but a spec file, which start-up recovery removes.
-        if self._shares(record) or any(
+        if self._threads.shares(record) or any(
             changes_device(self._handlers[device.kind], config) for _, device, config in planned
         ):
             self._store.save(self.checkpoint)
