@@ -7,7 +7,8 @@ its module, e.g. ``python -m tests.bench.plugin_bench --iterations 500``.
 The soak (10 minutes by default), the scale bench (a control plane per
 size, 100 and 500 nodes by default: ``make bench BENCH=scale``) and the
 warm-spares bench (``make bench BENCH=spares``) and the ``+me`` placement
-evidence (``make bench BENCH=mig_media``) are not in the default set.
+evidence (``make bench BENCH=mig_media``) and the repeated fabric e2e module
+(``make bench BENCH=repeat``) are not in the default set.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tests.bench import (
     mig_bench,
     mig_media,
     plugin_bench,
+    repeat_bench,
     scale_bench,
     sched_bench,
     share_bench,
@@ -41,7 +43,7 @@ DEFAULT = (
 )
 BY_NAME: dict[str, ModuleType] = {
     m.__name__.rsplit(".", 1)[-1].removesuffix("_bench"): m
-    for m in (*DEFAULT, idle_bench, soak_bench, scale_bench, spares_bench, mig_media)
+    for m in (*DEFAULT, idle_bench, soak_bench, scale_bench, spares_bench, mig_media, repeat_bench)
 }
 
 
