@@ -12,35 +12,41 @@ never lost. The tree (exit code where an error ends a process)::
     │   └── SocketPathError        2  a kubelet socket path too long or taken
     ├── ClaimError                    a claim cannot be (un)prepared as asked
     ├── DeviceError                   a device missing, busy or in a bad state
-    ├── CheckpointError               the checkpoint cannot be read or written
-    ├── CdiError                      a CDI spec cannot be written or removed
+    ├── NodeStateError                the plugin's own files on the node
+    │   ├── CheckpointError           ... the checkpoint cannot be read or written
+    │   └── CdiError                  ... a CDI spec cannot be written or removed
     ├── DiscoveryError             3  NVML or sysfs discovery failed
     │   ├── HotplugError           3  the hot-plug event source ended or failed
     │   └── NvmlError              3  an NVML call failed
     │       └── NvmlDeviceError       ... one that changes a device (also a DeviceError)
     ├── ApiError                   4  a Kubernetes API call failed
     │   └── ApiStatusError         4  ... with a non-success HTTP status
-    ├── FabricApiError                the fabric service refused a request
-    │   ├── FabricConflict            ... 409
-    │   │   └── FabricAttachConflict  ... an attach refused: the device is attached elsewhere
-    │   ├── FabricAttachRefused       ... an attach request refused (4xx), by it or the client
-    │   ├── FabricNotFound            ... 404
-    │   └── CountAttachFailed         ... a count-based manager sent the wrong device or none
-    ├── FabricUnavailable             the fabric service is unusable now (retry later)
-    │   ├── FabricUnreachable         ... no answer: connection, timeout, TLS, redirect
-    │   │   ├── FabricTlsError        ... its TLS certificate was refused
-    │   │   └── FabricRedirectRefused ... it redirected to another origin
-    │   └── FabricResourceBroken      ... one resource broken (5xx, too large, missing)
-    │       └── FabricMalformed       ... it answered a body of the wrong shape
-    ├── AttachFailed                  the fabric could not attach a device
-    │   └── SpareTaken                ... a warm spare's device is attached elsewhere
+    ├── FabricError                   anything the fabric did or could not do
+    │   ├── FabricApiError            the fabric service refused a request
+    │   │   ├── FabricConflict        ... 409
+    │   │   │   └── FabricAttachConflict  ... an attach refused: attached elsewhere
+    │   │   ├── FabricAttachRefused   ... an attach request refused (4xx), by it or the client
+    │   │   ├── FabricNotFound        ... 404
+    │   │   └── CountAttachFailed     ... a count-based manager sent the wrong device or none
+    │   ├── FabricUnavailable         the fabric service is unusable now (retry later)
+    │   │   ├── FabricUnreachable     ... no answer: connection, timeout, TLS, redirect
+    │   │   │   ├── FabricTlsError    ... its TLS certificate was refused
+    │   │   │   └── FabricRedirectRefused  ... it redirected to another origin
+    │   │   └── FabricResourceBroken  ... one resource broken (5xx, too large, missing)
+    │   │       └── FabricMalformed   ... it answered a body of the wrong shape
+    │   ├── AttachFailed              the fabric could not attach a device
+    │   │   └── SpareTaken            ... a warm spare's device is attached elsewhere
+    │   └── fabric.service.errors.RedfishError
+    │       │                         a request the simulated fabric refuses
+    │       │                         (kept beside its Redfish renderer)
+    │       └── fabric.service.count_wire.FmError
+    │                                 ... on its count face (its own error body)
     ├── LeaseLost                  5  the controller is no longer the leader
-    ├── Stopped                    0  not a failure: SIGTERM ends a task group
-    └── fabric.service.errors.RedfishError
-        │                             a request the simulated fabric refuses
-        │                             (kept beside its Redfish renderer)
-        └── fabric.service.count_wire.FmError
-                                      ... on its count face (its own error body)
+    └── Stopped                    0  not a failure: SIGTERM ends a task group
+
+The root holds one class per kind of failure a caller tells apart; a
+feature's errors sit under its own (``FabricError``, ``NodeStateError``), so
+``except FabricError`` is every way the fabric can fail a request.
 
 An error without its own code ends a process with its nearest ancestor's.
 A task group that fails raises an ``ExceptionGroup`` of the errors of its
@@ -78,11 +84,15 @@ class DeviceError(PatchbayError):
     """A device is missing, busy or in a state that forbids the operation."""
 
 
-class CheckpointError(PatchbayError):
+class NodeStateError(PatchbayError):
+    """The plugin's own state on the node (its checkpoint, its CDI specs) failed."""
+
+
+class CheckpointError(NodeStateError):
     """The plugin's checkpoint file cannot be read or written."""
 
 
-class CdiError(PatchbayError):
+class CdiError(NodeStateError):
     """A CDI spec cannot be written or removed."""
 
 
@@ -141,7 +151,12 @@ class ApiStatusError(ApiError):
         return self.status == 409
 
 
-class FabricApiError(PatchbayError):
+class FabricError(PatchbayError):
+    """Anything the fabric did or could not do: a refused request, a service
+    that cannot be used now, an attach that failed."""
+
+
+class FabricApiError(FabricError):
     """The fabric service refused a request; ``code`` is the Redfish MessageId;
     ``method`` and ``uri`` the request, when known."""
 
@@ -178,7 +193,7 @@ class FabricNotFound(FabricApiError):
     """404: no such resource."""
 
 
-class FabricUnavailable(PatchbayError):
+class FabricUnavailable(FabricError):
     """The fabric service could not be reached or answered garbage (retry later)."""
 
 
@@ -210,7 +225,7 @@ class FabricMalformed(FabricResourceBroken):
     """The fabric answered a body that is not JSON or lacks or mistypes a field."""
 
 
-class AttachFailed(PatchbayError):
+class AttachFailed(FabricError):
     """The fabric could not attach the device (task failed, foreign owner, timeout)."""
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from driver.errors import PatchbayError
+from driver.errors import FabricError
 
 REGISTRY = "Base.1.18"
 
@@ -57,7 +57,7 @@ def message(message_id: str, text: str, related: str | None = None) -> dict[str,
     return out
 
 
-class RedfishError(PatchbayError):
+class RedfishError(FabricError):
     """A request the service refuses; ``status`` is the HTTP status to answer."""
 
     def __init__(self, status: int, message_id: str, text: str, related: str | None = None):

@@ -45,3 +45,16 @@ def test_the_docstring_tree_names_every_error() -> None:
     assert missing == []
     for name in ELSEWHERE:
         assert name in doc
+
+
+def test_the_root_holds_one_class_per_kind_and_each_feature_its_own_subtree() -> None:
+    found = exception_classes()
+    children = sorted(c.__name__ for c in errors.PatchbayError.__subclasses__())
+    assert children == [
+        "ApiError", "ClaimError", "ConfigError", "DeviceError", "DiscoveryError",
+        "FabricError", "LeaseLost", "NodeStateError", "Stopped",
+    ]  # fmt: skip
+    fabric = [n for n, c in found.items() if "Fabric" in n or "Attach" in n or "Redfish" in n]
+    assert fabric and all(issubclass(found[n], errors.FabricError) for n in fabric)
+    assert issubclass(errors.CdiError, errors.NodeStateError)
+    assert issubclass(errors.CheckpointError, errors.NodeStateError)
