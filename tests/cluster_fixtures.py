@@ -80,7 +80,8 @@ def local_cluster() -> Iterator[localk8s.LocalCluster]:
     assert cluster.startup_seconds is not None
     record_startup("session", cluster.startup_seconds)
     yield cluster
-    cluster.down()
+    killed = cluster.down()
+    assert killed == [], f"ignored SIGTERM at teardown and were killed: {killed}"
 
 
 def _remove_stale() -> None:

@@ -10,11 +10,12 @@ of that, and that it starts and stops cleanly.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, config, watch
 
 from tests.cluster_fixtures import RUN_DIR, record_startup
 from tests.e2e.helpers import delete_quietly, device_class, make_node, pod_body, unique, wait_for
@@ -173,12 +174,26 @@ def _processes_mentioning(text: str) -> list[int]:
     return found
 
 
+def _watch_namespaces(kubeconfig: Path, opened: threading.Event) -> None:
+    """Hold a watch open, as a test's watch thread or a user's `kubectl get -w` does,
+    until the apiserver ends it."""
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    try:
+        for _ in watch.Watch().stream(client.CoreV1Api(api).list_namespace, timeout_seconds=600):
+            opened.set()
+    except Exception:  # the server going away ends it either way
+        pass
+    finally:
+        api.close()
+
+
 @pytest.mark.usefixtures("local_cluster")
 def test_second_cluster_starts_and_tears_down_without_leftovers(
     local_cluster: localk8s.LocalCluster,
 ) -> None:
     run_dir = RUN_DIR / "second"
     second = localk8s.LocalCluster(run_dir, local_cluster.binaries)
+    opened = threading.Event()
     try:
         second.up()
         assert second.startup_seconds is not None
@@ -187,8 +202,13 @@ def test_second_cluster_starts_and_tears_down_without_leftovers(
         assert set(pids) == set(localk8s.BINARIES)
         assert all(pid_alive(pid) for pid in pids.values())
         assert _processes_mentioning(str(run_dir)), "components should reference their run dir"
+        args = (second.kubeconfig, opened)
+        threading.Thread(target=_watch_namespaces, args=args, daemon=True).start()
+        assert opened.wait(60), "the namespace watch sent nothing"
     finally:
-        second.down()
+        killed = second.down()
+    # An open watch must not keep kube-apiserver past SIGTERM (issue 33).
+    assert killed == [], f"ignored SIGTERM with a client watch open, killed: {killed}"
     assert not [pid for pid in pids.values() if pid_alive(pid)]
     assert _processes_mentioning(str(run_dir)) == []
     assert second.pids() == {}

@@ -90,7 +90,8 @@ def real_tier(
         yield t
     finally:
         if not keep:
-            cluster.down()
+            killed = cluster.down()
+            assert killed == [], f"ignored SIGTERM at teardown and were killed: {killed}"
 
 
 @pytest.fixture(scope="session")

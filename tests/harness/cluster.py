@@ -278,6 +278,11 @@ class LocalCluster:
             # Loopback cannot be an endpoint of the kubernetes Service; real nodes'
             # pods reach a non-loopback address through it (kube-proxy).
             f"--endpoint-reconciler-type={'none' if self.address == '127.0.0.1' else 'lease'}",
+            # SIGTERM: drain the in-flight requests, then close the HTTP server within 2 s.
+            # By default its Shutdown waits up to the 60 s request timeout for every open
+            # connection, and a client's open watch (a test's, a user's kubectl -w in the
+            # demo) kept it past our 15 s SIGTERM grace ("ignored SIGTERM", issue 33).
+            "--shutdown-send-retry-after=true",
             "--profiling=false", "--v=1", *self._audit_args(),
         ]  # fmt: skip
 
@@ -341,16 +346,17 @@ class LocalCluster:
         if probe is not None:
             comp.wait_ready(probe, timeout)
 
-    def down(self) -> None:
-        """Stop every component (reverse start order) with its process group."""
+    def down(self) -> list[str]:
+        """Stop every component (reverse start order) with its process group;
+        the names of those that ignored SIGTERM and had to be killed."""
         pids = self.pids()
-        for name in reversed(list(pids)):
-            stop_group(pids[name], name)
+        killed = [name for name in reversed(list(pids)) if not stop_group(pids[name], name)]
         for comp in self.components:
             if comp.proc is not None:
                 comp.proc.wait(timeout=10)
         self.components.clear()
         self._pids_path().unlink(missing_ok=True)
+        return killed
 
     def status(self) -> dict[str, bool]:
         return {name: pid_alive(pid) for name, pid in self.pids().items()}

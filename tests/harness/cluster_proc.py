@@ -122,21 +122,26 @@ def pid_alive(pid: int) -> bool:
     return state != "Z"
 
 
-def stop_group(pid: int, name: str, timeout: float = 15.0) -> None:
-    """SIGTERM the process group led by `pid`, SIGKILL it after `timeout`."""
+def stop_group(pid: int, name: str, timeout: float = 15.0) -> bool:
+    """SIGTERM the process group led by `pid`, SIGKILL it after `timeout`.
+
+    True when it ended on SIGTERM (or was gone already), False when it had to
+    be killed: a launcher reports that as a failure of the component's stop.
+    """
     for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
         try:
             os.killpg(pid, sig)
         except ProcessLookupError:
-            return
+            return sig == signal.SIGTERM
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
             if not pid_alive(pid):
-                return
+                return sig == signal.SIGTERM
             time.sleep(0.1)
         log.warning("%s (pid %d) ignored %s", name, pid, sig.name)
+    return False
 
 
 def save_pids(path: Path, pids: dict[str, int]) -> None:

@@ -149,22 +149,24 @@ class RealCluster:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._state.write_text(json.dumps(state, indent=1) + "\n")
 
-    def down(self) -> None:
-        """Stop every node, the control plane and the bridge; restore sysctls."""
+    def down(self) -> list[str]:
+        """Stop every node, the control plane and the bridge; restore sysctls.
+        The components that ignored SIGTERM and had to be killed are returned."""
         state = json.loads(self._state.read_text()) if self._state.exists() else {}
-        for node in list(self.nodes.values()):
-            node.stop()
-        for info in state.get("nodes", {}).values():
+        killed = [name for node in list(self.nodes.values()) for name in node.stop()]
+        for node_name, info in state.get("nodes", {}).items():
             for name, pid in info.get("pids", {}).items():
-                stop_group(pid, name)
+                if not stop_group(pid, name):
+                    killed.append(f"{node_name}/{name}")
             teardown(info.get("holder"), info["cgroup_root"])
         self.nodes.clear()
-        self.control.down()
+        killed += self.control.down()
         net.delete_bridge(net.Network(state.get("net_index", self.net.index)))
         if state.get("sysctls"):
             self.sysctls.saved = state["sysctls"]
         self.sysctls.restore()
         self._state.unlink(missing_ok=True)
+        return killed
 
     def log_tails(self, lines: int = 25) -> str:
         logs = sorted((self.run_dir / "logs").glob("*.log"))

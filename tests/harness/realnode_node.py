@@ -260,17 +260,20 @@ class RealNode:
             str(self.cluster.k8s_bins / "kube-proxy"), f"--config={self.files / 'kube-proxy.json'}",
         ])  # fmt: skip
 
-    def stop_component(self, name: str, *, kill: bool = False) -> None:
+    def stop_component(self, name: str, *, kill: bool = False) -> bool:
+        """Stop one component (SIGKILL if `kill`); False when SIGTERM was ignored."""
         comp = self.components.pop(name, None)
         if comp is None or comp.proc is None:
-            return
+            return True
         if kill:
             comp.proc.kill()
+            termed = True
         else:
-            stop_group(comp.proc.pid, comp.name)
+            termed = stop_group(comp.proc.pid, comp.name)
         with contextlib.suppress(subprocess.TimeoutExpired):
             comp.proc.wait(timeout=15)
         self.cluster.save()
+        return termed
 
     def restart_kubelet(self) -> None:
         self.stop_component("kubelet")
@@ -280,11 +283,13 @@ class RealNode:
         for comp in self.components.values():
             comp.check_alive()
 
-    def stop(self) -> None:
-        for name in ("kube-proxy", "kubelet", "containerd", "effects"):
-            self.stop_component(name)
+    def stop(self) -> list[str]:
+        """Stop the node's components and kill what is left; those that ignored SIGTERM."""
+        names = ("kube-proxy", "kubelet", "containerd", "effects")
+        killed = [f"{self.name}/{n}" for n in names if not self.stop_component(n)]
         teardown(self.holder, self.cgroup_root)
         self.holder = None
+        return killed
 
 
 def teardown(holder: int | None, cgroup_root: str) -> None:

@@ -91,7 +91,8 @@ def tier() -> Iterator[Tier]:
         yield t
     finally:
         if not keep:
-            cluster.down()
+            killed = cluster.down()
+            assert killed == [], f"ignored SIGTERM at teardown and were killed: {killed}"
 
 
 @pytest.fixture
