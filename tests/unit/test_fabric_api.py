@@ -52,10 +52,14 @@ async def test_attached_nic_shows_the_fabric_mac_on_the_node(env: Env) -> None:
 
 
 async def test_attach_completes_and_is_idempotent_for_same_initiator(env: Env) -> None:
+    # The task is held open (a latency lowered only once both asks are in), so the
+    # second ask meets it however slow the machine is; 20 ms let it finish under load.
+    await env.faults({"attachLatencySeconds": 3600})
     first = await env.client.attach("gpu-0", "node-a", "adapter0")
     assert first.task is not None and first.task.state == "New"
     again = await env.client.attach("gpu-0", "node-a", "adapter0")
     assert again.task is not None and again.task.uri == first.task.uri  # same open task
+    await env.faults({"attachLatencySeconds": 0})
     done = await env.client.wait(first.task.uri, timeout_s=5, interval_s=0.02)
     assert done.state == "Completed" and done.messages == ()
     third = await env.client.attach("gpu-0", "node-a", "adapter0")
