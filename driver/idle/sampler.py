@@ -33,6 +33,7 @@ class UtilizationSampler:
         self._lock = lock
         self._gpm: dict[Source, GpmSample] = {}  # each MIG instance's last sample
         self._failing: set[Source] = set()  # logged once until it reads again
+        self._nvml_down = False  # logged once until NVML initialises again
 
     def read(self, sources: Collection[Source]) -> dict[Source, float | None]:
         """Percent per source; None: unknown now. A MIG device's first round
@@ -41,9 +42,12 @@ class UtilizationSampler:
             try:
                 self._nvml.init()
             except NvmlError as exc:
-                log.warning("NVML unavailable: utilization of %d devices unknown: %s",
-                            len(sources), exc)  # fmt: skip
+                if not self._nvml_down:
+                    log.warning("NVML unavailable: utilization of %d devices unknown: %s",
+                                len(sources), exc)  # fmt: skip
+                self._nvml_down = True
                 return dict.fromkeys(sources)
+            self._nvml_down = False
             try:
                 out: dict[Source, float | None] = {}
                 for source in sources:

@@ -187,3 +187,11 @@ async def test_a_busy_device_prepared_while_running_costs_no_request(world: Worl
     await world.run_until(300.0)
     assert [p for _, p in world.api.requests if p.startswith(claim_path("ns", "late"))] == []
     assert world.reporter.utilization_samples() == [(("ns", "late", "node-a", busy.device), 90.0)]
+
+
+def test_nvml_down_reads_unknown_and_back(world: World) -> None:
+    world.machine.inject_failure("nvmlInitWithFlags", "DRIVER_NOT_LOADED", times=1)
+    assert world.sampler.read([Source("GPU-1"), Source("GPU-2", 1)]) == {
+        Source("GPU-1"): None, Source("GPU-2", 1): None}  # fmt: skip
+    world.machine.set_utilization("GPU-1", 12)
+    assert world.sampler.read([Source("GPU-1")]) == {Source("GPU-1"): 12.0}
