@@ -49,7 +49,8 @@ from tests.harness.simnode import SimNode, apply_deviceclasses, build_nvml_mock
 pytestmark = pytest.mark.cluster
 
 WINDOW_S = 3
-IDLE_ARGS = ("--idle-sample-interval=0.5", f"--idle-window={WINDOW_S}", "--idle-threshold=10")
+IDLE_ARGS = ("--idle-sample-interval=0.5", f"--idle-window={WINDOW_S}", "--idle-threshold=10",
+             "--mig-gpus=all")  # fmt: skip
 BUSY, LOW = 90, 1
 
 
@@ -104,11 +105,13 @@ def idle_node(
         delete_quietly(core.delete_namespace, namespace)
 
 
-def gpu_claim(resource_api: client.ResourceV1Api, ns: str, name: str) -> None:
+def gpu_claim(
+    resource_api: client.ResourceV1Api, ns: str, name: str, device_class: str = "gpu.patchbay.dev"
+) -> None:
     resource_api.create_namespaced_resource_claim(ns, {
         "metadata": {"name": name},
         "spec": {"devices": {"requests": [
-            {"name": "gpu", "exactly": {"deviceClassName": "gpu.patchbay.dev"}},
+            {"name": "gpu", "exactly": {"deviceClassName": device_class}},
         ]}},
     })  # fmt: skip
 
@@ -186,6 +189,43 @@ def test_a_gpu_low_for_the_window_gets_idle_and_a_busy_one_nothing(
         gone(core, ns, "quiet", "busy")
         for name in ("quiet", "busy"):
             delete_quietly(resource_api.delete_namespaced_resource_claim, name, ns)
+
+
+def test_a_mig_device_is_read_through_gpm(
+    idle_node: IdleNode,
+    api_client: client.ApiClient,
+    core: client.CoreV1Api,
+    resource_api: client.ResourceV1Api,
+) -> None:
+    """A MIG device's utilization is its GPU instance's SM utilization from two
+    GPM samples (pynvml and the C mock in the plugin process): an instance the
+    mock holds at 0 % (as created) gets Idle=True, set busy Idle=False."""
+    ns, node = idle_node.namespace, idle_node.node
+    gpu_claim(resource_api, ns, "slice", "mig-3g.patchbay.dev")
+    pod(core, ns, "slice", node.name, {"resourceClaimName": "slice"})
+    try:
+        running(core, ns, "slice", alive=node.check_alive)
+        device = allocated_device(claim_json(api_client, ns, "slice"))
+        (gpu,) = [g for g in node.host.nvml.read()["gpus"] if g["gpu_instances"]]
+        (gi,) = gpu["gpu_instances"]
+
+        def idle() -> dict[str, Any] | None:
+            node.check_alive()
+            return conditions(claim_json(api_client, ns, "slice"), device).get("Idle")
+
+        cond = wait_for("Idle on the MIG device's claim", idle, timeout=120)
+        assert (cond["status"], cond["reason"]) == ("True", "BelowThreshold"), cond
+        node.host.nvml.set_utilization(gpu["uuid"], BUSY, gi_id=gi["id"])
+
+        def cleared() -> dict[str, Any] | None:
+            got = idle()
+            return got if got is not None and got["status"] == "False" else None
+
+        cond = wait_for("Idle=False once the GPU instance is busy", cleared, timeout=60)
+        assert cond["reason"] == "Busy", cond
+    finally:
+        gone(core, ns, "slice")
+        delete_quietly(resource_api.delete_namespaced_resource_claim, "slice", ns)
 
 
 def allocated_claim(
