@@ -78,6 +78,7 @@ class ConditionWriter:
 
     def __init__(self, api: KubeClient) -> None:
         self._api = api
+        self._failing: set[Held] = set()  # warned once, then debug until a write succeeds
 
     async def idle_now(self, held: Held) -> bool | None:
         """Whether the claim says Idle=True for the device now (an earlier
@@ -113,12 +114,20 @@ class ConditionWriter:
             if exc.status in (404, 409):  # gone, or another claim of that name now
                 log.info("claim %s/%s: Idle not written: %s", held.namespace, held.claim, exc)
                 return True
-            log.warning("claim %s/%s: Idle=%s on %s not written: %s", held.namespace,
-                        held.claim, cond["status"], held.device, exc)  # fmt: skip
+            self._failed(held, cond, exc)
             return False
         except ApiError as exc:
-            log.warning("claim %s/%s: Idle not written: %s", held.namespace, held.claim, exc)
+            self._failed(held, cond, exc)
             return False
+        self._failing.discard(held)
         log.info("claim %s/%s: %s Idle=%s (%s)", held.namespace, held.claim, held.device,
                  cond["status"], cond["message"])  # fmt: skip
         return True
+
+    def _failed(self, held: Held, cond: dict[str, Any], exc: ApiError) -> None:
+        """Warn once per device (a plugin without the chart's RBAC would warn at
+        every retry), then at debug level until a write succeeds."""
+        level = logging.DEBUG if held in self._failing else logging.WARNING
+        self._failing.add(held)
+        log.log(level, "claim %s/%s: Idle=%s on %s not written (retried): %s", held.namespace,
+                held.claim, cond["status"], held.device, exc)  # fmt: skip

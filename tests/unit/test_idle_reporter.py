@@ -6,6 +6,7 @@ Time is two injected clocks: the reporter's (seconds) and the fake NVML's
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -146,7 +147,10 @@ async def test_a_restarted_plugin_corrects_a_stale_idle_only_on_evidence(world: 
     assert (await world.conditions(h))["Idle"]["status"] == "False"
 
 
-async def test_a_failed_write_is_retried_with_backoff(world: World) -> None:
+async def test_a_failed_write_is_retried_with_backoff(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="driver.idle.conditions")
     h = world.claim("c", "gpu-0", Source("GPU-0"))
     path = claim_path("ns", "c") + "/status"
     world.api.fail("APPLY", path, 403, times=2)
@@ -157,6 +161,8 @@ async def test_a_failed_write_is_retried_with_backoff(world: World) -> None:
     await world.run_until(130.0)
     assert (await world.conditions(h))["Idle"]["status"] == "True"
     assert [m for m, p in world.api.requests if p == path] == ["APPLY"] * 3
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1, warned  # once per device, not at every retry
 
 
 async def test_idle_seconds_and_devices_that_go(world: World) -> None:
