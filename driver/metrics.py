@@ -216,6 +216,17 @@ PLUGIN_REGISTERED = gauge(
     "1 while the kubelet reports this plugin registered (NotifyRegistrationStatus), else 0",
     (), PLUGIN,
 )  # fmt: skip
+DEVICE_UTILIZATION = Sampled(
+    "patchbay_device_utilization_percent",
+    "Last utilization reading (NVML) of each device a prepared claim holds: a whole GPU's rate,"
+    " a MIG device's SM utilization since the previous reading; a share reads its GPU's",
+    ("namespace", "claim", "pool", "device"), PLUGIN,
+)  # fmt: skip
+DEVICE_IDLE_SECONDS = Sampled(
+    "patchbay_device_idle_seconds",
+    "Seconds each held device has stayed below the idle threshold (0 when it is not; Idle=True"
+    " on its claim from the idle window on)", ("namespace", "claim", "pool", "device"), PLUGIN,
+)  # fmt: skip
 
 # -- the controller -------------------------------------------------------------
 FABRIC_OPS = counter(

@@ -1,8 +1,9 @@
 """Wire the node plugin together and run it.
 
 Concurrency model: one asyncio loop. It runs the gRPC servers (registration,
-DRA v1/v1beta1, health), the slice publisher (list+watch and reconcile), and
-the hot-plug watcher under one TaskGroup; if any of them fails the group
+DRA v1/v1beta1, health), the slice publisher (list+watch and reconcile), idle
+detection (``driver.idle.reporter``) and the hot-plug watcher under one
+TaskGroup; if any of them fails the group
 fails and the process exits non-zero (the DaemonSet restarts it) rather than
 limp on half-alive. Blocking NVML and sysfs work runs in worker threads.
 SIGTERM stops the servers gracefully, then the rest of the group.
@@ -34,6 +35,7 @@ from driver.fabric_devices.node import AnnotationPublisher, FabricNodeView
 from driver.fabric_devices.usage import FabricUsage, nvml_probe
 from driver.gpu.kind import GpuType
 from driver.httpendpoint import serve_http
+from driver.idle.reporter import IdleReporter, export_idle_metrics
 from driver.kube.client import KubeClient
 from driver.kube.events import EventRecorder, ObjectEvents, ObjectRef
 from driver.kube.objects import ApiClaimReader, owner_reference, wait_for_node
@@ -44,7 +46,13 @@ from driver.node.nvml_gate import NvmlGate, retry_while_unavailable
 from driver.slices.build import PoolSpec, slice_name_prefix
 from driver.slices.publisher import SlicePublisher
 from plugin.device_metrics import DeviceCounts, export_device_counts
-from plugin.device_types import arrivals_of, fabric_view, gpu_sharing, xid_watcher
+from plugin.device_types import (
+    arrivals_of,
+    fabric_view,
+    gpu_sharing,
+    idle_reporter,
+    xid_watcher,
+)
 from plugin.gpu_health import gpu_recovery, health_monitor
 from plugin.grpc_server import PluginServers
 from plugin.settings import PluginSettings
@@ -94,6 +102,7 @@ class NodePlugin:
         )
         self.owner: dict[str, Any] | None = None
         self.preparer: ClaimPreparer | None = None
+        self.idle: IdleReporter | None = None  # Idle conditions (driver.idle.reporter)
         self.health = health_monitor(settings, self.device_types)  # persisted (gpu-health.json)
         # Events on the Node (device health and recovery, devices or slices not published).
         self.recorder = EventRecorder(
@@ -258,6 +267,9 @@ class NodePlugin:
         await preparer.recover()  # under the claim lock: another plugin pod may be preparing
         self.preparer = preparer
         preparer.on_change = self.report_fabric
+        self.idle = idle_reporter(s, self.device_types, preparer, self.api)
+        if self.idle is not None:
+            export_idle_metrics(self.idle)
         recovery = gpu_recovery(s, self.device_types, self.health, self.xid, preparer)
         self.report_fabric()
         # Device health (KEP-4680) is served where NVML can deliver GPU XIDs.
@@ -283,6 +295,8 @@ class NodePlugin:
                     group.create_task(self.fabric_report.run(), name="fabric-report")
                 if self.fabric_usage is not None:
                     group.create_task(self.fabric_usage.run(), name="fabric-usage")
+                if self.idle is not None:
+                    group.create_task(self.idle.run(), name="idle-devices")
                 group.create_task(serve(), name="grpc-servers")
                 if s.metrics_port:
                     group.create_task(

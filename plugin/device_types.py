@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from driver.checkpoint import CheckpointStore
+from driver.claims.preparer import ClaimPreparer
 from driver.cxl.kind import CxlMemoryType
 from driver.devices.kind import DeviceType
 from driver.fabric_devices.node import FabricNodeView, load_adapters
@@ -17,6 +18,12 @@ from driver.gpu.sharing.claims import GpuSharing
 from driver.gpu.sharing.handoff import MpsHandoff
 from driver.gpu.sharing.mps import MpsDaemons
 from driver.health.xid import XidWatcher
+from driver.idle.conditions import ConditionWriter
+from driver.idle.reporter import IdleReporter
+from driver.idle.sampler import UtilizationSampler
+from driver.idle.sources import watched
+from driver.idle.window import IdlePolicy
+from driver.kube.client import KubeClient
 from driver.mig.discovery import mig_support
 from driver.nvme.kind import DriveSelection, NvmeType
 from driver.nvml.pynvml_backend import PynvmlBackend
@@ -108,4 +115,24 @@ def gpu_sharing(settings: PluginSettings, types: Sequence[DeviceType]) -> GpuSha
             daemons = MpsDaemons(settings.mps_control_path, settings.mps_root)
             mps = MpsHandoff(daemons, supervised=settings.mps_supervisor)
             return GpuSharing(t.nvml, settings.nvidia_smi_path, mps, t.nvml_lock)
+    return None
+
+
+def idle_reporter(
+    settings: PluginSettings, types: Sequence[DeviceType], preparer: ClaimPreparer, api: KubeClient
+) -> IdleReporter | None:
+    """Idle detection of the prepared GPUs and MIG devices (``--idle-sample-interval``,
+    ``--idle-threshold``, ``--idle-window``); None when it is off or no family reads NVML."""
+    if settings.idle_sample_interval <= 0:
+        return None
+    for t in types:
+        if isinstance(t, GpuType) and t.nvml is not None:
+            sampler = UtilizationSampler(t.nvml, t.nvml_lock)
+            return IdleReporter(
+                IdlePolicy(settings.idle_threshold, settings.idle_window),
+                settings.idle_sample_interval,
+                sampler.read,
+                lambda: watched(preparer.checkpoint),
+                ConditionWriter(api),
+            )
     return None

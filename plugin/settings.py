@@ -6,7 +6,7 @@ Each field is one setting: flag ``--<field-with-dashes>``, env var
 ``controller.fabricPool``, that feeds both processes. The MPS settings
 (``driver.gpu.sharing.settings``) are the MPS supervisor's too, from the same
 ``kubeletPlugin`` values. The GPU health policy (``driver.health.policy``)
-is the plugin's alone.
+and idle detection (``driver.idle.settings``) are the plugin's alone.
 """
 
 from __future__ import annotations
@@ -19,11 +19,17 @@ from driver.fabric_devices.settings import FabricPoolSettings
 from driver.gpu.sharing.settings import MpsSettings
 from driver.health.policy import HealthSettings
 from driver.httpendpoint import MetricsPortSettings
+from driver.idle.settings import IdleSettings
 from driver.process import ProcessSettings
 
 
 class PluginSettings(
-    ProcessSettings, FabricPoolSettings, MetricsPortSettings, MpsSettings, HealthSettings
+    ProcessSettings,
+    FabricPoolSettings,
+    MetricsPortSettings,
+    MpsSettings,
+    HealthSettings,
+    IdleSettings,
 ):
     """patchbay node plugin: publishes this node's devices and prepares claims."""
 

@@ -224,6 +224,14 @@ class KubeApi:
             "PATCH", path, body=body, content_type="application/merge-patch+json"
         )
 
+    async def apply(
+        self, path: str, body: JsonObj, field_manager: str, force: bool = False
+    ) -> JsonObj:
+        query = {"fieldManager": field_manager, "force": "true" if force else None}
+        return await self.call(
+            "PATCH", path, query, body=body, content_type="application/apply-patch+yaml"
+        )
+
     async def delete(self, path: str, body: JsonObj | None = None) -> JsonObj:
         return await self.call("DELETE", path, body=body)
 

@@ -5,7 +5,8 @@ It keeps objects by REST path with one resourceVersion counter, answers
 gets and lists (``fieldSelector`` and ``labelSelector`` equality terms),
 streams watch events from a resourceVersion, refuses a create of an
 existing name and a write with a stale resourceVersion (409), a read or
-write of a missing object (404), and applies JSON merge patches; the
+write of a missing object (404), applies JSON merge patches and (roughly,
+:func:`apply_merge`) server-side applies; the
 ``status`` subresource writes only ``status``, the main resource keeps it.
 What the real apiserver does beyond that (validation, defaulting,
 admission, garbage collection) it does not. Test hooks: :meth:`add` seeds
@@ -95,6 +96,37 @@ def merge(target: Any, patch: Any) -> Any:
         else:
             out[key] = merge(out.get(key), value)
     return out
+
+
+# Keys of the list-maps an apply merges by (the rest of a list is replaced).
+_LIST_KEYS = (("type",), ("driver", "pool", "device", "shareID"))
+
+
+def apply_merge(target: Any, patch: Any) -> Any:
+    """A server-side apply of one manager, as far as this double goes: objects
+    merge, lists of objects keyed as a list-map (conditions by ``type``,
+    device status by driver/pool/device/shareID) merge entry by entry, other
+    lists replace. Field ownership, and so what a later apply removes, is
+    not modelled."""
+    if isinstance(patch, Mapping):
+        out = dict(target) if isinstance(target, Mapping) else {}
+        for key, value in patch.items():
+            out[key] = apply_merge(out.get(key), value)
+        return out
+    if isinstance(patch, list) and isinstance(target, list):
+        keyed = [k for k in _LIST_KEYS if all(isinstance(e, Mapping) and k[0] in e for e in patch)]
+        keys = keyed[0] if patch and keyed else None
+        if keys is not None:
+            out_list = [copy.deepcopy(e) for e in target]
+            for entry in patch:
+                at = [i for i, e in enumerate(out_list)
+                      if all(e.get(k) == entry.get(k) for k in keys)]  # fmt: skip
+                if at:
+                    out_list[at[0]] = apply_merge(out_list[at[0]], entry)
+                else:
+                    out_list.append(copy.deepcopy(entry))
+            return out_list
+    return copy.deepcopy(patch)
 
 
 class MemoryKube:
@@ -192,6 +224,18 @@ class MemoryKube:
         self._precondition(old, body, "PATCH", path)
         return self._store(self._key(ref), self._updated(old, merge(old, body), ref), "MODIFIED",
                            path)  # fmt: skip
+
+    async def apply(
+        self, path: str, body: JsonObj, field_manager: str, force: bool = False
+    ) -> JsonObj:
+        self._request("APPLY", path)
+        ref = parse_path(path)
+        old = self._stored(ref, path)
+        want = (body.get("metadata") or {}).get("uid")
+        if want and want != old["metadata"]["uid"]:
+            raise self._error("PATCH", path, 409, "Conflict", "the UID does not match")
+        return self._store(self._key(ref), self._updated(old, apply_merge(old, body), ref),
+                           "MODIFIED", path)  # fmt: skip
 
     async def delete(self, path: str, body: JsonObj | None = None) -> JsonObj:
         self._request("DELETE", path)

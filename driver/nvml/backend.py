@@ -131,6 +131,18 @@ class XidEvent:
     xid: int
 
 
+GPM_ARCHITECTURES = frozenset({"hopper", "blackwell"})
+"""Architectures with GPM (GPU Performance Monitoring): a MIG device's utilization."""
+
+
+class GpmSample(Protocol):
+    """One GPM sample of a MIG GPU instance (opaque); two give a utilization."""
+
+    def close(self) -> None:
+        """Free it (NVML allocated it); closing twice is harmless."""
+        ...
+
+
 class EventWatcher(Protocol):
     def wait(self, timeout_ms: int) -> list[XidEvent]:
         """XIDs that arrived within ``timeout_ms`` (empty on timeout)."""
@@ -187,6 +199,22 @@ class NvmlBackend(Protocol):
 
     def condition(self, uuid: str) -> GpuCondition:
         """Recovery action, row remapper, uncorrectable ECC (:mod:`driver.nvml.condition`)."""
+        ...
+
+    def utilization(self, uuid: str) -> int:
+        """The whole GPU's utilization, percent (``nvmlDeviceGetUtilizationRates``);
+        NOT_SUPPORTED while MIG is enabled on it."""
+        ...
+
+    def mig_sample(self, uuid: str, gi_id: int) -> GpmSample:
+        """A GPM sample of GPU instance ``gi_id`` of GPU ``uuid``
+        (``nvmlGpmMigSampleGet``); NOT_SUPPORTED before Hopper or with MIG
+        off, NOT_FOUND for a GPU instance that does not exist."""
+        ...
+
+    def mig_utilization(self, first: GpmSample, second: GpmSample) -> float:
+        """SM utilization, percent, between two samples of one GPU instance
+        (``nvmlGpmMetricsGet``, ``NVML_GPM_METRIC_SM_UTIL``)."""
         ...
 
 

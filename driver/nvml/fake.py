@@ -7,8 +7,11 @@
 rejects occupied placements with INSUFFICIENT_RESOURCES and invalid ones with
 INVALID_ARGUMENT, keeps an Ampere MIG mode change pending until a reset, and
 refuses to disable MIG while instances exist (IN_USE), and keeps a compute
-mode per GPU with the mock's rules (``hack/nvml-mock/compute_mode.c``). Injected failures are
-keyed by the NVML entry point the real backend would call at that step.
+mode per GPU with the mock's rules (``hack/nvml-mock/compute_mode.c``), and
+answers utilization as the mock does (``hack/nvml-mock/utilization.c``: a
+whole GPU's rate, GPM samples of MIG devices on Hopper and newer). Injected
+failures are keyed by the NVML entry point the real backend would call at
+that step.
 """
 
 from __future__ import annotations
@@ -16,11 +19,14 @@ from __future__ import annotations
 import time
 import uuid as uuidlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from driver.errors import NvmlError
 from driver.nvml.backend import (
+    GPM_ARCHITECTURES,
     XID_FALLEN_OFF_BUS,
     ComputeMode,
+    GpmSample,
     GpuInfo,
     MigInstance,
     MigProfile,
@@ -239,10 +245,55 @@ class FakeNvml:
             gpu.recovery_action, gpu.row_remap_pending, gpu.row_remap_failure, gpu.ecc_uncorrected
         )
 
+    def utilization(self, uuid: str) -> int:
+        gpu = self._gpu(uuid)
+        self._fail("nvmlDeviceGetUtilizationRates", uuid)
+        if gpu.mig_current:
+            raise nvml_error(NvmlReturn.NOT_SUPPORTED, "MIG is enabled: no GPU utilization")
+        return min(gpu.util.level, 100)
+
+    def mig_sample(self, uuid: str, gi_id: int) -> FakeGpmSample:
+        gpu = self._gpu(uuid)
+        self._fail("nvmlGpmQueryDeviceSupport", uuid)
+        self._fail("nvmlGpmMigSampleGet", uuid)
+        if gpu.model.architecture not in GPM_ARCHITECTURES or not gpu.mig_current:
+            raise nvml_error(NvmlReturn.NOT_SUPPORTED, f"no GPM sample of a MIG device on {uuid}")
+        gi = gpu.instances.get(gi_id)
+        if gi is None:
+            raise nvml_error(NvmlReturn.NOT_FOUND, f"no GI {gi_id}")
+        now = self.machine.clock()
+        return FakeGpmSample(uuid, gi_id, now, min(gi.util.level, 100), gi.util.at(now))
+
+    def mig_utilization(self, first: GpmSample, second: GpmSample) -> float:
+        a, b = first, second
+        if not isinstance(a, FakeGpmSample) or not isinstance(b, FakeGpmSample):
+            raise nvml_error(NvmlReturn.INVALID_ARGUMENT, "not GPM samples of this NVML")
+        if (a.uuid, a.gi_id) != (b.uuid, b.gi_id):
+            raise nvml_error(NvmlReturn.INVALID_ARGUMENT, "samples of two devices")
+        self._require_init()
+        self._fail("nvmlGpmMetricsGet", b.uuid)
+        if a.t == b.t:  # the C mock's rule: the later level at no distance
+            return float(a.level if a.t > b.t else b.level)
+        return max(0.0, min(100.0, (b.busy - a.busy) / (b.t - a.t)))
+
     def watch_events(self, uuids: Sequence[str]) -> FakeEventWatcher:
         for uuid in uuids:
             self._gpu(uuid)
         return FakeEventWatcher(self.machine, list(uuids))
+
+
+@dataclass(frozen=True)
+class FakeGpmSample:
+    """A GPM sample as the C mock keeps it: when, the level, the integral."""
+
+    uuid: str
+    gi_id: int
+    t: int
+    level: int
+    busy: int
+
+    def close(self) -> None:
+        pass
 
 
 @counts_errors

@@ -10,6 +10,8 @@ GPU, queue XIDs, inject failures, reset an Ampere GPU).
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from driver.nvml.backend import NvmlReturn
@@ -27,6 +29,29 @@ XID_EFFECTS: dict[int, dict[str, int | bool]] = {
 }
 
 
+def monotonic_ms() -> int:
+    """The clock the C mock's utilization integral runs on (CLOCK_MONOTONIC, ms)."""
+    return time.monotonic_ns() // 1_000_000
+
+
+@dataclass
+class Level:
+    """A utilization level as tests set it, with its integral over time: the
+    C mock's "utilization", "util_busy" and "util_since" (``utilization.c``)."""
+
+    level: int = 0  # percent
+    busy: int = 0  # percent x ms up to ``since``
+    since: int = 0  # ms
+
+    def set(self, percent: int, now: int) -> None:
+        self.busy = self.at(now)
+        self.level, self.since = percent, now
+
+    def at(self, now: int) -> int:
+        """The integral up to ``now``."""
+        return self.busy + min(self.level, 100) * (now - self.since)
+
+
 @dataclass
 class FakeInstance:
     gi_id: int
@@ -34,6 +59,7 @@ class FakeInstance:
     start: int
     size: int
     cis: dict[int, str] = field(default_factory=dict)  # CI id -> MIG UUID
+    util: Level = field(default_factory=Level)  # SM utilization (GPM)
 
 
 @dataclass
@@ -56,6 +82,8 @@ class FakeGpu:
     row_remap_failure: bool = False
     ecc_uncorrected: int = 0
     instances: dict[int, FakeInstance] = field(default_factory=dict)
+    util: Level = field(default_factory=Level)  # nvmlDeviceGetUtilizationRates
+    memory_utilization: int = 0
 
 
 @dataclass
@@ -70,8 +98,12 @@ class FakeMachine:
     """GPUs and injected failures shared by every FakeNvml on this 'node'."""
 
     def __init__(
-        self, driver_version: str = "580.82.07", cuda_driver_version: str = "13.0"
+        self,
+        driver_version: str = "580.82.07",
+        cuda_driver_version: str = "13.0",
+        clock: Callable[[], int] = monotonic_ms,
     ) -> None:
+        self.clock = clock  # ms, for utilization (the C mock's CLOCK_MONOTONIC)
         self.driver_version = driver_version
         self.cuda_driver_version = cuda_driver_version
         self.gpus: dict[str, FakeGpu] = {}
@@ -114,6 +146,18 @@ class FakeMachine:
         """The processes running on the GPU (a container's CUDA process, say)."""
         with self.changed:
             self.gpus[uuid].processes = sorted(pids)
+            self.changed.notify_all()
+
+    def set_utilization(
+        self, uuid: str, percent: int, *, gi_id: int | None = None, memory: int | None = None
+    ) -> None:
+        """How busy the GPU (or its GPU instance ``gi_id``) is from now on, percent."""
+        with self.changed:
+            gpu = self.gpus[uuid]
+            target = gpu.util if gi_id is None else gpu.instances[gi_id].util
+            target.set(percent, self.clock())
+            if memory is not None:
+                gpu.memory_utilization = memory
             self.changed.notify_all()
 
     def queue_xid(self, uuid: str, xid: int) -> None:

@@ -21,6 +21,7 @@ from driver.errors import NvmlError
 from driver.nvml.backend import (
     ARCHITECTURES,
     BRANDS,
+    GpmSample,
     GpuInfo,
     MigInstance,
     MigProfile,
@@ -37,6 +38,12 @@ from driver.nvml.library import not_found_message
 from driver.nvml.pynvml_condition import read_condition
 from driver.nvml.pynvml_events import PynvmlEventWatcher
 from driver.nvml.pynvml_library import call, code_of, preload_library
+from driver.nvml.pynvml_utilization import (
+    PynvmlGpmSample,
+    gpu_utilization,
+    mig_sample,
+    sm_utilization,
+)
 
 log = logging.getLogger(__name__)
 
@@ -332,3 +339,12 @@ class PynvmlBackend:
 
     def condition(self, uuid: str) -> GpuCondition:
         return read_condition(self._handle(uuid))
+
+    def utilization(self, uuid: str) -> int:
+        return gpu_utilization(self._handle(uuid))
+
+    def mig_sample(self, uuid: str, gi_id: int) -> PynvmlGpmSample:
+        return mig_sample(self._handle(uuid), gi_id)
+
+    def mig_utilization(self, first: GpmSample, second: GpmSample) -> float:
+        return sm_utilization(first, second)

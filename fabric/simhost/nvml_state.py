@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -83,6 +84,16 @@ def reset_entry(gpu: dict[str, Any]) -> None:
     gpu["ecc_uncorrected"] = 0
     if gpu.get("recovery_action", 0) != -1:
         gpu["recovery_action"] = 0
+
+
+def set_level(entry: dict[str, Any], percent: int, now_ms: int) -> None:
+    """Set a GPU's or GPU instance's utilization level from ``now_ms`` on,
+    keeping its integral (``hack/nvml-mock/utilization.c``)."""
+    level = min(int(entry.get("utilization", 0)), 100)
+    since = int(entry.get("util_since", 0))
+    entry["util_busy"] = int(entry.get("util_busy", 0)) + level * (now_ms - since)
+    entry["util_since"] = now_ms
+    entry["utilization"] = percent
 
 
 class NvmlStateFile:
@@ -178,6 +189,28 @@ class NvmlStateFile:
         its device node, say); the C mock answers ``nvmlDevice*RunningProcesses``
         from them."""
         self.update(lambda s: self._gpu(s, uuid).update(processes=sorted(pids)))
+
+    def set_utilization(
+        self, uuid: str, percent: int, *, gi_id: int | None = None, memory: int | None = None
+    ) -> None:
+        """How busy the GPU (or its GPU instance ``gi_id``, a MIG device) is
+        from now on, percent; the mock answers ``nvmlDeviceGetUtilizationRates``
+        and GPM from it. KeyError when the GPU or the GPU instance does not exist."""
+        now = time.monotonic_ns() // 1_000_000
+
+        def change(s: State) -> None:
+            gpu = self._gpu(s, uuid)
+            entry = gpu
+            if gi_id is not None:
+                found = [g for g in gpu.get("gpu_instances", []) if g["id"] == gi_id]
+                if not found:
+                    raise KeyError(f"no GPU instance {gi_id} on {uuid} in {self.path}")
+                entry = found[0]
+            set_level(entry, percent, now)
+            if memory is not None:
+                gpu["memory_utilization"] = memory
+
+        self.update(change)
 
     def queue_xid(self, uuid: str, xid: int) -> None:
         """The GPU raises ``xid``: queued for event sets, with the recovery

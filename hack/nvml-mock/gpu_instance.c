@@ -35,7 +35,7 @@ static nvmlReturn_t remaining_impl(nvmlDevice_t d, unsigned id, unsigned *count)
         if (gi_fit(&g_scratch, p, p->starts[i]) != NVML_SUCCESS)
             continue;
         g_scratch.gi[g_scratch.ngi++] =
-            (struct gi_state){0, p->id, p->starts[i], p->memory_slots, 0, {{0}}};
+            (struct gi_state){0, p->id, p->starts[i], p->memory_slots, 0, {{0}}, {0, 0, 0}};
         (*count)++;
     }
     return NVML_SUCCESS;
@@ -78,7 +78,7 @@ static nvmlReturn_t create_op(struct state *st, struct gpu_state *g, void *arg)
         return NVML_ERROR_INSUFFICIENT_RESOURCES;
     a->id = id;
     g->gi[g->ngi++] =
-        (struct gi_state){id, a->p->id, (unsigned)a->start, a->p->memory_slots, 0, {{0}}};
+        (struct gi_state){id, a->p->id, (unsigned)a->start, a->p->memory_slots, 0, {{0}}, {0, 0, 0}};
     return NVML_SUCCESS;
 }
 

@@ -193,6 +193,14 @@ const struct gi_profile *model_profile_by_id(const struct model *m, unsigned int
 #define MAX_FAILURES 32
 #define UUID_LEN 96
 
+/* A utilization level as tests set it (utilization.c): the level holds until
+ * changed; busy integrates level over time (percent x ms, CLOCK_MONOTONIC)
+ * up to since, so GPM metrics between two samples are the mean over them. */
+struct util_state {
+    unsigned level;     /* percent */
+    double busy, since; /* percent x ms up to since; since in ms */
+};
+
 struct ci_state {
     unsigned int id, profile_id, start, size;
     char uuid[UUID_LEN];
@@ -202,6 +210,7 @@ struct gi_state {
     unsigned int id, profile_id, start, size;
     int nci;
     struct ci_state ci[MAX_CIS];
+    struct util_state util; /* the GI's SM utilization (GPM, utilization.c) */
 };
 
 struct gpu_state {
@@ -218,6 +227,8 @@ struct gpu_state {
     int remap_pending, remap_failure; /* nvmlDeviceGetRemappedRows (recovery.c) */
     unsigned long long ecc_uncorrected; /* volatile uncorrected ECC count */
     char reset_failure[128]; /* kept for the host's nvidia-smi: its reset fails so */
+    struct util_state util;  /* GPU utilization (utilization.c) */
+    unsigned mem_util;       /* memory utilization, percent */
     int ngi;
     struct gi_state gi[MAX_GIS];
     const struct model *m;

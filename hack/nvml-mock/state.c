@@ -13,7 +13,10 @@
  *              "row_remap_failure" (false when absent), "ecc_uncorrected"
  *              (volatile count, 0 when absent; recovery.c), "reset_failure"
  *              (a message: the host's nvidia-smi --gpu-reset fails with it),
+ *              "utilization", "memory_utilization" (percent, 0 when absent),
+ *              "util_busy", "util_since" (the level's integral: utilization.c),
  *              "gpu_instances": [{"id", "profile_id", "start", "size",
+ *                 "utilization", "util_busy", "util_since",
  *                 "compute_instances": [{"id", "profile_id", "start", "size", "uuid"}]}]}],
  *    "failures": [{"function", "error" (name or code), "remaining" (-1 = always), "gpu"}]}
  * Writers replace the file atomically (write to a temporary, fsync, rename);
@@ -76,8 +79,22 @@ static unsigned uint_of(const struct json *o, const char *k, unsigned d)
     return (unsigned)json_num(o, k, d);
 }
 
+static void load_util(const struct json *j, struct util_state *u)
+{
+    u->level = uint_of(j, "utilization", 0);
+    u->busy = json_num(j, "util_busy", 0);
+    u->since = json_num(j, "util_since", 0);
+}
+
+static void write_util(FILE *f, const struct util_state *u)
+{
+    fprintf(f, "\"utilization\": %u, \"util_busy\": %.0f, \"util_since\": %.0f", u->level,
+            u->busy, u->since);
+}
+
 static void load_gi(const struct json *j, struct gi_state *gi)
 {
+    load_util(j, &gi->util);
     gi->id = uint_of(j, "id", 0);
     gi->profile_id = uint_of(j, "profile_id", 0);
     gi->start = uint_of(j, "start", 0);
@@ -123,6 +140,8 @@ static int load_gpu(const struct json *j, struct gpu_state *g)
     g->remap_failure = json_bool(j, "row_remap_failure", 0);
     g->ecc_uncorrected = (unsigned long long)json_num(j, "ecc_uncorrected", 0);
     copy_str(g->reset_failure, sizeof(g->reset_failure), json_str(j, "reset_failure", ""));
+    load_util(j, &g->util);
+    g->mem_util = uint_of(j, "memory_utilization", 0);
     struct json *gis = json_get(j, "gpu_instances");
     for (struct json *e = gis ? gis->child : NULL; e && g->ngi < MAX_GIS; e = e->next)
         load_gi(e, &g->gi[g->ngi++]);
@@ -223,12 +242,16 @@ static void write_gpu(FILE *f, const struct gpu_state *g, int last)
         json_write_str(f, g->reset_failure);
         fputs(",", f);
     }
+    fputs("\n     ", f);
+    write_util(f, &g->util);
+    fprintf(f, ", \"memory_utilization\": %u,", g->mem_util);
     fputs("\n     \"gpu_instances\": [", f);
     for (int i = 0; i < g->ngi; i++) {
         const struct gi_state *gi = &g->gi[i];
-        fprintf(f, "\n       {\"id\": %u, \"profile_id\": %u, \"start\": %u, \"size\": %u, "
-                   "\"compute_instances\": [",
+        fprintf(f, "\n       {\"id\": %u, \"profile_id\": %u, \"start\": %u, \"size\": %u, ",
                 gi->id, gi->profile_id, gi->start, gi->size);
+        write_util(f, &gi->util);
+        fputs(", \"compute_instances\": [", f);
         for (int c = 0; c < gi->nci; c++)
             write_ci(f, &gi->ci[c], c == gi->nci - 1);
         fputs(i == g->ngi - 1 ? "]}" : "]},", f);

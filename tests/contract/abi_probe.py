@@ -30,6 +30,38 @@ def expect(code: int, fn: object, *args: object) -> None:
     raise AssertionError(f"{fn} did not fail with {code}")
 
 
+def gpm(h: object, gi_id: int) -> None:
+    """GPM of a MIG GPU instance: versioned structs, per-metric answers, samples."""
+    support = n.c_nvmlGpmSupport_t()
+    support.version = 2
+    fn = n._nvmlGetFunctionPointer("nvmlGpmQueryDeviceSupport")
+    assert fn(h, ctypes.byref(support)) == n.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+    assert n.nvmlGpmQueryDeviceSupport(h).isSupportedDevice == 1
+    a100 = n.nvmlDeviceGetHandleByUUID(A100.uuid)
+    assert n.nvmlGpmQueryDeviceSupport(a100).isSupportedDevice == 0
+    one, two = n.nvmlGpmSampleAlloc(), n.nvmlGpmSampleAlloc()
+    m = n.c_nvmlGpmMetricsGet_t()
+    m.version, m.numMetrics, m.sample1, m.sample2 = 1, 1, one, two
+    m.metrics[0].metricId = n.NVML_GPM_METRIC_SM_UTIL
+    expect(n.NVML_ERROR_INVALID_ARGUMENT, n.nvmlGpmMetricsGet, m)  # samples never taken
+    n.nvmlGpmMigSampleGet(h, gi_id, one)
+    n.nvmlGpmMigSampleGet(h, gi_id, two)
+    ids = (n.NVML_GPM_METRIC_GRAPHICS_UTIL, n.NVML_GPM_METRIC_SM_OCCUPANCY,
+           n.NVML_GPM_METRIC_DRAM_BW_UTIL)  # fmt: skip
+    m.numMetrics = len(ids)
+    for i, metric in enumerate(ids):
+        m.metrics[i].metricId = metric
+    n.nvmlGpmMetricsGet(m)
+    got = [(m.metrics[i].nvmlReturn, m.metrics[i].value) for i in range(len(ids))]
+    assert got == [(0, 0.0), (0, 0.0), (n.NVML_ERROR_NOT_SUPPORTED, 0.0)], got
+    assert text(m.metrics[0].metricInfo.unit) == "%"
+    m.version = 2
+    expect(n.NVML_ERROR_ARGUMENT_VERSION_MISMATCH, n.nvmlGpmMetricsGet, m)
+    expect(n.NVML_ERROR_NOT_SUPPORTED, n.nvmlGpmMigSampleGet, a100, 1, one)
+    n.nvmlGpmSampleFree(one)
+    n.nvmlGpmSampleFree(two)
+
+
 def main() -> int:
     n.nvmlInit()
     h = n.nvmlDeviceGetHandleByUUID(H100.uuid)
@@ -102,6 +134,7 @@ def main() -> int:
     mig_uuid = n.nvmlDeviceGetUUID(mig)
     assert n.nvmlDeviceGetGpuInstanceId(n.nvmlDeviceGetHandleByUUID(mig_uuid)) == gi_info.id
     expect(n.NVML_ERROR_NOT_SUPPORTED, n.nvmlDeviceGetSerial, mig)
+    gpm(h, gi_info.id)
     expect(n.NVML_ERROR_IN_USE, n.nvmlGpuInstanceDestroy, gi)
     n.nvmlComputeInstanceDestroy(ci)
     expect(n.NVML_ERROR_INVALID_ARGUMENT, n.nvmlDeviceGetUUID, mig)  # stale MIG handle

@@ -58,6 +58,7 @@ class World(Protocol):
     def set_processes(self, uuid: str, pids: list[int]) -> None: ...
     def reset_gpu(self, uuid: str) -> None: ...
     def set_condition(self, uuid: str, **facts: Any) -> None: ...
+    def set_utilization(self, uuid: str, percent: int, gi_id: int | None = None) -> None: ...
     def inject_failure(
         self, function: str, error: str, times: int = 1, gpu: str | None = None
     ) -> None: ...
@@ -100,6 +101,9 @@ class FakeWorld:
 
     def set_condition(self, uuid: str, **facts: Any) -> None:
         self.machine.set_condition(uuid, **facts)
+
+    def set_utilization(self, uuid: str, percent: int, gi_id: int | None = None) -> None:
+        self.machine.set_utilization(uuid, percent, gi_id=gi_id)
 
     def inject_failure(
         self, function: str, error: str, times: int = 1, gpu: str | None = None
@@ -167,6 +171,9 @@ class MockWorld:
 
     def set_condition(self, uuid: str, **facts: Any) -> None:
         self.state.set_condition(uuid, **facts)
+
+    def set_utilization(self, uuid: str, percent: int, gi_id: int | None = None) -> None:
+        self.state.set_utilization(uuid, percent, gi_id=gi_id)
 
     def inject_failure(
         self, function: str, error: str, times: int = 1, gpu: str | None = None

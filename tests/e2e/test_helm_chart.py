@@ -45,6 +45,8 @@ NON_DEFAULT = {
         "metricsPort": 0,
         "hotplugSource": "none",
         "migGpus": "all",
+        "idleSampleInterval": 10.5,
+        "idleWindow": 600,
         "vfConfigData": {"pfs": [{"pciBusID": "0000:3b:00.0", "numVfs": 4}]},
         "extraHostPathMounts": [{"name": "sim", "path": "/var/lib/patchbay-sim"}],
     },

@@ -34,8 +34,14 @@ from kubernetes.client.exceptions import ApiException
 from driver.fabric_devices.naming import NODE_ANNOTATION
 from driver.kube.api import KubeApi
 from driver.kube.events import WARNING, EventRecorder, ObjectRef
-from tests.e2e.chart import Applier, by_kind, render
+from tests.e2e.chart import Applier
 from tests.e2e.helpers import delete_quietly, make_node, unique, wait_for
+from tests.e2e.plugin_token import (
+    install_plugin_rbac,
+    pod_bound_token,
+    token_client,
+    token_kubeconfig,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -43,12 +49,6 @@ NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 TAINT = {"key": "patchbay.dev/e2e-reserved", "effect": "NoSchedule"}
 KEPT_LABEL = "patchbay.dev/e2e-pool"
 POLICY_SAYS = "may change only the annotation patchbay.dev/fabric of Node"
-# What the test installs from the rendered chart: the plugin's identity, its
-# roles and bindings, and the admission policies that narrow them.
-PLUGIN_KINDS = {
-    "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
-}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -65,66 +65,6 @@ class Plugin:
     policies: tuple[str, ...]  # the chart's ValidatingAdmissionPolicies
 
 
-def _token_client(local_cluster: Any, token: str) -> client.ApiClient:
-    conf = client.Configuration()
-    conf.host = local_cluster.server
-    conf.ssl_ca_cert = str(local_cluster.pki.ca.cert)
-    conf.api_key = {"authorization": f"Bearer {token}"}
-    return client.ApiClient(conf)
-
-
-def _token_kubeconfig(path: Path, local_cluster: Any, token: str) -> Path:
-    cluster = {
-        "server": local_cluster.server,
-        "certificate-authority": str(local_cluster.pki.ca.cert),
-    }
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "plugin",
-        "clusters": [{"name": "local", "cluster": cluster}],
-        "users": [{"name": "plugin", "user": {"token": token}}],
-        "contexts": [{"name": "plugin", "context": {"cluster": "local", "user": "plugin"}}],
-    }))  # fmt: skip
-    return path
-
-
-def _install_plugin_rbac(
-    helm: Path, applier: Applier, release: str, namespace: str
-) -> tuple[str, tuple[str, ...]]:
-    """Apply the chart's plugin objects; the plugin ServiceAccount's name and
-    the policies' names."""
-    docs = [d for d in render(helm, release, namespace) if d["kind"] in PLUGIN_KINDS]
-    docs = [d for d in docs if "-plugin" in d["metadata"]["name"]]
-    for doc in docs:
-        applier.apply(doc, namespace)
-    (sa,) = by_kind(docs, "ServiceAccount")
-    policies = by_kind(docs, "ValidatingAdmissionPolicy")
-    return str(sa["metadata"]["name"]), tuple(d["metadata"]["name"] for d in policies)
-
-
-def _pod_bound_token(core: client.CoreV1Api, namespace: str, sa: str, node: str) -> tuple[str, str]:
-    """A Pod of ``sa`` on ``node`` and a token bound to it, as the kubelet mounts."""
-    name = unique("plugin")
-    pod = core.create_namespaced_pod(namespace, {
-        "metadata": {"name": name},
-        "spec": {
-            "nodeName": node, "serviceAccountName": sa,
-            "tolerations": [{"operator": "Exists"}],
-            "containers": [{"name": "plugin", "image": "registry.example/patchbay:none"}],
-        },
-    })  # fmt: skip
-    request = {
-        "apiVersion": "authentication.k8s.io/v1",
-        "kind": "TokenRequest",
-        "spec": {
-            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": name,
-                               "uid": pod.metadata.uid},
-            "expirationSeconds": 3600,
-        },
-    }  # fmt: skip
-    answer = core.create_namespaced_service_account_token(sa, namespace, request)
-    return name, str(answer.status.token)
-
-
 @pytest.fixture(scope="module")
 def plugin(
     helm: Path,
@@ -139,13 +79,13 @@ def plugin(
     node, other = unique("tok-own"), unique("tok-other")
     token_api: client.ApiClient | None = None
     try:
-        sa, policies = _install_plugin_rbac(helm, applier, unique("pbt"), namespace)
+        sa, policies = install_plugin_rbac(helm, applier, unique("pbt"), namespace)
         for name in (node, other):
             make_node(core, name, {KEPT_LABEL: "a"})
         core.patch_node(node, {"spec": {"taints": [TAINT]}})
-        pod, token = _pod_bound_token(core, namespace, sa, node)
-        token_api = _token_client(local_cluster, token)
-        kubeconfig = _token_kubeconfig(
+        pod, token = pod_bound_token(core, namespace, sa, node)
+        token_api = token_client(local_cluster, token)
+        kubeconfig = token_kubeconfig(
             tmp_path_factory.mktemp("token") / "plugin.kubeconfig", local_cluster, token
         )
         plugin_core = client.CoreV1Api(token_api)

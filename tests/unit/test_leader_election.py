@@ -109,6 +109,11 @@ class Link:
     async def merge_patch(self, path: str, body: JsonObj) -> JsonObj:
         raise AssertionError("the lease is written whole")
 
+    async def apply(
+        self, path: str, body: JsonObj, field_manager: str, force: bool = False
+    ) -> JsonObj:
+        raise AssertionError("the lease is written whole")
+
     async def delete(self, path: str, body: JsonObj | None = None) -> JsonObj:
         raise AssertionError("the lease is never deleted")
 

@@ -1,0 +1,62 @@
+"""Contract scenarios of how busy a GPU or a MIG device looks to NVML.
+
+Why apart from ``tests.contract.scenarios``: the same contract (the fake
+and the C mock must both answer so) for what idle detection (issue 37)
+reads: a whole GPU's utilization rate, NOT_SUPPORTED while MIG is on, and
+a MIG device's SM utilization from two GPM samples, on Hopper and newer.
+"""
+
+from __future__ import annotations
+
+from tests.contract.scenarios import A100, H100, H200, L40S, make_mig, raises, started
+from tests.contract.world import World
+
+
+def utilization(world: World) -> None:
+    """A whole GPU's rate, as set, live and per GPU; with MIG on it is
+    NOT_SUPPORTED and each GPU instance has its own GPM SM utilization,
+    which survives a MIG change the library writes back."""
+    b = started(world)
+    assert b.utilization(H100.uuid) == 0  # nothing set: an idle GPU
+    world.set_utilization(H100.uuid, 73)
+    assert b.utilization(H100.uuid) == 73
+    assert b.utilization(L40S.uuid) == 0  # one GPU's rate, not the node's
+    assert world.other_process("utilization", H100.uuid) == 73
+    world.set_utilization(L40S.uuid, 5)
+    assert b.utilization(L40S.uuid) == 5
+
+    b.set_mig_mode(H100.uuid, True)
+    raises("NOT_SUPPORTED", b.utilization, H100.uuid)  # NVML: not on a MIG-enabled GPU
+    busy = make_mig(b, H100.uuid, 9, 0)
+    world.set_utilization(H100.uuid, 40, gi_id=busy.gi_id)
+    idle = make_mig(b, H100.uuid, 9, 4)  # written back by the library: 40 % stays
+    first = b.mig_sample(H100.uuid, busy.gi_id)
+    second = b.mig_sample(H100.uuid, busy.gi_id)
+    assert b.mig_utilization(first, second) == 40.0
+    quiet = [b.mig_sample(H100.uuid, idle.gi_id) for _ in range(2)]
+    assert b.mig_utilization(*quiet) == 0.0  # its own instance's, not the GPU's
+    raises("INVALID_ARGUMENT", b.mig_utilization, first, quiet[1])  # two devices
+    world.set_utilization(H100.uuid, 100, gi_id=busy.gi_id)
+    third = b.mig_sample(H100.uuid, busy.gi_id)
+    fourth = b.mig_sample(H100.uuid, busy.gi_id)
+    assert b.mig_utilization(third, fourth) == 100.0
+    assert 40.0 <= b.mig_utilization(first, fourth) <= 100.0  # the mean over the span
+    for sample in (first, second, third, fourth, *quiet):
+        sample.close()
+    first.close()  # twice: harmless
+    raises("NOT_FOUND", b.mig_sample, H100.uuid, 14)  # no such GPU instance
+
+    raises("NOT_SUPPORTED", b.mig_sample, H200.uuid, 1)  # Hopper, but MIG is off
+    b.set_mig_mode(A100.uuid, True)
+    world.reset_gpu(A100.uuid)  # Ampere: MIG mode takes effect at the reset
+    ampere = make_mig(b, A100.uuid, 9, 0)
+    raises("NOT_SUPPORTED", b.mig_sample, A100.uuid, ampere.gi_id)  # GPM: Hopper and newer
+
+    world.inject_failure("nvmlDeviceGetUtilizationRates", "UNKNOWN", 1, L40S.uuid)
+    raises("UNKNOWN", b.utilization, L40S.uuid)
+    assert b.utilization(L40S.uuid) == 5
+    world.set_lost(H100.uuid)
+    raises("GPU_IS_LOST", b.mig_sample, H100.uuid, busy.gi_id)
+    world.set_lost(L40S.uuid)
+    raises("GPU_IS_LOST", b.utilization, L40S.uuid)
+    b.shutdown()
