@@ -4,7 +4,10 @@ Why: the scheduler allocates a fabric variant and waits in PreBind; this
 module attaches the device to that node through that adapter, waits until
 the node plugin reports the device, and sets ``FabricDeviceReady=True`` (or
 ``FabricDeviceFailed=True``, keeping the device out of the pool for a hold
-time). A fabric connection that no allocation needs any more (claim
+time when the attach was refused or failed: ``driver.controller.attach.cases``).
+A device a partial read holds back stays as last seen: nothing is
+unpublished or detached for it, and a ready claim holding it is told
+(an Event). A fabric connection that no allocation needs any more (claim
 deallocated or deleted, pod deleted while PreBind waited, a previous
 incarnation's leftovers) is detached once its node no longer reports it held
 by a prepared claim (a node whose Node object is gone holds nothing).
