@@ -45,14 +45,12 @@ from driver.errors import (
     FabricResourceBroken,
     FabricUnavailable,
 )
+from driver.fabricclient.links import WHOLE_SERVICE  # about the service, not one resource
 
 UNREACHABLE = events.FABRIC_UNREACHABLE
 BROKEN = events.FABRIC_RESOURCE_BROKEN
 REFUSED = events.FABRIC_ATTACH_REFUSED
 FAILED = events.ATTACH_FAILED
-# Answers about the whole service, not the request or one resource (as the
-# client's tolerant reads see them: driver.fabricclient.links).
-WHOLE_SERVICE = frozenset({401, 403, 429, 503})
 
 # What each case means to the operator (the start of its Event's note).
 MEANING = {
