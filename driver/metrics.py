@@ -240,7 +240,8 @@ FABRIC_SECONDS = histogram(
 )  # fmt: skip
 FABRIC_UNREADABLE = counter(
     "patchbay_fabric_unreadable_resources_total",
-    "Fabric resources a read skipped as unreadable, by cause (the rest of the read is kept)",
+    "Broken fabric resources by cause: skipped by a read (the rest is kept) or met by an"
+    " attach (waited out)",
     ("cause",), CONTROLLER,
 )  # fmt: skip
 FABRIC_IN_FLIGHT = gauge(

@@ -24,6 +24,10 @@ CONTROLLER = "patchbay.dev/controller"  # the reportingController of our Events
 ATTACHING = "Attaching"
 ATTACHED = "Attached"
 ATTACH_FAILED = "AttachFailed"
+# The three cases of fabric trouble an attach meets (driver.controller.attach.cases).
+FABRIC_UNREACHABLE = "FabricUnreachable"
+FABRIC_RESOURCE_BROKEN = "FabricResourceBroken"
+FABRIC_ATTACH_REFUSED = "FabricAttachRefused"
 DETACHED = "Detached"
 DETACH_FAILED = "DetachFailed"
 ADAPTER_GONE = "FabricAdapterGone"
@@ -82,10 +86,28 @@ class ControllerEvents:
         if self.recorder is not None:
             self.recorder.normal(claim_ref(a), ATTACHED, "Attach", message)
 
-    def attach_failed(self, a: FabricAllocation, v: Variant, why: str) -> None:
+    def attach_failed(
+        self, a: FabricAllocation, v: Variant, why: str, reason: str = ATTACH_FAILED
+    ) -> None:
+        """The attach failed (``FabricDeviceFailed``); ``reason``: its case."""
         if self.recorder is not None:
             note = f"attaching {v.device_id} to {v.node} via {v.adapter} failed: {why}"
-            self.recorder.warning(claim_ref(a), ATTACH_FAILED, "Attach", note)
+            self.recorder.warning(claim_ref(a), reason, "Attach", note)
+
+    def attach_trouble(self, a: FabricAllocation, v: Variant, reason: str, why: str) -> None:
+        """The attach meets fabric trouble it waits out (``reason``: its case)."""
+        if self.recorder is not None:
+            note = f"attaching {v.device_id} to {v.node} via {v.adapter}: {why}"
+            self.recorder.warning(claim_ref(a), reason, "Attach", note)
+
+    def device_in_doubt(self, a: FabricAllocation, device_id: str, why: str) -> None:
+        """A read held back the device claim ``a`` holds (kept as last seen)."""
+        if self.recorder is not None:
+            note = (
+                f"fabric device {device_id} is in doubt: {why}; kept as last seen "
+                "(published, attached: a partial read detaches and releases nothing)"
+            )
+            self.recorder.warning(claim_ref(a), FABRIC_RESOURCE_BROKEN, "WatchFabric", note)
 
     def detached(self, regarding: ObjectRef, device_id: str, node: str) -> None:
         if self.recorder is not None:

@@ -4,7 +4,10 @@ Why: the scheduler allocates a fabric variant and waits in PreBind; this
 module attaches the device to that node through that adapter, waits until
 the node plugin reports the device, and sets ``FabricDeviceReady=True`` (or
 ``FabricDeviceFailed=True``, keeping the device out of the pool for a hold
-time). A fabric connection that no allocation needs any more (claim
+time when the attach was refused or failed: ``driver.controller.attach.cases``).
+A device a partial read holds back stays as last seen: nothing is
+unpublished or detached for it, and a ready claim holding it is told
+(an Event). A fabric connection that no allocation needs any more (claim
 deallocated or deleted, pod deleted while PreBind waited, a previous
 incarnation's leftovers) is detached once its node no longer reports it held
 by a prepared claim (a node whose Node object is gone holds nothing).
@@ -103,6 +106,8 @@ class Reconciler:
         self.events = ControllerEvents(self.recorder)
         self._adapters: tuple[dict[str, NodeFabric], set[tuple[str, str]]] | None = None
         self._node_uuids: dict[str, str] = {}
+        # (claim UID, device) -> why a read holds that attached device back, as told.
+        self._doubts: dict[tuple[str, str], str] = {}
         self._background: set[asyncio.Task[None]] = set()
         self.workers = Workers(
             fabric,
@@ -226,6 +231,7 @@ class Reconciler:
             self.published = published_devices(self.publisher.stored().values())
         self.holds.expire()
         allocs = cl.all_allocations(list(self.claims.objects.values()), self.pool)
+        self._tell_doubts(inv, allocs)
         pinned = {a.device for a in allocs}
         carried = {n: self.published[n] for n in pinned if n in self.published}
         served = {a.device: self._device_of(a) for a in allocs if a.device in self.variants}
@@ -283,6 +289,22 @@ class Reconciler:
                 log.debug("%s still prepared on %s: detach waits", device.id, conn.node)
                 continue
             self.workers.detach(device.id, node_ref(self.nodes.objects, conn.node))
+
+    def _tell_doubts(self, inv: FabricInventory, allocs: list[cl.FabricAllocation]) -> None:
+        """A Warning on each ready claim whose device the last read held back
+        (kept as last seen: nothing is detached), once per reason (an attach
+        under way tells its own: ``attach.cases``)."""
+        held, told = dict(inv.held_back), {}
+        for a in allocs:
+            device = self._device_of(a) if a.ready and a.device in self.variants else ""
+            why = held.get(device) if device else None
+            if why is not None:
+                told[(a.claim_uid, device)] = why
+                if self._doubts.get((a.claim_uid, device)) != why:
+                    log.warning("claim %s/%s: its fabric device %s is in doubt: %s",
+                                a.namespace, a.name, device, why)  # fmt: skip
+                    self.events.device_in_doubt(a, device, why)
+        self._doubts = told
 
     def _hand_over(
         self, inv: FabricInventory, reports: Mapping[str, NodeFabric], a: cl.FabricAllocation,

@@ -257,6 +257,8 @@ class FabricClient:
             self._asked[ask] = (generation, "")  # again is a new request, not a replay
             raise
         except FabricApiError as exc:
+            if exc.status < 500:  # answered: asking again is a new request, not a replay
+                self._asked[ask] = (generation, "")  # (the answer may be kept under the key)
             mapped = refused(exc)
             if mapped is exc:
                 raise

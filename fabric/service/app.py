@@ -19,7 +19,17 @@ import asyncio
 from aiohttp import web
 
 from driver.fabricclient.token import TokenSource
-from fabric.service import accounts, bodies, count_api, hardware, redfish, services, uris, zones
+from fabric.service import (
+    accounts,
+    bodies,
+    count_api,
+    faults,
+    hardware,
+    redfish,
+    services,
+    uris,
+    zones,
+)
 from fabric.service.answers import (
     FABRIC,
     ONCE,
@@ -105,8 +115,15 @@ async def _endpoint_json(request: web.Request, fab: Fabric, ids: list[str]) -> l
 
 async def endpoints(request: web.Request) -> web.Response:
     fab, f = fabric_of(request)
-    members = await _endpoint_json(request, fab, fab.inv.endpoints(f))
-    return answer(redfish.collection(request.path, "Endpoint", members, expand(request)))
+    ids = fab.inv.endpoints(f)
+    members = await _endpoint_json(request, fab, ids)
+    body = redfish.collection(request.path, "Endpoint", members, expand(request))
+    broken = await fab.call(faults.broken_endpoints, fab.store, ids)
+    if broken and expand(request):  # a broken one as a link: its reader meets the 500
+        body["Members"] = [
+            uris.link(m["@odata.id"]) if m["Id"] in broken else m for m in body["Members"]
+        ]
+    return answer(body)
 
 
 async def endpoint(request: web.Request) -> web.Response:
@@ -114,6 +131,9 @@ async def endpoint(request: web.Request) -> web.Response:
     ident = request.match_info["endpoint"]
     if ident not in fab.inv.endpoints(f):
         raise not_found(request.path)
+    if await fab.call(faults.endpoint_broken, fab.store, ident):
+        raise RedfishError(500, "InternalError", f"endpoint {ident}: unreadable (fault "
+                           "brokenEndpoint)")  # fmt: skip
     return answer((await _endpoint_json(request, fab, [ident]))[0])
 
 

@@ -70,6 +70,10 @@ class DeviceFaults(_Body):
     # CXL memory the host cannot offline (pages pinned): its detach is refused by
     # the host, the device stays attached (needs the device attached).
     memory_in_use: bool | None = Field(default=None, alias="memoryInUse")
+    # Its Endpoint answers 500 (a manager with one broken resource); an attach
+    # of it is refused with 400 (a manager that will not attach it).
+    broken_endpoint: bool | None = Field(default=None, alias="brokenEndpoint")
+    refuse_attach: bool | None = Field(default=None, alias="refuseAttach")
 
 
 class FaultsUpdate(_Body):

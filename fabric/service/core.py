@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from fabric.service import outcomes, uris
+from fabric.service import faults, outcomes, uris
 from fabric.service.errors import RedfishError, in_use, not_found
 from fabric.service.events import CHANGED, CREATED, REMOVED, TASK_DONE, TASK_FAILED, EventBus
 from fabric.service.inventory import Inventory
@@ -141,6 +141,11 @@ class Fabric:
         return out
 
     def _attach_sync(self, initiator: str, target: str) -> AttachOutcome:
+        if faults.attach_refused(self.store, target):
+            raise RedfishError(
+                400, "ActionNotSupported",
+                f"attaching {target} is not supported by this fabric (fault refuseAttach)",
+            )  # fmt: skip
         dev = self.store.device(target)
         if dev.foreign_owner:
             raise in_use(f"{target} is allocated to another tenant ({dev.foreign_owner})")

@@ -39,6 +39,8 @@ _MESSAGES: dict[str, tuple[str, str]] = {
     "PreconditionFailed": ("Critical", "Read the resource again and retry with its ETag."),
     "PropertyValueNotInList": ("Warning", "Choose a value the resource allows."),
     "QueryNotSupported": ("Warning", "Leave the query parameter out."),
+    "ActionNotSupported": ("Critical", "Do not ask this of the resource."),
+    "InternalError": ("Critical", "Retry later; the service's log says what failed."),
 }
 
 

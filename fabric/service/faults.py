@@ -8,7 +8,14 @@ fail), ``in_use`` (detach refused with 409), ``foreign_owner`` (another
 tenant took the device: it shows ``UnavailableOffline`` and attach is 409),
 ``memory_in_use`` (attached CXL memory: marked in use on its host, which then
 refuses the hot-remove; the detach task ends in ``Exception`` saying why and
-the device stays attached). Called on the service's worker thread only.
+the device stays attached), ``broken_endpoint`` (a GET of its Endpoint
+answers 500, and an expanded Endpoints collection lists it as a bare link,
+so a reader meets the 500: one broken resource of a manager that is
+otherwise fine), ``refuse_attach`` (an attach of it, in either dialect, is
+refused with 400 ``ActionNotSupported``: a manager that will not attach
+that device). The last two are kept as knobs per device (``<flag>/<id>``),
+so the store's schema stays as it is. Called on the service's worker
+thread only.
 """
 
 from __future__ import annotations
@@ -45,6 +52,10 @@ def apply(store: Store, inv: Inventory, upd: FaultsUpdate) -> None:
             store.set_knob(key, float(value))
     for dev, f in upd.devices.items():
         store.set_device(dev, f.health, f.in_use, f.foreign_owner)
+        for flag, value in (("broken_endpoint", f.broken_endpoint),
+                            ("refuse_attach", f.refuse_attach)):  # fmt: skip
+            if value is not None:
+                store.set_knob(f"{flag}/{dev}", float(value))
     for conn, in_use in marks:
         hosts.mark_memory_in_use(inv.initiators[conn.initiator], conn.bdf, in_use)
     log.warning("faults changed: %s", upd.model_dump(exclude_none=True, by_alias=True))
@@ -62,11 +73,29 @@ def _attached_memory(store: Store, inv: Inventory, dev: str) -> Connection:
     return conn
 
 
+def endpoint_broken(store: Store, device: str) -> bool:
+    """Whether ``device``'s Endpoint answers 500 (the ``brokenEndpoint`` fault)."""
+    return bool(store.knob(f"broken_endpoint/{device}"))
+
+
+def broken_endpoints(store: Store, ids: list[str]) -> set[str]:
+    return {i for i in ids if endpoint_broken(store, i)}
+
+
+def attach_refused(store: Store, device: str) -> bool:
+    """Whether an attach of ``device`` is refused (the ``refuseAttach`` fault)."""
+    return bool(store.knob(f"refuse_attach/{device}"))
+
+
 def view(store: Store, inv: Inventory, defaults: dict[str, float]) -> dict[str, Any]:
     devices = {}
     for ident in sorted(inv.targets):
         d = store.device(ident)
-        devices[ident] = {"health": d.health, "inUse": d.in_use, "foreignOwner": d.foreign_owner}
+        devices[ident] = {
+            "health": d.health, "inUse": d.in_use, "foreignOwner": d.foreign_owner,
+            "brokenEndpoint": endpoint_broken(store, ident),
+            "refuseAttach": attach_refused(store, ident),
+        }  # fmt: skip
     return {
         "failNextAttaches": int(store.knob("fail_attaches")),
         "failNextDetaches": int(store.knob("fail_detaches")),

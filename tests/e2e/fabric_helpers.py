@@ -126,6 +126,21 @@ def gpu_request(name: str = "gpu", fabric_device: str | None = None) -> dict[str
     return {"name": name, "exactly": exactly}
 
 
+def first_available(*devices: str) -> dict[str, Any]:
+    """A GPU request for the first of fabric ``devices`` the scheduler can have."""
+    subs = [
+        {
+            "name": d.replace("-", ""),
+            "deviceClassName": "gpu.patchbay.dev",
+            "selectors": [
+                {"cel": {"expression": f'device.attributes["patchbay.dev"].fabricDevice == "{d}"'}}
+            ],
+        }
+        for d in devices
+    ]
+    return {"name": "gpu", "firstAvailable": subs}
+
+
 def pod_attaching(
     env: Env, resource_api: Any, core: Any, ns: str, name: str, device: str, node: str,
     latency: float,

@@ -2,9 +2,9 @@
 environment of tests/e2e/conftest.py): a slow attach binds the pod in one
 scheduling cycle, a fabric that is down for a while fails no claim, and a
 device another tenant took after the pool was published fails its attach
-and the pod gets another device. The node plugins run dynamic MIG and GPU
-sharing, as on the demo: a fabric GPU attached to a node is not offered a
-second time there in parts (issue 34).
+(refused: ``FabricAttachRefused``) and the pod gets another device. The
+node plugins run dynamic MIG and GPU sharing, as on the demo: a fabric GPU
+attached to a node is not offered a second time there in parts (issue 34).
 
 Shorter than the issue's 60 s in the tier (``PATCHBAY_SLOW_ATTACH_S`` and
 ``PATCHBAY_FABRIC_DOWN_S`` run the full figures): what could go wrong with a
@@ -29,6 +29,7 @@ from tests.e2e.fabric_helpers import (
     attr,
     conditions,
     fabric_pool,
+    first_available,
     gpu_request,
     node_devices,
     running,
@@ -47,21 +48,6 @@ CLAIM_MODEL = "ResourceV1ResourceClaim"  # the client's name; watch guesses V1Re
 def plugin_args() -> tuple[str, ...]:
     """Dynamic MIG and sharing on every GPU, as on the demo's nodes."""
     return ("--mig-gpus=all", "--shared-gpus=all")
-
-
-def _pinned(*devices: str) -> dict[str, Any]:
-    """A GPU request for the first of ``devices`` the scheduler can have."""
-    subs = [
-        {
-            "name": d.replace("-", ""),
-            "deviceClassName": "gpu.patchbay.dev",
-            "selectors": [
-                {"cel": {"expression": f'device.attributes["patchbay.dev"].fabricDevice == "{d}"'}}
-            ],
-        }
-        for d in devices
-    ]
-    return {"name": "gpu", "firstAvailable": subs}
 
 
 def _scheduled(core: Any, ns: str, pod: str) -> tuple[int, int]:
@@ -97,7 +83,7 @@ def test_a_slow_attach_binds_the_pod_in_one_scheduling_cycle(
     ns, node = namespace, env.nodes[0].name
     env.fabric.faults(attachLatencySeconds=SLOW_S)
     try:
-        tmpl = template(resource_api, ns, "slow", [_pinned("gpu-1")])
+        tmpl = template(resource_api, ns, "slow", [first_available("gpu-1")])
         started = time.monotonic()
         pod(core, ns, "slow", node, tmpl)
         running(env, core, ns, "slow", timeout=SLOW_S + 90)
@@ -117,7 +103,7 @@ def test_a_fabric_down_for_a_while_fails_no_claim(
     env: Env, resource_api: Any, core: Any, namespace: str
 ) -> None:
     ns, node = namespace, env.nodes[0].name
-    tmpl = template(resource_api, ns, "down", [_pinned("gpu-1")])
+    tmpl = template(resource_api, ns, "down", [first_available("gpu-1")])
     env.fabric.kill()
     try:
         pod(core, ns, "down", node, tmpl)
@@ -176,7 +162,7 @@ def test_a_device_another_tenant_took_after_listing_fails_and_the_pod_gets_anoth
     env.ctl.kill()
     env.fabric.faults(devices={"gpu-0": {"foreignOwner": "tenant-b"}})
     try:
-        tmpl = template(resource_api, ns, "taken", [_pinned("gpu-0", "gpu-2")])
+        tmpl = template(resource_api, ns, "taken", [first_available("gpu-0", "gpu-2")])
         pod(core, ns, "taken", node, tmpl)
         wait_for("allocated", lambda: _allocated(core, resource_api, ns, "taken"), timeout=60)
         env.ctl.start()
@@ -185,11 +171,12 @@ def test_a_device_another_tenant_took_after_listing_fails_and_the_pod_gets_anoth
         (result,) = claim.status.allocation.devices.results
         assert attr(fabric_pool(resource_api)[result.device], "fabricDevice") == "gpu-2"
         assert conditions(claim, result.device) == {"FabricDeviceReady": "True"}
-        wait_for("the AttachFailed event", lambda: events_about(
-            core, ns, claim.metadata.name, "AttachFailed"), timeout=30)  # fmt: skip
-        failed = events_about(core, ns, claim.metadata.name, "AttachFailed")
+        # A refused attach (409: another tenant's): its case is the reason (issue 35).
+        wait_for("the FabricAttachRefused event", lambda: events_about(
+            core, ns, claim.metadata.name, "FabricAttachRefused"), timeout=30)  # fmt: skip
+        failed = events_about(core, ns, claim.metadata.name, "FabricAttachRefused")
         print(failed[0].message)
-        assert "gpu-0" in failed[0].message
+        assert "gpu-0" in failed[0].message and "HTTP 409" in failed[0].message
         assert "gpu-0" not in {attr(d, "fabricDevice") for d in fabric_pool(resource_api).values()}
         assert set(env.fabric.connections()) == {"gpu-2"}
         gone(core, ns, "taken")

@@ -7,9 +7,12 @@ only when no earlier request for the allocation is under way or done (a
 recorded operation handle on the claim, or a connection already on its way
 to this node and adapter), so retries and controller restarts cost no
 second request; it detaches a device still attached to another node first;
-and an unreachable or garbled fabric is retried with backoff (up to
+and a fabric that is unreachable, or one of whose resources is broken
+(``driver.controller.attach.cases``), is retried with backoff (up to
 ``RETRY_CAP_S`` between tries), its time not counted against the attach
-timeout, until ``unreachable_budget`` seconds in a row.
+timeout, until ``unreachable_budget`` seconds in a row; each new error is
+told to ``trouble`` (the claim's Event) as it comes. A refused attach is
+not retried here.
 """
 
 from __future__ import annotations
@@ -17,14 +20,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from driver.backoff import Backoff
 from driver.controller import claims as cl
+from driver.controller.attach import cases
 from driver.controller.attach.status import ClaimStatusWriter
 from driver.controller.pool.variant import Variant
 from driver.errors import (
     ApiError,
     AttachFailed,
+    FabricApiError,
     FabricConflict,
     FabricNotFound,
     FabricUnavailable,
@@ -39,6 +45,9 @@ log = logging.getLogger(__name__)
 RETRY_S = 0.5
 RETRY_CAP_S = 5.0
 
+# Told of each new error an attach waits out: (allocation, variant, case, error).
+Trouble = Callable[[cl.FabricAllocation, Variant, str, Exception], None]
+
 
 class Connector:
     """Attaches for the workers (``connect``); ``finish`` follows a handle."""
@@ -49,8 +58,10 @@ class Connector:
         status: ClaimStatusWriter,
         attach_timeout: float,
         unreachable_budget: float | None,
+        trouble: Trouble | None = None,
     ) -> None:
         self._fabric = fabric
+        self._trouble = trouble
         self._status = status
         self._timeout = attach_timeout
         # None: no budget of its own, an outage spends the attach timeout.
@@ -61,7 +72,8 @@ class Connector:
         timeout = self._timeout
         budget = timeout if self._budget is None else self._budget
         backoff = Backoff(RETRY_S, RETRY_CAP_S)
-        down_since: float | None = None  # the fabric unreachable (or garbled) since
+        down_since: float | None = None  # the fabric unreachable (or a resource broken) since
+        told = ("", "")  # the last error told to ``trouble``: (case, message)
         while True:
             now = time.monotonic()
             if now > deadline:
@@ -72,7 +84,10 @@ class Connector:
                 down_since = None
                 backoff.reset()
                 await asyncio.sleep(RETRY_S)
-            except FabricUnavailable as exc:
+            except (FabricUnavailable, FabricApiError) as exc:
+                case = cases.case_of(exc)
+                if not cases.retried(case):
+                    raise
                 down_since = now if down_since is None else down_since
                 down = time.monotonic() - down_since
                 if down >= budget:
@@ -81,9 +96,12 @@ class Connector:
                         f"{exc}"
                     ) from exc
                 log.info(
-                    "%s: fabric unusable for %.0fs of its %.0fs budget (%s): retry in %.1fs",
-                    v.device_id, down, budget, exc, backoff.delay,
+                    "%s: %s for %.0fs of its %.0fs budget (%s): retry in %.1fs",
+                    v.device_id, case, down, budget, exc, backoff.delay,
                 )  # fmt: skip
+                if (case, str(exc)) != told and self._trouble is not None:
+                    told = (case, str(exc))
+                    self._trouble(a, v, case, exc)
                 await backoff.sleep()
                 if self._budget is not None:
                     deadline += time.monotonic() - now  # an outage is not the attach's time

@@ -1,6 +1,8 @@
 """Fabric devices kept out of the pool for a while after a failed attach.
 
-Why: a device whose attach failed (task failed, foreign tenant, timeout)
+Why: a device whose attach was refused or failed (4xx, foreign tenant,
+task failed, timeout; not an unreachable fabric or a broken resource:
+``driver.controller.attach.cases``)
 would otherwise be offered again at once and fail the next claim the same
 way. It stays out of the published pool for ``--failed-device-hold``
 seconds. The reconciler asks which devices are held when it builds the
@@ -28,6 +30,11 @@ class FailedHolds:
         self._hold_s = hold_s
         self._on_expiry = on_expiry
         self._until: dict[str, float] = {}
+
+    @property
+    def seconds(self) -> float:
+        """How long a hold lasts (``--failed-device-hold``)."""
+        return self._hold_s
 
     def hold(self, device_id: str) -> None:
         """Keep ``device_id`` out of the pool for the hold time from now."""

@@ -115,6 +115,7 @@ async def _ask(
     manager named it."""
     backoff = Backoff(RETRY_S, RETRY_CAP_S)
     while True:
+        cause: FabricUnavailable | None = None  # the failure's case (attach.cases)
         try:
             inv = await fabric.inventory()
             through = asked_through(inv, v)
@@ -123,9 +124,9 @@ async def _ask(
                 break
             why = "no free device of its model yet (one may still be leaving)"
         except FabricUnavailable as exc:
-            why = f"fabric unusable: {exc}"
+            why, cause = f"fabric unusable: {exc}", exc
         if time.monotonic() > deadline:
-            raise AttachFailed(f"slot {v.device_id}: {why}")
+            raise AttachFailed(f"slot {v.device_id}: {why}") from cause
         log.info("slot %s: %s: retry in %.1fs", v.device_id, why, backoff.delay)
         await backoff.sleep()
     crash_point("fabric-attach-answered")

@@ -6,10 +6,16 @@ the tasks by fabric device makes operations on one device strictly
 sequential (a detach of the previous holder finishes before the next
 attach starts). How one attach is asked and followed is the
 fabric's attach model (``driver.controller.attach.model``: once per
-allocation, retried while the device leaves another node or the fabric is
-unusable). A failed attach task, a
-foreign tenant, the timeout or the spent unreachable budget end in
-``FabricDeviceFailed`` and a hold on the device. A failed or refused
+allocation, retried while the device leaves another node, the fabric is
+unreachable or a resource it needs is broken). Every failure ends in
+``FabricDeviceFailed`` with its case as the reason
+(``driver.controller.attach.cases``): a refused attach (4xx, a foreign
+tenant) or a failed one (its task, the timeout) also holds the device; an
+unreachable fabric or a broken resource, once the budget is spent, holds
+nothing. Each new error an attach waits out is an Event on the claim
+whose reason is its case, and a broken resource met outside a read is
+counted by cause (``patchbay_fabric_unreadable_resources_total``, as the
+client's reads count theirs). A failed or refused
 detach is asked again by a later pass once its device's backoff allows
 (``driver.controller.attach.retries``: exponential, jittered, capped), and its
 DetachFailed Event carries the fabric's message (which names the
@@ -44,6 +50,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from driver.controller import claims as cl
+from driver.controller.attach import cases
 from driver.controller.attach.connect import Connector
 from driver.controller.attach.device_attach import DeviceAttach
 from driver.controller.attach.expectations import Expectations
@@ -59,14 +66,17 @@ from driver.errors import (
     ApiError,
     AttachFailed,
     FabricApiError,
+    FabricResourceBroken,
     FabricUnavailable,
+    PatchbayError,
     SpareTaken,
 )
 from driver.fabric_devices.naming import READY_CONDITION
+from driver.fabricclient.links import cause_of
 from driver.fabricclient.protocol import FabricApi
 from driver.kube.events import ObjectRef
 from driver.logconfig import bind_log_context
-from driver.metrics import FABRIC_IN_FLIGHT, FABRIC_OPS, FABRIC_SECONDS
+from driver.metrics import FABRIC_IN_FLIGHT, FABRIC_OPS, FABRIC_SECONDS, FABRIC_UNREADABLE
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +106,9 @@ class Workers:
         self._reports = reports
         self._holds = holds
         self._timeout = attach_timeout
-        devices = DeviceAttach(
-            Connector(fabric, status, attach_timeout, unreachable_budget), reports
-        )
+        self._budget = attach_timeout if unreachable_budget is None else unreachable_budget
+        connector = Connector(fabric, status, attach_timeout, unreachable_budget, self._trouble)
+        devices = DeviceAttach(connector, reports)
         # The fabric's pool shape decides how an attach is asked (model.py).
         self._model: AttachModel = (
             SlotAttach(fabric, reports, devices) if fabric.picks_devices else devices
@@ -244,18 +254,45 @@ class Workers:
                     "claim %s/%s: %s ready after %.2fs", a.namespace, a.name, message,
                     time.monotonic() - started,
                 )  # fmt: skip
-        except (AttachFailed, FabricApiError) as exc:
+        except (AttachFailed, FabricApiError, FabricUnavailable) as exc:
             observe("attach", "failed", started)
-            log.warning("claim %s/%s: attaching %s failed: %s", a.namespace, a.name, v.name, exc)
+            case = cases.case_of(exc)
+            log.warning("claim %s/%s: attaching %s failed (%s): %s",
+                        a.namespace, a.name, v.name, case, exc)  # fmt: skip
             self._expect.dropped((a.claim_uid, a.device))  # arrived, not kept: detached
-            self._holds.hold(v.device_id)
-            if self._published is not None:
-                await self._published()
-            self._events.attach_failed(a, v, str(exc))
-            cond = cl.condition(a.failure_condition, "AttachFailed", str(exc), None)
+            if cases.holds(case):
+                self._holds.hold(v.device_id)
+                if self._published is not None:
+                    await self._published()
+            why = self._failure(case, exc)
+            self._events.attach_failed(a, v, why, case)
+            cond = cl.condition(a.failure_condition, case, why, None)
             with contextlib.suppress(ApiError):  # a slot's device that arrived is gone
                 if await self._status.write(a, cond, self._model.failure_data(v)):
                     self._expect.outcome_written((a.claim_uid, a.device))
+
+    def _failure(self, case: str, exc: Exception) -> str:
+        """The failure's note and condition message: what happened, what follows."""
+        what = str(exc) if case == cases.FAILED else f"{cases.MEANING[case]}: {exc}"
+        if not cases.holds(case):
+            return f"{what}; the device is not held (it is not at fault)"
+        held = "held" if case == cases.FAILED else "the device is held"
+        return f"{what}; {held} out of the pool for {self._holds.seconds:g}s"
+
+    def _trouble(self, a: cl.FabricAllocation, v: Variant, case: str, exc: Exception) -> None:
+        """An attach waits out ``exc`` (``connect``, once per attach and error): the
+        claim's Event; counted when it is a broken resource no read counted (the
+        client's reads count theirs; a held-back device's error names no URI)."""
+        log.warning("claim %s/%s: attaching %s meets %s: %s", a.namespace, a.name,
+                    v.device_id, case, exc)  # fmt: skip
+        named = isinstance(exc, (FabricApiError, FabricResourceBroken)) and bool(exc.uri)
+        cause = cause_of(exc) if isinstance(exc, PatchbayError) else None
+        if case == cases.BROKEN and named and cause is not None:
+            FABRIC_UNREADABLE.labels(cause).inc()
+        if a.name:  # a claim's (a spare has none)
+            budget = f"retried for up to {self._budget:g}s in a row"
+            why = f"{cases.MEANING[case]}: {exc}; {budget}, the device is not held"
+            self._events.attach_trouble(a, v, case, why)
 
     async def _arrived(self, a: cl.FabricAllocation, v: Variant, device_id: str) -> None:
         """A count-based manager named ``device_id`` for ``a``: this allocation's
@@ -301,11 +338,13 @@ class Workers:
             log.info("%s attached to %s via %s as a warm spare", v.device_id, v.node, v.adapter)
         except SpareTaken as exc:  # someone else's now: no hold, nothing to fail
             log.info("spare %s not attached: %s", v.device_id, exc)
-        except (AttachFailed, FabricApiError) as exc:
+        except (AttachFailed, FabricApiError, FabricUnavailable) as exc:
             observe("attach", "failed", started)
-            log.warning("attaching %s as a spare failed: %s", v.name, exc)
-            self._holds.hold(asked.device_id)
-            self._events.spare_failed(node, v, str(exc))
+            case = cases.case_of(exc)
+            log.warning("attaching %s as a spare failed (%s): %s", v.name, case, exc)
+            if cases.holds(case):
+                self._holds.hold(asked.device_id)
+            self._events.spare_failed(node, v, self._failure(case, exc))
         finally:
             self._sparing.discard(asked.device_id)
             got = self._spare_arrivals.pop(asked.device_id, "")
