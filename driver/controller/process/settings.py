@@ -63,7 +63,7 @@ class ControllerSettings(
     failed_device_hold: float = Field(
         default=600.0,
         ge=0,
-        description="seconds a device whose attach failed stays out of the pool",
+        description="seconds a device whose attach was refused or failed stays out of the pool",
     )
     lease_namespace: str = Field(default="kube-system", description="namespace of the leader Lease")
     lease_name: str = Field(default="patchbay-controller", description="name of the leader Lease")
