@@ -31,13 +31,15 @@ from driver.devices.inventory import NodeInventory
 from driver.devices.kind import DeviceType, all_handlers, scan_settled
 from driver.devices.model import CounterSet, drawn_on
 from driver.errors import Stopped
-from driver.fabric_devices.node import AnnotationPublisher, FabricNodeView
+from driver.fabric_devices.naming import NODE_ANNOTATION
+from driver.fabric_devices.node import FabricNodeView
 from driver.fabric_devices.usage import FabricUsage, nvml_probe
 from driver.gpu.kind import GpuType
 from driver.httpendpoint import serve_http
 from driver.idle.reporter import IdleReporter, export_idle_metrics
 from driver.kube.client import KubeClient
 from driver.kube.events import EventRecorder, ObjectEvents, ObjectRef
+from driver.kube.node_annotation import NodeAnnotation
 from driver.kube.objects import ApiClaimReader, owner_reference, wait_for_node
 from driver.logconfig import set_process_fields
 from driver.metrics import PLUGIN, PLUGIN_REGISTERED
@@ -53,7 +55,7 @@ from plugin.device_types import (
     idle_reporter,
     xid_watcher,
 )
-from plugin.gpu_health import gpu_recovery, health_monitor
+from plugin.gpu_health import HealthHistory, gpu_recovery, health_monitor
 from plugin.grpc_server import PluginServers
 from plugin.settings import PluginSettings
 from plugin.sockets import SocketPaths, checkpoint_file, socket_paths
@@ -104,6 +106,7 @@ class NodePlugin:
         self.preparer: ClaimPreparer | None = None
         self.idle: IdleReporter | None = None  # Idle conditions (driver.idle.reporter)
         self.health = health_monitor(settings, self.device_types)  # persisted (gpu-health.json)
+        self.health_history = HealthHistory(settings, api, self.health)  # its Node annotation
         # Events on the Node (device health and recovery, devices or slices not published).
         self.recorder = EventRecorder(
             api, REPORTING_CONTROLLER, f"patchbay-plugin-{settings.node_name}"
@@ -115,7 +118,11 @@ class NodePlugin:
         self._serving = False
         self._hotplug_ended = False
         self.fabric: FabricNodeView | None = fabric_view(settings)
-        self.fabric_report = AnnotationPublisher(api, settings.node_name) if self.fabric else None
+        self.fabric_report = (
+            NodeAnnotation(api, settings.node_name, NODE_ANNOTATION, "node fabric report")
+            if self.fabric
+            else None
+        )
         # What NVML says of attached fabric GPUs no claim holds (busy report).
         self.fabric_usage: FabricUsage | None = None
         if self.fabric is not None:
@@ -178,7 +185,8 @@ class NodePlugin:
             return
         attached = self.inventory.devices(self.settings.fabric_pool)
         held = self.preparer.prepared_devices()
-        self.fabric_report.set(self.fabric.report(attached, held, self.fabric_usage))
+        report = self.fabric.report(attached, held, self.fabric_usage)
+        self.fabric_report.set(report.to_annotation())
 
     def claim_serving(self) -> tuple[SocketPaths, ClaimPreparer]:
         """The kubelet sockets and the claim preparer with its one lock, both
@@ -260,6 +268,7 @@ class NodePlugin:
         self.owner = owner_reference(node)
         node_events = ObjectEvents(self.recorder, ObjectRef.of(node, "Node"))
         self.health.events = self.publisher.events = node_events
+        self.health_history.start(node)
         # Opened before the first scan: no event between them is lost (driver.pci.arrivals).
         events = hotplug.open_source(s.hotplug_source, s.sysfs_root)
         await self.rescan()
@@ -289,6 +298,7 @@ class NodePlugin:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.publisher.run(), name="slice-publisher")
                 group.create_task(self.recorder.run(), name="events")
+                group.create_task(self.health_history.annotation.run(), name="health-history")
                 if recovery is not None:
                     group.create_task(recovery.run(), name="gpu-recovery")
                 if self.fabric_report is not None:

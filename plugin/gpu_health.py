@@ -4,25 +4,30 @@ Why a module: the health monitor needs the GPU family's NVML (to class an
 XID by the GPU's condition), the boot id and the plugin directory (its
 records survive restarts); the recovery needs the XID watcher (paused for a
 reset), nvidia-smi and the prepared claims (no reset while one uses the
-GPU). ``plugin.app`` wires them with one call each.
+GPU); the history follows the records onto the Node's health annotation.
+``plugin.app`` wires them with one call each.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from driver.checkpoint import DeviceRecord, read_boot_id
 from driver.claims.preparer import ClaimPreparer
 from driver.devices.kind import DeviceType
 from driver.errors import PatchbayError
 from driver.gpu.kind import GpuType
+from driver.health.history import HEALTH_ANNOTATION, node_health
 from driver.health.monitor import HealthMonitor
 from driver.health.records import HealthRecords
 from driver.health.recovery import GpuRecovery
 from driver.health.reset import NodeGpuOps
 from driver.health.xid import XidWatcher
+from driver.kube.client import KubeClient
+from driver.kube.node_annotation import NodeAnnotation
 from driver.metrics import GPUS_UNHEALTHY, Samples
 from driver.nvml.condition import GpuCondition
 from plugin.settings import PluginSettings
@@ -107,3 +112,26 @@ def gpu_recovery(
 
     preparer.on_change = changed
     return recovery
+
+
+class HealthHistory:
+    """The Node's ``patchbay.dev/health`` annotation, rebuilt after every save of
+    the health file (:mod:`driver.health.history`); written only when it changed."""
+
+    def __init__(self, settings: PluginSettings, api: KubeClient, monitor: HealthMonitor) -> None:
+        self.settings = settings
+        self.monitor = monitor
+        self.annotation = NodeAnnotation(
+            api, settings.node_name, HEALTH_ANNOTATION, "GPU health history"
+        )
+        monitor.records.on_saved = self.update
+
+    def start(self, node: Mapping[str, Any]) -> None:
+        """What the Node holds, then what the file says (a restart writes only a difference)."""
+        self.annotation.seed(node)
+        self.update()
+
+    def update(self) -> None:
+        s = self.settings
+        report = node_health(self.monitor.records, s.gpu_reset_limit, s.gpu_reset_window)
+        self.annotation.set(report.to_annotation())

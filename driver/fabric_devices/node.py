@@ -23,27 +23,23 @@ A fabric GPU's MIG placements and shares are offered nowhere.
 Concurrency: :meth:`FabricNodeView.split` reads sysfs (adapter roots
 included) and runs in the scan's worker thread; :meth:`FabricNodeView.report`
 reuses those roots and runs on the loop after every prepare/unprepare (and
-after each NVML probe that changed its answer);
-:class:`AnnotationPublisher` is one asyncio task that writes the annotation
-whenever it changed, retrying with backoff.
+after each NVML probe that changed its answer); the plugin writes the
+annotation whenever it changed (:class:`driver.kube.node_annotation.NodeAnnotation`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
-from driver.backoff import Backoff
 from driver.cxl import KIND as CXL_MEMORY
 from driver.devices.model import ATTACHMENT, PCI_BUS_ID, Device
-from driver.errors import ApiError, ConfigError
-from driver.fabric_devices.naming import NODE_ANNOTATION, NodeFabric, identity, variant_name
+from driver.errors import ConfigError
+from driver.fabric_devices.naming import NodeFabric, identity, variant_name
 from driver.fabric_devices.usage import FabricUsage
 from driver.gpu.fraction import KIND as SHARED_GPU
-from driver.kube.client import KubeClient
 from driver.nvme import KIND as NVME
 from driver.pci import sysfs
 
@@ -260,40 +256,3 @@ class FabricNodeView:
             roots, seen["gpu"], seen["nic"], frozenset(busy), seen[NVME], seen[CXL_MEMORY],
             serials,
         )  # fmt: skip
-
-
-class AnnotationPublisher:
-    """Keeps the Node annotation equal to the latest report (one task)."""
-
-    def __init__(self, api: KubeClient, node_name: str) -> None:
-        self._api = api
-        self._path = f"/api/v1/nodes/{node_name}"
-        self._want: str | None = None
-        self._written: str | None = None
-        self._dirty = asyncio.Event()
-
-    def set(self, report: NodeFabric) -> None:
-        self._want = report.to_annotation()
-        if self._want != self._written:
-            self._dirty.set()
-
-    async def run(self) -> None:
-        backoff = Backoff(jitter=0.5)  # after an outage every node writes: not at once
-        while True:
-            await self._dirty.wait()
-            self._dirty.clear()
-            want = self._want
-            if want is None or want == self._written:
-                continue
-            try:
-                patch = {"metadata": {"annotations": {NODE_ANNOTATION: want}}}
-                await self._api.merge_patch(self._path, patch)
-                self._written = want
-                backoff.reset()
-                log.info("node fabric report written: %s", want)
-            except ApiError as exc:
-                delay = backoff.next()
-                log.warning("writing the node fabric report failed (retry in %.1fs): %s",
-                            delay, exc)  # fmt: skip
-                await asyncio.sleep(delay)
-                self._dirty.set()

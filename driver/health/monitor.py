@@ -228,7 +228,7 @@ class HealthMonitor:
 
     def mark_healthy(self, uuid: str, note: str) -> None:
         """The health check passed: the GPU's record goes, its taint with it."""
-        self.records.drop(uuid)
+        self.records.heal(uuid, note)
         log.info("GPU %s healthy again: %s", uuid, note, extra={"device": uuid})
         self._notify(uuid)
 

@@ -4,9 +4,11 @@ Why: a plugin that forgot a failed GPU on restart published it healthy
 again, unchecked. Every unhealthy GPU has a record here: its failure class,
 the XID, when, where its recovery stands (``phase``) and a short history of
 steps; beside the records, each GPU's recent resets (the reset limit counts
-them, so they outlive a record) (Events expire; this
-is what ``/healthz``-side tools and the docs' operator view read). A GPU
-leaves the file only when a health check passed (or it left the node).
+them, so they outlive a record) and the steps of its past recoveries
+(``past``: a GPU that was given back keeps its story). Events expire; this
+is what the Node's ``patchbay.dev/health`` annotation
+(:mod:`driver.health.history`) and so ``kubectl patchbay nodes`` show. A
+GPU's record leaves the file only when a health check passed.
 
 The file is ``<plugin dir>/gpu-health.json``, written atomically
 (``driver.atomicfile``) like the claim checkpoint (``driver.checkpoint``):
@@ -25,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +39,9 @@ log = logging.getLogger(__name__)
 
 HEALTH_FILE = "gpu-health.json"
 VERSION = 1
-HISTORY = 12  # steps kept per GPU
+HISTORY = 12  # steps kept per GPU (its record's and its past ones together)
+PAST_GPUS = 32  # GPUs whose past steps are kept (the most recently active ones)
+HEALTHY = "healthy"  # the state after a passing check (a GPU without a record)
 
 
 class Phase:
@@ -54,6 +59,7 @@ class Step(BaseModel):
     at: float
     step: str
     note: str = ""
+    phase: str = ""  # the phase the step left the GPU in ("healthy" once it passed)
 
 
 class GpuRecord(BaseModel):
@@ -69,7 +75,9 @@ class GpuRecord(BaseModel):
     history: list[Step] = Field(default_factory=list)
 
     def add(self, step: str, note: str = "") -> None:
-        self.history = [*self.history, Step(at=time.time(), step=step, note=note)][-HISTORY:]
+        """A step, after the phase it leaves the GPU in was set."""
+        now = Step(at=time.time(), step=step, note=note, phase=self.phase)
+        self.history = [*self.history, now][-HISTORY:]
 
 
 class HealthFile(BaseModel):
@@ -79,6 +87,8 @@ class HealthFile(BaseModel):
     gpus: dict[str, GpuRecord] = Field(default_factory=dict)
     # When each GPU was reset (the reset limit counts them): outlives the records.
     resets: dict[str, list[float]] = Field(default_factory=dict)
+    # The steps of each GPU's recoveries that ended healthy (its record went).
+    past: dict[str, list[Step]] = Field(default_factory=dict)
 
 
 class HealthRecords:
@@ -87,6 +97,8 @@ class HealthRecords:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self.data = HealthFile()
+        # After every save (on the loop): the Node's health annotation follows.
+        self.on_saved: Callable[[], None] | None = None
 
     @classmethod
     def in_dir(cls, directory: Path | None) -> HealthRecords:
@@ -131,14 +143,30 @@ class HealthRecords:
         if times:
             self.data.resets[uuid] = times[:-1]
 
-    def drop(self, uuid: str) -> None:
-        if self.data.gpus.pop(uuid, None) is not None:
-            self._save()
+    def history(self, uuid: str) -> list[Step]:
+        """The GPU's last steps: its past recoveries', then its record's."""
+        record = self.data.gpus.get(uuid)
+        return [*self.data.past.get(uuid, []), *(record.history if record else [])][-HISTORY:]
+
+    def heal(self, uuid: str, note: str) -> None:
+        """The health check passed: the record goes, its steps stay in ``past``."""
+        record = self.data.gpus.get(uuid)
+        if record is None:
+            return
+        healed = Step(at=time.time(), step=HEALTHY, note=note, phase=HEALTHY)
+        steps = [*self.history(uuid), healed][-HISTORY:]
+        del self.data.gpus[uuid]
+        self.data.past.pop(uuid, None)
+        self.data.past[uuid] = steps
+        while len(self.data.past) > PAST_GPUS:  # the one quiet longest goes
+            del self.data.past[min(self.data.past, key=lambda u: self.data.past[u][-1].at)]
+        self._save()
 
     def _save(self) -> None:
-        if self.path is None:
-            return
-        doc: dict[str, Any] = self.data.model_dump(by_alias=True, mode="json")
-        doc["version"] = max(self.data.version, VERSION)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
+        if self.path is not None:
+            doc: dict[str, Any] = self.data.model_dump(by_alias=True, mode="json")
+            doc["version"] = max(self.data.version, VERSION)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.path, json.dumps(doc, indent=1, sort_keys=True).encode())
+        if self.on_saved is not None:
+            self.on_saved()

@@ -37,7 +37,7 @@ from driver.inspect.svg import render_svg
 from driver.inspect.topology import render_topology, topology_view
 
 COMMANDS = {
-    "nodes": "devices per node, MIG bars",
+    "nodes": "devices per node, MIG bars, GPU health and its recent steps",
     "topology": "PCIe tree of one node",
     "claims": "claims with devices, binding state and last error",
     "fabric": "the fabric pool as the controller sees it",
@@ -76,6 +76,8 @@ def wants(args: argparse.Namespace) -> Wants:
         return Wants(events=True, namespace=namespace_of(args))
     if args.command == "fabric":
         return Wants(events=True, nodes=True)
+    if args.command == "nodes":
+        return Wants(nodes=True)  # the GPUs' health (patchbay.dev/health)
     return Wants()
 
 
@@ -90,7 +92,7 @@ def view_of(args: argparse.Namespace, snap: Snapshot, now: datetime) -> tuple[An
     """The command's view (plain data) and its text."""
     wide = args.output == "wide"
     if args.command == "nodes":
-        nodes = nodes_view(snap.slices, snap.claims)
+        nodes = nodes_view(snap.slices, snap.claims, snap.nodes, now)
         return nodes, render_nodes(nodes, wide=wide)
     if args.command == "topology":
         tree = topology_view(snap.slices, snap.claims, args.node)

@@ -4,7 +4,8 @@ Each command asks for the lists it draws (:class:`Wants`): every
 ResourceSlice and ResourceClaim (allocation results are what make a device
 used, whichever namespace holds the claim; the pods holding a claim are its
 ``status.reservedFor``), Warning Events (``claims`` in its namespace or all
-of them, ``fabric`` all) and Nodes (``fabric``: their fabric reports).
+of them, ``fabric`` all) and Nodes (``fabric``: their fabric reports;
+``nodes``: their GPU health annotation).
 Lists are paged with ``limit``/``continue`` as kubectl does. The namespace
 a command without ``-n``/``-A`` shows is the kubeconfig context's, as in
 kubectl (``default`` when the context names none).

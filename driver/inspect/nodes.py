@@ -1,4 +1,5 @@
-"""``kubectl patchbay nodes``: per node, devices by type, MIG bars, taints, fabric.
+"""``kubectl patchbay nodes``: per node, devices by type, MIG bars, taints, fabric,
+and the health of its GPUs that failed (:mod:`.health`).
 
 A GPU's MIG geometry is drawn as its eight memory slots: every allocated
 partition is ``[<profile>··]``, two characters per slot it spans (the
@@ -12,8 +13,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any
 
+from driver.inspect.health import health_view, render_health
 from driver.inspect.inventory import FREE, USED, Dev, Inventory, JsonObj, build
 
 # Device types counted per node, with their column heads.
@@ -76,7 +79,10 @@ def _gpu_view(gpu: Dev, local: list[Dev]) -> dict[str, Any] | None:
     return view | ({"whole": _holder(gpu)} if gpu.state == USED else {})
 
 
-def node_view(inv: Inventory, node: str) -> dict[str, Any]:
+def node_view(
+    inv: Inventory, node: str, obj: JsonObj | None = None, now: datetime | None = None
+) -> dict[str, Any]:
+    """The view of ``node``; ``obj`` is its Node object (its health annotation)."""
     devs = inv.on_node(node)
     local = [d for d in devs if not d.fabric]
     counts = {}
@@ -97,7 +103,9 @@ def node_view(inv: Inventory, node: str) -> dict[str, Any]:
         for d in devs
         if d.fabric and d.state == USED
     ]
-    return {"node": node, "devices": counts, "mig": mig, "tainted": tainted, "fabric": fabric}
+    health = health_view(obj, devs, now or datetime.now(UTC))
+    view = {"node": node, "devices": counts, "mig": mig, "tainted": tainted, "fabric": fabric}
+    return view | {"health": health}
 
 
 def _taint(t: JsonObj) -> str:
@@ -105,9 +113,19 @@ def _taint(t: JsonObj) -> str:
     return f"{t.get('key')}{value}:{t.get('effect')}"
 
 
-def nodes_view(slices: Iterable[JsonObj], claims: Iterable[JsonObj]) -> list[dict[str, Any]]:
+def nodes_view(
+    slices: Iterable[JsonObj],
+    claims: Iterable[JsonObj],
+    nodes: Iterable[JsonObj] = (),
+    now: datetime | None = None,
+) -> list[dict[str, Any]]:
     inv = build(slices, claims)
-    return [node_view(inv, n) for n in inv.nodes() if any(not d.fabric for d in inv.on_node(n))]
+    objs = {str((n.get("metadata") or {}).get("name")): n for n in nodes}
+    return [
+        node_view(inv, n, objs.get(n), now)
+        for n in inv.nodes()
+        if any(not d.fabric for d in inv.on_node(n))
+    ]
 
 
 def render_nodes(views: Iterable[dict[str, Any]], wide: bool = False) -> str:
@@ -134,4 +152,5 @@ def render_nodes(views: Iterable[dict[str, Any]], wide: bool = False) -> str:
         for f in v["fabric"]:
             extra = f" {f.get('claim', '')}" if wide else ""
             lines.append(f"  fabric     {f['device']} ({f['type']}){extra}")
+        lines += render_health(v.get("health") or (), wide=wide)
     return "\n".join(lines) + "\n"

@@ -3,10 +3,11 @@
 Why: the kubelet mounts a ServiceAccount token bound to the plugin pod into
 it. RBAC lets that token patch Nodes and write Events; what keeps it to the
 plugin's own needs is the chart: the ValidatingAdmissionPolicy
-``<release>-plugin-node-fields`` (only the annotation ``patchbay.dev/fabric``
-may change on the Node) beside ``<release>-plugin-own-node-slices`` (only its
-own Node), and a Role for Events in "default" only, where the apiserver keeps
-the Events about a Node.
+``<release>-plugin-node-fields`` (only the plugin's own annotations,
+``patchbay.dev/fabric`` and ``patchbay.dev/health``, may change on the Node)
+beside ``<release>-plugin-own-node-slices`` (only its own Node), and a Role
+for Events in "default" only, where the apiserver keeps the Events about a
+Node.
 
 How: the chart is rendered with the pinned helm and its plugin RBAC and
 policies applied to the real apiserver. A Pod of the plugin's ServiceAccount
@@ -14,7 +15,9 @@ is bound to a Node (spec.nodeName; nothing runs it), and a TokenRequest with
 ``boundObjectRef`` to that Pod yields the same token the kubelet would mount,
 carrying the user extra ``authentication.kubernetes.io/node-name``. Every write
 below is made with that token. Each refused change must be answered 403 with
-a message naming the node and the field, and leave the Node as it was.
+a message naming the node and the field, and leave the Node as it was; the
+plugin's two annotations are written (the health one with what the plugin
+writes: a GPU's recovery from its health records) and removed.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from driver.fabric_devices.naming import NODE_ANNOTATION
+from driver.health.history import HEALTH_ANNOTATION, node_health
+from driver.health.monitor import HealthMonitor
+from driver.health.records import HealthRecords, Phase
 from driver.kube.api import KubeApi
 from driver.kube.events import WARNING, EventRecorder, ObjectRef
 from tests.e2e.chart import Applier
@@ -48,7 +54,8 @@ pytestmark = pytest.mark.cluster
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 TAINT = {"key": "patchbay.dev/e2e-reserved", "effect": "NoSchedule"}
 KEPT_LABEL = "patchbay.dev/e2e-pool"
-POLICY_SAYS = "may change only the annotation patchbay.dev/fabric of Node"
+OURS = (NODE_ANNOTATION, HEALTH_ANNOTATION)  # the plugin's annotations, as the policy names them
+POLICY_SAYS = f"may change only the annotations {', '.join(OURS)} of Node"
 
 
 @dataclass(frozen=True)
@@ -175,6 +182,15 @@ CHANGES: dict[str, tuple[Callable[[Plugin], dict[str, Any]], tuple[str, ...]]] =
         }},
         ("not its label node-role.kubernetes.io/worker",),
     ),
+    "health annotation with another annotation": (
+        lambda p: {"metadata": {"annotations": {HEALTH_ANNOTATION: "{}", "example.com/x": "y"}}},
+        ("not its annotation example.com/x",),
+    ),
+    "health annotation with a cordon": (
+        lambda p: {"metadata": {"annotations": {HEALTH_ANNOTATION: "{}"}},
+                   "spec": {"unschedulable": True}},
+        ("not its spec.unschedulable",),
+    ),
 }  # fmt: skip
 
 
@@ -199,23 +215,52 @@ def test_a_change_beyond_the_fabric_annotation_is_refused(
     message = json.loads(body)["message"]
     assert f"{POLICY_SAYS} '{p.node}'" in message, message
     assert all(f in message for f in fragments), message
-    assert NODE_ANNOTATION not in message.split(", not its ")[1], message
+    assert all(key not in message.split(", not its ")[1] for key in OURS), message
     assert _shape(p) == before
 
 
-def test_the_fabric_annotation_is_written_and_removed_on_its_own_node_only(
-    policy_active: Plugin,
+def _health_report(directory: Path) -> str:
+    """What the plugin writes after a GPU's recovery (its health records)."""
+    monitor = HealthMonitor(records=HealthRecords.in_dir(directory))
+    monitor.report_xid("GPU-aaaa", 48)
+    record = monitor.record("GPU-aaaa")
+    assert record is not None
+    for phase, step in ((Phase.RESETTING, "resetting"), (Phase.CHECKING, "reset")):
+        record.phase = phase
+        record.add(step, "a step")
+        monitor.update("GPU-aaaa", record)
+    monitor.mark_healthy("GPU-aaaa", "check passed")
+    text = node_health(monitor.records, 3, 86400).to_annotation()
+    assert text is not None
+    return text
+
+
+@pytest.mark.parametrize("key", OURS)
+def test_its_annotations_are_written_and_removed_on_its_own_node_only(
+    policy_active: Plugin, key: str, tmp_path: Path
 ) -> None:
     p = policy_active
-    report = json.dumps({"adapters": {}})
-    p.core.patch_node(p.node, {"metadata": {"annotations": {NODE_ANNOTATION: report}}})
-    assert p.admin.read_node(p.node).metadata.annotations[NODE_ANNOTATION] == report
-    p.core.patch_node(p.node, {"metadata": {"annotations": {NODE_ANNOTATION: None}}})
-    assert NODE_ANNOTATION not in (p.admin.read_node(p.node).metadata.annotations or {})
+    report = json.dumps({"adapters": {}}) if key == NODE_ANNOTATION else _health_report(tmp_path)
+    p.core.patch_node(p.node, {"metadata": {"annotations": {key: report}}})
+    assert p.admin.read_node(p.node).metadata.annotations[key] == report
+    p.core.patch_node(p.node, {"metadata": {"annotations": {key: None}}})
+    assert key not in (p.admin.read_node(p.node).metadata.annotations or {})
     with pytest.raises(ApiException) as elsewhere:
-        p.core.patch_node(p.other, {"metadata": {"annotations": {NODE_ANNOTATION: report}}})
+        p.core.patch_node(p.other, {"metadata": {"annotations": {key: report}}})
     assert elsewhere.value.status == 403
     assert "may only write its own Node" in str(elsewhere.value.body)
+
+
+def test_the_policy_names_exactly_the_plugins_annotations(
+    plugin: Plugin, api_client: client.ApiClient
+) -> None:
+    """The chart names the plugin's annotation keys once (the policy variable
+    ``pluginAnnotations``); they are the keys the plugin's code writes."""
+    admission = client.AdmissionregistrationV1Api(api_client)
+    (fields,) = [n for n in plugin.policies if n.endswith("-plugin-node-fields")]
+    variables = admission.read_validating_admission_policy(fields).spec.variables
+    (named,) = [v.expression for v in variables if v.name == "pluginAnnotations"]
+    assert json.loads(named) == list(OURS)
 
 
 async def _record(p: Plugin, regarding: ObjectRef) -> tuple[int, int]:

@@ -1,14 +1,16 @@
 """GPU recovery in the real plugin process: a reset-class XID through the C
 mock, the NoExecute taint in the published slice, a restart that keeps it,
 the reset by the simulated host's nvidia-smi once nothing holds the GPU, the
-check, the GPU published untainted, each step an Event on the Node in order.
+check, the GPU published untainted, each step an Event on the Node in order,
+and the story on the Node's ``patchbay.dev/health`` annotation as
+``kubectl patchbay nodes`` (the kubectl plugin's script) shows it.
 
 Fails with the recovery removed (the GPU stays tainted), with the health
 records kept in memory only (checked: the restarted plugin has no record;
 it would republish the GPU untainted, which the ``unchanged`` watch sees),
-and with the watcher not letting go of its event set (nvidia-smi refuses
+with the watcher not letting go of its event set (nvidia-smi refuses
 the reset, the taint stays: tests/contract/test_gpu_reset.py shows the
-refusal).
+refusal), and without the health annotation (``nodes`` shows no health).
 """
 
 from __future__ import annotations
@@ -16,13 +18,16 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kubernetes import client
 
+from driver.health.history import NodeHealth
 from fabric.simhost.nvidia_smi import read_record
 from fabric.simhost.topologies import TOPOLOGIES
 from tests.e2e.helpers import events_about, unchanged, wait_for
+from tests.e2e.kubectl_views import kubectl_patchbay
 from tests.harness.cluster import LocalCluster
 from tests.integration.own_node import OwnNode, own_node
 
@@ -30,6 +35,12 @@ pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 FLAGS = ("--gpu-health-settle=0",)  # the window's length is not the subject here
 STEPS = ["DeviceUnhealthy", "GpuResetWaiting", "GpuResetStarted", "GpuReset", "GpuHealthy"]
+STATES = ["tainted", "resetting", "checking", "healthy"]
+
+
+def collapsed(items: list[str]) -> list[str]:
+    """Repeats in a row once (each process tells its own wait once, say)."""
+    return [r for i, r in enumerate(items) if i == 0 or r != items[i - 1]]
 
 
 @pytest.fixture
@@ -39,7 +50,10 @@ def own(local_cluster: LocalCluster, core: client.CoreV1Api) -> Iterator[OwnNode
 
 
 def test_reset_class_xid_taint_restart_reset_check_healthy(
-    own: OwnNode, resource_api: client.ResourceV1Api, core: client.CoreV1Api
+    own: OwnNode,
+    resource_api: client.ResourceV1Api,
+    core: client.CoreV1Api,
+    local_cluster: LocalCluster,
 ) -> None:
     plugin = own.plugin(*FLAGS).start()
     query = {"field_selector": f"spec.nodeName={own.name}"}
@@ -60,6 +74,14 @@ def test_reset_class_xid_taint_restart_reset_check_healthy(
     wait_for("the reset waiting", lambda: events_about(core, "default", own.name,
                                                        "GpuResetWaiting"), timeout=60)  # fmt: skip
 
+    def on_node() -> NodeHealth | None:
+        return NodeHealth.from_node(core.api_client.sanitize_for_serialization(
+            core.read_node(own.name)))  # fmt: skip
+
+    told = wait_for("the health annotation", on_node, timeout=60)
+    sick_gpu = told.gpus[uuid]
+    assert (sick_gpu.state, sick_gpu.failure_class, sick_gpu.xid) == ("tainted", "reset", 48)
+
     plugin.kill()  # a crash while the GPU is unhealthy
     again = own.plugin(*FLAGS, log_name="restarted").start()
     read = "unhealthy since before this start"
@@ -70,9 +92,19 @@ def test_reset_class_xid_taint_restart_reset_check_healthy(
     own.host.nvml.set_processes(uuid, [])  # the holder is gone
     wait_for("gpu-1 published untainted", lambda: taints("gpu-1") == [], timeout=120)
     reasons = [e.reason for e in events_about(core, "default", own.name) if e.reason in STEPS]
-    # Each process tells its own wait once: the restarted one again.
-    steps = [r for i, r in enumerate(reasons) if i == 0 or r != reasons[i - 1]]
-    assert steps == STEPS, reasons
+    assert collapsed(reasons) == STEPS, reasons
     calls = read_record(own.host.dir)["calls"]
     assert isinstance(calls, list) and [c[0] for c in calls] == ["--gpu-reset"]
     assert json.loads((own.base / "plug" / "gpu-health.json").read_text())["gpus"] == {}
+
+    def healthy_shown() -> dict[str, Any] | None:
+        views = json.loads(kubectl_patchbay(local_cluster, "nodes", "-o", "json"))
+        (view,) = [v for v in views if v["node"] == own.name]
+        (row,) = [h for h in view["health"] if h["gpu"] == "gpu-1"]
+        return dict(row) if row["state"] == "healthy" else None
+
+    row = wait_for("nodes to show gpu-1 healthy", healthy_shown, timeout=60)
+    assert collapsed([t["state"] for t in row["transitions"]]) == STATES, row
+    assert (row["uuid"], row["resets"], row["resetLimit"]) == (uuid, 1, 3)
+    text = kubectl_patchbay(local_cluster, "nodes")
+    assert "  health     gpu-1: healthy, resets 1/3 in 1d" in text, text

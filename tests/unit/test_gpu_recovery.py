@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from driver.devices.model import Device
+from driver.health.history import node_health
 from driver.health.monitor import HealthMonitor
 from driver.health.policy import HealthSettings
 from driver.health.records import HEALTH_FILE, HealthRecords, Phase
@@ -127,6 +128,10 @@ async def test_a_reset_class_failure_is_reset_checked_and_published_healthy(tmp_
     ]  # fmt: skip
     assert (resets("tried") - tried, resets("succeeded") - ok) == (1, 1)
     assert json.loads((tmp_path / HEALTH_FILE).read_text())["gpus"] == {}
+    node.start()  # a restart: the story is still there for the Node's annotation
+    story = node_health(node.monitor.records, 3, 86400).gpus[U0]
+    assert [s[1] for s in story.steps] == ["tainted", "resetting", "checking", "healthy"]
+    assert (story.state, len(story.resets)) == ("healthy", 1)
 
 
 @pytest.mark.parametrize(("xid", "cls"), [(79, "replace"), (154, "reboot")])
