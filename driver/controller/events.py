@@ -31,6 +31,10 @@ SPARE_ATTACHED = "SpareAttached"
 SPARE_ATTACH_FAILED = "SpareAttachFailed"
 SPARE_RELEASED = "SpareReleased"
 SPARE_TAKEN = "SpareTaken"
+LEASE_STARTED = "LeaseStarted"
+LEASE_EXPIRING = "LeaseExpiring"
+LEASE_EXPIRED = "LeaseExpired"
+LEASE_EVICTION_BLOCKED = "LeaseEvictionBlocked"
 
 
 def claim_ref(a: FabricAllocation) -> ObjectRef:
@@ -121,3 +125,23 @@ class ControllerEvents:
         if self.recorder is not None:
             note = f"fabric adapter {adapter} gone: {why}; its devices leave this node's pool"
             self.recorder.warning(node, ADAPTER_GONE, "WatchFabric", note)
+
+    def lease_started(self, claim: ObjectRef, note: str) -> None:
+        if self.recorder is not None:
+            self.recorder.normal(claim, LEASE_STARTED, "Lease", note)
+
+    def lease_expiring(self, regarding: Iterable[ObjectRef], note: str) -> None:
+        """On the claim and each pod using it."""
+        if self.recorder is not None:
+            for ref in regarding:
+                self.recorder.warning(ref, LEASE_EXPIRING, "Lease", note)
+
+    def lease_expired(self, regarding: Iterable[ObjectRef], note: str) -> None:
+        if self.recorder is not None:
+            for ref in regarding:
+                self.recorder.warning(ref, LEASE_EXPIRED, "Evict", note)
+
+    def eviction_blocked(self, regarding: Iterable[ObjectRef], note: str) -> None:
+        if self.recorder is not None:
+            for ref in regarding:
+                self.recorder.warning(ref, LEASE_EVICTION_BLOCKED, "Evict", note)

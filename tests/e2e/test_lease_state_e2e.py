@@ -133,6 +133,9 @@ def test_the_holder_is_recorded_at_admission(
         },
     })  # fmt: skip
     assert notes(core.read_namespaced_pod("p", namespace))[HOLDER] == "alice"
+    holder_change = {"metadata": {"annotations": {HOLDER: "bob"}}}
+    refused = refusal(pods.patch_namespaced_pod, "p", namespace, holder_change)
+    assert f"the lease state of Pod {namespace}/p is written by patchbay only" in refused
 
     def made_for_pod() -> dict[str, str]:
         listed = resource_api.list_namespaced_resource_claim(namespace).items
