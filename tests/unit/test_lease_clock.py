@@ -9,7 +9,8 @@ import pytest
 
 from driver.controller.leases.clock import EVICT, EXPIRE, LEASE_SKEW_S, STAMP, WARN, due
 from driver.controller.leases.policies import Terms, parse_policy, selects, terms_for
-from driver.controller.leases.terms import (
+from driver.errors import ConfigError
+from driver.leaseterms import (
     DURATION,
     EXPIRED,
     EXPIRY,
@@ -20,7 +21,6 @@ from driver.controller.leases.terms import (
     parse_duration,
     stamp,
 )
-from driver.errors import ConfigError
 
 T0 = 1_796_083_200.0  # 2026-12-01T00:00:00Z
 HOUR = 3600.0

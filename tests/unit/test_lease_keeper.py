@@ -17,7 +17,10 @@ import pytest
 from driver.controller.events import CONTROLLER, ControllerEvents
 from driver.controller.leases.keeper import LeaseKeeper
 from driver.controller.leases.policies import POLICIES_PATH
-from driver.controller.leases.terms import (
+from driver.kube.api import RESOURCE_V1, claim_path
+from driver.kube.events import EVENTS_V1, EventRecorder
+from driver.kube.memory import MemoryKube
+from driver.leaseterms import (
     DURATION,
     EXPIRED,
     EXPIRY,
@@ -28,9 +31,6 @@ from driver.controller.leases.terms import (
     WARNED,
     stamp,
 )
-from driver.kube.api import RESOURCE_V1, claim_path
-from driver.kube.events import EVENTS_V1, EventRecorder
-from driver.kube.memory import MemoryKube
 from driver.metrics import CONTROLLER as REGISTRY
 
 T0 = 1_796_083_200.0  # 2026-12-01T00:00:00Z

@@ -2,10 +2,10 @@
 
 Why: a lease starts when its claim is allocated and ends a fixed time
 later, whatever happens to the controller in between, so its start and
-expiry are written on the claim once (``terms``) and every decision after is
-a pure function of the claim, its policies' terms and the wall clock:
-stamp it, warn, expire it, or evict again the pods an expired lease still
-has. A restarted controller or a new leader reads the same stamps and
+expiry are written on the claim once (``driver.leaseterms``) and every
+decision after is a pure function of the claim, its policies' terms and
+the wall clock: stamp it, warn, expire it, or evict again the pods an
+expired lease still has. A restarted controller or a new leader reads the same stamps and
 reaches the same decision; a phase already written (warned, expired) is
 never announced again.
 
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from driver.controller.leases.policies import Terms
-from driver.controller.leases.terms import (
+from driver.leaseterms import (
     EXPIRED,
     WARNED,
     Lease,

@@ -41,7 +41,12 @@ from driver.controller.events import ControllerEvents
 from driver.controller.leases.clock import EVICT, EXPIRE, STAMP, WARN, Step, due
 from driver.controller.leases.evictions import BLOCKED, EVICTED, evict
 from driver.controller.leases.policies import POLICIES_PATH, Policy, Terms, parse_policy, terms_for
-from driver.controller.leases.terms import (
+from driver.errors import ApiError, ApiStatusError, ConfigError
+from driver.kube.api import RESOURCE_V1, claim_path
+from driver.kube.cache import ObjectCache
+from driver.kube.client import KubeClient
+from driver.kube.events import ObjectRef
+from driver.leaseterms import (
     EXPIRED,
     EXPIRY,
     HOLDER,
@@ -54,11 +59,6 @@ from driver.controller.leases.terms import (
     stamp,
     users,
 )
-from driver.errors import ApiError, ApiStatusError, ConfigError
-from driver.kube.api import RESOURCE_V1, claim_path
-from driver.kube.cache import ObjectCache
-from driver.kube.client import KubeClient
-from driver.kube.events import ObjectRef
 from driver.metrics import LEASE_EVICTIONS, LEASE_EVICTIONS_BLOCKED, LEASES
 
 log = logging.getLogger(__name__)

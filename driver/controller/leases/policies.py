@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from driver.controller.leases.terms import device_classes, parse_duration
 from driver.errors import ConfigError
+from driver.leaseterms import device_classes, parse_duration
 
 log = logging.getLogger(__name__)
 

@@ -3,10 +3,11 @@
 Why: the lease's state must survive a controller restart and a leader
 change, so it lives on the claim itself, in annotations only patchbay may
 write (the chart's ``lease-state.yaml`` guards them; its CEL lists the same
-names, docs/leases.md). This module is the one place the controller reads
-and writes them: what the user asked (reason, duration), who holds the
-claim, when the lease started and ends, how much it was extended and how
-far it has gone (warned, expired). Pure functions; no clock of its own.
+names, docs/leases.md). This module is the one place patchbay reads and
+writes them (the controller's lease keeper, ``kubectl patchbay leases``):
+what the user asked (reason, duration), who holds the claim, when the
+lease started and ends, how much it was extended and how far it has gone
+(warned, expired). Pure functions; no clock of its own.
 Durations are Go's (``90m``, ``1h30m``, ``2.5h``), as the policy's CRD and
 the apiserver's CEL ``duration()`` read them; stamps are RFC 3339 UTC.
 """
