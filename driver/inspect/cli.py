@@ -5,11 +5,12 @@
     kubectl patchbay topology NODE [-o wide|json|yaml] [--svg FILE]
     kubectl patchbay claims [-n NS | -A] [-o wide|json|yaml]
     kubectl patchbay fabric [--fabric-pool NAME] [-o wide|json|yaml]
+    kubectl patchbay leases [-n NS | -A] [-o wide|json|yaml]
 
 ``--kubeconfig`` / ``--context`` pick the cluster (``$KUBECONFIG`` and
 ``~/.kube/config`` otherwise, in-cluster configuration last); they and
 ``-n``/``-A`` go before or after the command, as with kubectl. ``claims``
-shows the context's namespace unless ``-n`` or ``-A`` says otherwise; the
+and ``leases`` show the context's namespace unless ``-n`` or ``-A`` says otherwise; the
 other views are cluster-wide (a device is used whichever namespace's claim
 holds it). One asyncio run per command.
 """
@@ -32,6 +33,7 @@ from driver.fabric_devices.naming import FABRIC_POOL
 from driver.inspect.claims import claims_view, render_claims
 from driver.inspect.fabric import fabric_view, render_fabric
 from driver.inspect.fetch import Snapshot, Wants, default_namespace, snapshot
+from driver.inspect.leases import leases_view, render_leases
 from driver.inspect.nodes import nodes_view, render_nodes
 from driver.inspect.svg import render_svg
 from driver.inspect.topology import render_topology, topology_view
@@ -41,6 +43,7 @@ COMMANDS = {
     "topology": "PCIe tree of one node",
     "claims": "claims with devices, binding state and last error",
     "fabric": "the fabric pool as the controller sees it",
+    "leases": "who holds each claim, why, and until when",
 }
 
 
@@ -49,9 +52,9 @@ def _common(p: argparse.ArgumentParser, top: bool) -> None:
     d: dict[str, Any] = {} if top else {"default": argparse.SUPPRESS}
     p.add_argument("--kubeconfig", help="path to the kubeconfig file", **d)
     p.add_argument("--context", help="the kubeconfig context to use", **d)
-    p.add_argument("-n", "--namespace", help="claims: the namespace to show", **d)
+    p.add_argument("-n", "--namespace", help="claims, leases: the namespace to show", **d)
     p.add_argument(
-        "-A", "--all-namespaces", action="store_true", help="claims: every namespace", **d
+        "-A", "--all-namespaces", action="store_true", help="claims, leases: every namespace", **d
     )
 
 
@@ -76,11 +79,13 @@ def wants(args: argparse.Namespace) -> Wants:
         return Wants(events=True, namespace=namespace_of(args))
     if args.command == "fabric":
         return Wants(events=True, nodes=True)
+    if args.command == "leases":
+        return Wants(namespace=namespace_of(args))
     return Wants()
 
 
 def namespace_of(args: argparse.Namespace) -> str | None:
-    """``claims``' namespace: None for ``-A``, else ``-n``, else the context's."""
+    """``claims``' and ``leases``' namespace: None for ``-A``, else ``-n``, else the context's."""
     if args.all_namespaces:
         return None
     return str(args.namespace or default_namespace(args.kubeconfig, args.context))
@@ -99,6 +104,10 @@ def view_of(args: argparse.Namespace, snap: Snapshot, now: datetime) -> tuple[An
         ns = namespace_of(args)
         rows = claims_view(snap.slices, snap.claims, snap.events, now, ns)
         return rows, render_claims(rows, wide=wide, all_ns=ns is None)
+    if args.command == "leases":
+        ns = namespace_of(args)
+        held = leases_view(snap.claims, now, ns)
+        return held, render_leases(held, wide=wide, all_ns=ns is None)
     fab = fabric_view(snap.slices, snap.claims, snap.nodes, snap.events, now, args.fabric_pool)
     return fab, render_fabric(fab, wide=wide)
 

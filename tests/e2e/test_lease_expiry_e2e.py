@@ -6,13 +6,15 @@ plugin with two mock GPUs; the controller runs with ``--device-leases`` and
 the RBAC the chart grants it (hack/rbac/controller.yaml). Each test makes a
 standalone claim with a short lease and a pod that uses it, then waits on
 signals only: the claim's Events (LeaseStarted, LeaseExpiring,
-LeaseExpired, LeaseEvictionBlocked), the pod gone, the claim gone. What is
+LeaseExpired, LeaseEvictionBlocked), the pod gone, the claim gone; and
+``kubectl patchbay leases`` shows the holder, reason and expiry. What is
 asserted is order and content, never how long anything took.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.e2e import pods
 from tests.e2e.chart import Applier, render
 from tests.e2e.helpers import events_about, unique, wait_for
+from tests.e2e.kubectl_views import kubectl_patchbay
 from tests.e2e.plugin_nodes import plugin_node
 from tests.harness.cluster import LocalCluster
 from tests.harness.cluster_proc import free_port
@@ -36,7 +39,7 @@ from tests.harness.simnode import SimNode, apply_rbac
 pytestmark = pytest.mark.cluster
 
 REASON, DURATION = "patchbay.dev/lease-reason", "patchbay.dev/lease-duration"
-START, EXPIRY = "patchbay.dev/lease-start", "patchbay.dev/lease-expiry"
+EXPIRY, HOLDER = "patchbay.dev/lease-expiry", "patchbay.dev/lease-holder"
 LEASE_KINDS = {"CustomResourceDefinition", "ValidatingAdmissionPolicy",
                "ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicy",
                "MutatingAdmissionPolicyBinding"}  # fmt: skip
@@ -153,9 +156,14 @@ def metric(ctl: ControllerProcess, name: str) -> float:
 
 def test_a_lease_warns_then_evicts_at_expiry_and_the_claim_is_released(
     team: str, node: SimNode, controller: ControllerProcess, core: client.CoreV1Api,
-    resource_api: client.ResourceV1Api,
+    resource_api: client.ResourceV1Api, local_cluster: LocalCluster,
 ) -> None:  # fmt: skip
-    claim = leased_pod(core, resource_api, team, node, "25s")
+    claim = leased_pod(core, resource_api, team, node, "30s")
+    wait_for("the lease stamped", lambda: "LeaseStarted" in reasons(core, team, claim), timeout=60)
+    notes = resource_api.read_namespaced_resource_claim(claim, team).metadata.annotations
+    (row,) = json.loads(kubectl_patchbay(local_cluster, "leases", "-n", team, "-o", "json"))
+    assert (row["name"], row["reason"], row["expires"]) == (claim, "e2e", notes[EXPIRY])
+    assert row["holder"] == notes[HOLDER] and row["devices"]
     wait_for("the pod warned", lambda: "LeaseExpiring" in reasons(core, team, "p"), timeout=60)
     assert "LeaseExpiring" in reasons(core, team, claim)
     wait_for("the pod evicted", lambda: pods.phase(core, team, "p") == "Gone", timeout=90)
