@@ -32,6 +32,12 @@ START = PREFIX + "start"  # patchbay's from here down
 EXPIRY = PREFIX + "expiry"
 EXTENDED = PREFIX + "extended"  # all extensions together, a duration
 PHASE = PREFIX + "phase"  # WARNED, then EXPIRED
+EXTENDED_ID = PREFIX + "extended-id"  # the last extension request applied (or refused)
+EXTEND_REQUESTER = PREFIX + "extend-requester"  # recorded at admission (lease-state.yaml)
+# An extension request, the user's (kubectl patchbay lease extend; judged at admission):
+EXTEND_BY = PREFIX + "extend-by"
+EXTEND_REASON = PREFIX + "extend-reason"
+EXTEND_ID = PREFIX + "extend-id"  # new for each request
 WARNED, EXPIRED = "Warned", "Expired"
 
 _PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
@@ -82,6 +88,16 @@ class Lease:
     expiry: float | None
     extended: float  # seconds all extensions added
     phase: str
+    extend_by: str = ""
+    extend_reason: str = ""
+    extend_id: str = ""
+    extend_requester: str = ""
+    extended_id: str = ""
+
+    @property
+    def extension_asked(self) -> bool:
+        """A request (a new extend-id) the controller has not applied or refused yet."""
+        return bool(self.extend_id) and self.extend_id != self.extended_id
 
     @property
     def key(self) -> str:
@@ -107,6 +123,11 @@ def lease_of(claim: Mapping[str, Any]) -> Lease:
         expiry=parse_stamp(notes.get(EXPIRY, "")),
         extended=extended,
         phase=notes.get(PHASE, ""),
+        extend_by=notes.get(EXTEND_BY, ""),
+        extend_reason=notes.get(EXTEND_REASON, ""),
+        extend_id=notes.get(EXTEND_ID, ""),
+        extend_requester=notes.get(EXTEND_REQUESTER, ""),
+        extended_id=notes.get(EXTENDED_ID, ""),
     )
 
 

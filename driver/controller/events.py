@@ -35,6 +35,8 @@ LEASE_STARTED = "LeaseStarted"
 LEASE_EXPIRING = "LeaseExpiring"
 LEASE_EXPIRED = "LeaseExpired"
 LEASE_EVICTION_BLOCKED = "LeaseEvictionBlocked"
+LEASE_EXTENDED = "LeaseExtended"
+LEASE_EXTENSION_REFUSED = "LeaseExtensionRefused"
 
 
 def claim_ref(a: FabricAllocation) -> ObjectRef:
@@ -145,3 +147,11 @@ class ControllerEvents:
         if self.recorder is not None:
             for ref in regarding:
                 self.recorder.warning(ref, LEASE_EVICTION_BLOCKED, "Evict", note)
+
+    def lease_extended(self, claim: ObjectRef, note: str) -> None:
+        if self.recorder is not None:
+            self.recorder.normal(claim, LEASE_EXTENDED, "Extend", note)
+
+    def extension_refused(self, claim: ObjectRef, note: str) -> None:
+        if self.recorder is not None:
+            self.recorder.warning(claim, LEASE_EXTENSION_REFUSED, "Extend", note)

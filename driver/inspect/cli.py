@@ -1,11 +1,13 @@
 """The console script ``kubectl-patchbay`` (kubectl finds it on PATH as
-``kubectl patchbay``). Read-only; flags as kubectl spells them.
+``kubectl patchbay``). Read-only but for ``lease extend`` (which asks for
+more time on a claim, as the user); flags as kubectl spells them.
 
     kubectl patchbay nodes [-o wide|json|yaml]
     kubectl patchbay topology NODE [-o wide|json|yaml] [--svg FILE]
     kubectl patchbay claims [-n NS | -A] [-o wide|json|yaml]
     kubectl patchbay fabric [--fabric-pool NAME] [-o wide|json|yaml]
     kubectl patchbay leases [-n NS | -A] [-o wide|json|yaml]
+    kubectl patchbay lease extend CLAIM --by 2h --reason "..." [-n NS]
 
 ``--kubeconfig`` / ``--context`` pick the cluster (``$KUBECONFIG`` and
 ``~/.kube/config`` otherwise, in-cluster configuration last); they and
@@ -28,15 +30,17 @@ from typing import Any
 
 import yaml
 
-from driver.errors import ApiError
+from driver.errors import ApiError, ApiStatusError, ConfigError
 from driver.fabric_devices.naming import FABRIC_POOL
 from driver.inspect.claims import claims_view, render_claims
+from driver.inspect.extend import request_extension
 from driver.inspect.fabric import fabric_view, render_fabric
-from driver.inspect.fetch import Snapshot, Wants, default_namespace, snapshot
+from driver.inspect.fetch import Snapshot, Wants, default_kubeconfig, default_namespace, snapshot
 from driver.inspect.leases import leases_view, render_leases
 from driver.inspect.nodes import nodes_view, render_nodes
 from driver.inspect.svg import render_svg
 from driver.inspect.topology import render_topology, topology_view
+from driver.kube.api import KubeApi
 
 COMMANDS = {
     "nodes": "devices per node, MIG bars",
@@ -71,6 +75,12 @@ def parser() -> argparse.ArgumentParser:
         if name == "fabric":
             s.add_argument("--fabric-pool", default=FABRIC_POOL, help="the fabric pool's name")
         s.add_argument("-o", "--output", choices=("wide", "json", "yaml"), help="output format")
+    lease = sub.add_parser("lease", help="ask for more time on a claim's device lease")
+    _common(lease, top=False)
+    lease.add_argument("action", choices=("extend",))
+    lease.add_argument("claim", help="the claim's name")
+    lease.add_argument("--by", required=True, help="how much more time (e.g. 30m, 2h)")
+    lease.add_argument("--reason", required=True, help="why (recorded in the Event)")
     return p
 
 
@@ -122,8 +132,30 @@ def render(args: argparse.Namespace, snap: Snapshot, now: datetime | None = None
     return text
 
 
+async def _extend(args: argparse.Namespace) -> str:
+    api = await KubeApi.connect(default_kubeconfig(args.kubeconfig), args.context)
+    try:
+        ns = str(namespace_of(args) or "default")
+        await request_extension(api, ns, args.claim, args.by, args.reason)
+    finally:
+        await api.close()
+    return (f"extension of {ns}/{args.claim} by {args.by} accepted; the controller applies it "
+            f"(kubectl describe resourceclaim -n {ns} {args.claim}: LeaseExtended)\n")  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.command == "lease":
+        try:
+            sys.stdout.write(asyncio.run(_extend(args)))
+        except ApiStatusError as exc:
+            message = json.loads(exc.body).get("message", exc.body) if exc.body else str(exc)
+            print(f"error: {message}", file=sys.stderr)
+            return 1
+        except (ApiError, ConfigError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        return 0
     try:
         snap = asyncio.run(snapshot(args.kubeconfig, args.context, wants(args)))
     except ApiError as exc:

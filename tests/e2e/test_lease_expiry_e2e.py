@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from prometheus_client.parser import text_string_to_metric_families
@@ -29,7 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.e2e import pods
 from tests.e2e.chart import Applier, render
 from tests.e2e.helpers import events_about, unique, wait_for
-from tests.e2e.kubectl_views import kubectl_patchbay
+from tests.e2e.kubectl_views import SCRIPT, kubectl_patchbay
 from tests.e2e.plugin_nodes import plugin_node
 from tests.harness.cluster import LocalCluster
 from tests.harness.cluster_proc import free_port
@@ -109,7 +110,8 @@ def team(core: client.CoreV1Api, namespace: str, leases: Any) -> Iterator[str]:
         "spec": {"namespaceSelector": {"matchLabels": {"lease-team": label}},
                  "deviceClassNames": ["gpu.patchbay.dev"], "requireReason": True,
                  "maxDuration": "1h", "warningBefore": "15s",
-                 "evictionGracePeriodSeconds": GRACE},
+                 "evictionGracePeriodSeconds": GRACE, "maxExtension": "1h",
+                 "maxExtensionTotal": "90m", "extendGroups": ["ml-leads"]},
     })  # fmt: skip
     yield namespace
     leases.delete(name=name)
@@ -117,14 +119,17 @@ def team(core: client.CoreV1Api, namespace: str, leases: Any) -> Iterator[str]:
 
 def leased_pod(
     core: client.CoreV1Api, resource_api: client.ResourceV1Api, ns: str, node: SimNode,
-    duration: str, labels: dict[str, str] | None = None,
+    duration: str, labels: dict[str, str] | None = None, as_user: client.ApiClient | None = None,
 ) -> str:  # fmt: skip
-    """A standalone claim with a ``duration`` lease and a running pod using it; the claim's name."""
+    """A standalone claim with a ``duration`` lease (created ``as_user``) and a
+    running pod using it; the claim's name."""
     name = unique("c")
     body = {"metadata": {"name": name, "annotations": {REASON: "e2e", DURATION: duration}},
             "spec": {"devices": {"requests": [
                 {"name": "gpu", "exactly": {"deviceClassName": "gpu.patchbay.dev"}}]}}}  # fmt: skip
-    resource_api.create_namespaced_resource_claim(ns, body)
+    (client.ResourceV1Api(as_user) if as_user else resource_api).create_namespaced_resource_claim(
+        ns, body
+    )
     pods.pod(core, ns, "p", node.name, {"resourceClaimName": name})
     if labels:
         core.patch_namespaced_pod("p", ns, {"metadata": {"labels": labels}})
@@ -213,3 +218,60 @@ def test_a_pdb_that_blocks_the_eviction_is_reported_and_honoured(
              lambda: pods.phase(core, team, "p") == "Gone", timeout=150)  # fmt: skip
     with contextlib.suppress(ApiException):
         policy.delete_namespaced_pod_disruption_budget("keep", team)
+
+
+def extend(cluster: LocalCluster, user: str, ns: str, claim: str, by: str) -> tuple[int, str]:
+    """``kubectl patchbay lease extend`` as ``user`` (bound to ``edit``; carol in ml-leads)."""
+    groups = ("ml-leads",) if user == "carol" else ()
+    kubeconfig = cluster.kubeconfig_for(user, user, groups)
+    cmd = [str(SCRIPT), "--kubeconfig", str(kubeconfig), "-n", ns, "lease", "extend", claim,
+           "--by", by, "--reason", f"{user} needs {by}"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_an_extension_within_the_policy_is_applied_and_others_are_refused(
+    team: str, node: SimNode, controller: ControllerProcess, core: client.CoreV1Api,
+    resource_api: client.ResourceV1Api, local_cluster: LocalCluster, api_client: client.ApiClient,
+) -> None:  # fmt: skip
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    rbac.create_namespaced_role_binding(team, {
+        "metadata": {"name": "edit"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": u}
+                     for u in ("alice", "bob", "carol")],
+    })  # fmt: skip
+    alice = config.new_client_from_config(
+        config_file=str(local_cluster.kubeconfig_for("alice", "alice"))
+    )
+    try:
+        claim = leased_pod(core, resource_api, team, node, "10m", as_user=alice)
+    finally:
+        alice.close()
+    wait_for("the lease stamped", lambda: "LeaseStarted" in reasons(core, team, claim), timeout=60)
+
+    def expiry() -> str:
+        return str(
+            resource_api.read_namespaced_resource_claim(claim, team).metadata.annotations[EXPIRY]
+        )
+
+    first = expiry()
+    rc, out = extend(local_cluster, "alice", team, claim, "30m")  # the holder, within the policy
+    assert rc == 0, out
+    wait_for("the extension applied", lambda: expiry() != first, timeout=60)
+    (extended,) = events_about(core, team, claim, "LeaseExtended")
+    assert "alice extended the lease by 30m (30m in all): alice needs 30m" in extended.message
+    rc, out = extend(local_cluster, "alice", team, claim, "2h")
+    assert rc == 1 and "an extension by 2h is longer than spec.maxExtension 1h" in out
+    rc, out = extend(local_cluster, "bob", team, claim, "10m")  # neither holder nor in the group
+    assert (
+        rc == 1
+        and "bob may not extend this lease: only its holder alice and members of ml-leads" in out
+    )
+    rc, out = extend(local_cluster, "carol", team, claim, "45m")  # in the group
+    assert rc == 0, out
+    twice = lambda: len(events_about(core, team, claim, "LeaseExtended")) == 2  # noqa: E731
+    wait_for("carol's extension applied", twice, timeout=60)
+    rc, out = extend(local_cluster, "alice", team, claim, "30m")  # 105m in all: over 90m
+    assert rc == 1 and "already would pass the cap of 90m" in out
+    assert reasons(core, team, claim).count("LeaseExtensionRefused") == 0

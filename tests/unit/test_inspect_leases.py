@@ -7,10 +7,26 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
+from driver.errors import ConfigError
 from driver.inspect.cli import parser, render, wants
+from driver.inspect.extend import request_extension
 from driver.inspect.fetch import Snapshot, Wants
 from driver.inspect.leases import leases_view, render_leases
-from driver.leaseterms import EXPIRY, HOLDER, PHASE, REASON, START, WARNED
+from driver.kube.api import RESOURCE_V1, claim_path
+from driver.kube.memory import MemoryKube
+from driver.leaseterms import (
+    EXPIRY,
+    EXTEND_BY,
+    EXTEND_ID,
+    EXTEND_REASON,
+    HOLDER,
+    PHASE,
+    REASON,
+    START,
+    WARNED,
+)
 from tests.unit.inspect_node_objects import claim
 
 NOW = datetime(2026, 12, 1, 10, 0, 0, tzinfo=UTC)
@@ -74,3 +90,18 @@ def test_the_leases_command_reads_one_namespace_and_prints_json() -> None:
     assert [r["name"] for r in out] == ["ending", "training", "waiting"]
     args = parser().parse_args(["leases", "-n", "elsewhere"])
     assert render(args, Snapshot([], claims()), NOW).splitlines()[1:] == []
+
+
+async def test_lease_extend_writes_a_new_request_as_the_user() -> None:
+    args = parser().parse_args(["lease", "extend", "c", "--by", "2h", "--reason", "epoch 9"])
+    assert (args.command, args.action, args.claim, args.by) == ("lease", "extend", "c", "2h")
+    api = MemoryKube()
+    api.add(f"{RESOURCE_V1}/namespaces/team/resourceclaims", leased("c", "gpu-0"))
+    path = claim_path("team", "c")
+    first = await request_extension(api, "team", "c", "2h", "epoch 9")
+    second = await request_extension(api, "team", "c", "2h", "epoch 9")
+    notes = (await api.get(path))["metadata"]["annotations"]
+    assert (notes[EXTEND_BY], notes[EXTEND_REASON], notes[EXTEND_ID]) == ("2h", "epoch 9", second)
+    assert first != second  # the same ask twice is two requests
+    with pytest.raises(ConfigError, match="--by: 'soon' is not a duration"):
+        await request_extension(api, "team", "c", "soon", "x")

@@ -24,6 +24,12 @@ from driver.leaseterms import (
     DURATION,
     EXPIRED,
     EXPIRY,
+    EXTEND_BY,
+    EXTEND_ID,
+    EXTEND_REASON,
+    EXTEND_REQUESTER,
+    EXTENDED,
+    EXTENDED_ID,
     HOLDER,
     HOLDER_POD,
     PHASE,
@@ -40,7 +46,8 @@ PODS = f"/api/v1/namespaces/{NS}/pods"
 POLICY = {
     "metadata": {"name": "notebooks"},
     "spec": {"deviceClassNames": ["gpu.patchbay.dev"], "defaultDuration": "1h",
-             "maxDuration": "8h", "warningBefore": "10m", "evictionGracePeriodSeconds": 7},
+             "maxDuration": "8h", "warningBefore": "10m", "evictionGracePeriodSeconds": 7,
+             "maxExtension": "2h", "maxExtensionTotal": "3h"},
 }  # fmt: skip
 
 
@@ -244,3 +251,48 @@ async def test_claims_without_a_lease_are_left_alone(world: World) -> None:
     await world.caught_up(keeper)
     assert await keeper.tick() is None
     assert START not in world.notes("mig") and world.pods() == ["p"]
+
+
+async def test_an_extension_moves_the_expiry_names_who_and_is_capped(world: World) -> None:
+    await world.api.create(CLAIMS, claim("c", **{DURATION: "1h"}))
+    keeper = await world.keeper()
+    await world.allocate("c", ("p",))
+    await world.caught_up(keeper)
+    await keeper.tick()
+    world.now = T0 + 3000  # warned
+    await world.caught_up(keeper)
+    await keeper.tick()
+    assert world.notes("c")[PHASE] == WARNED
+
+    async def ask(by: str, request: str, who: str = "alice") -> None:
+        ask = {EXTEND_BY: by, EXTEND_REASON: "run 7 needs it", EXTEND_ID: request,
+               EXTEND_REQUESTER: who}  # fmt: skip
+        await world.api.merge_patch(f"{CLAIMS}/c", {"metadata": {"annotations": ask}})
+        await world.caught_up(keeper)
+        await keeper.tick()
+
+    await ask("2h", "r1")
+    notes = world.notes("c")
+    assert (notes[EXPIRY], notes[EXTENDED], notes[EXTENDED_ID]) == (
+        stamp(T0 + 3 * 3600),
+        "2h",
+        "r1",
+    )
+    assert PHASE not in notes  # warned again before the new end
+    await ask(
+        "2h", "r2", "bob"
+    )  # 4h in all: over the 3h cap (the admission's miss, or a policy changed)
+    notes = world.notes("c")
+    assert (notes[EXPIRY], notes[EXTENDED_ID]) == (stamp(T0 + 3 * 3600), "r2")
+    events = await world.events()
+    assert events[-2:] == [("ResourceClaim", "c", "LeaseExtended"),
+                           ("ResourceClaim", "c", "LeaseExtensionRefused")]  # fmt: skip
+    await world.recorder.drain()
+    notes_of = [e["note"] for e in world.api.objects(f"{EVENTS_V1}/namespaces/{NS}/events")
+                if e["reason"].startswith("LeaseExten")]  # fmt: skip
+    assert "alice extended the lease by 2h (2h in all): run 7 needs it" in notes_of[0]
+    assert "asked by bob refused: 4h in all passes the cap 3h" in notes_of[1]
+    world.now = T0 + 3 * 3600  # the extended end
+    await world.caught_up(keeper)
+    await keeper.tick()
+    assert world.pods() == []

@@ -39,13 +39,14 @@ from driver.leaseterms import (
 
 LEASE_SKEW_S = 30.0  # how far ahead of ours the scheduler's allocationTimestamp may be
 
-STAMP, WARN, EXPIRE, EVICT = "stamp", "warn", "expire", "evict"
+STAMP, WARN, EXPIRE, EVICT, EXTEND = "stamp", "warn", "expire", "evict", "extend"
 
 
 @dataclass(frozen=True)
 class Step:
     """What is due for one claim: ``kind`` is STAMP (start and expiry given),
-    WARN, EXPIRE or EVICT (an expired lease's pods still run)."""
+    EXTEND (an extension asked), WARN, EXPIRE or EVICT (an expired lease's
+    pods still run)."""
 
     kind: str
     lease: Lease
@@ -80,6 +81,8 @@ def due(claim: Mapping[str, Any], terms: Terms, now: float) -> tuple[Step | None
         return Step(STAMP, lease, start, start + length), None
     if lease.expiry is None:
         return None, None
+    if lease.extension_asked:  # before expiry: one asked in time is applied first
+        return Step(EXTEND, lease), None
     if now >= lease.expiry:
         return Step(EXPIRE, lease), None
     if terms.warning is not None and lease.phase != WARNED:

@@ -38,7 +38,7 @@ from typing import Any
 
 from driver.backoff import Backoff
 from driver.controller.events import ControllerEvents
-from driver.controller.leases.clock import EVICT, EXPIRE, STAMP, WARN, Step, due
+from driver.controller.leases.clock import EVICT, EXPIRE, EXTEND, STAMP, WARN, Step, due
 from driver.controller.leases.evictions import BLOCKED, EVICTED, evict
 from driver.controller.leases.policies import POLICIES_PATH, Policy, Terms, parse_policy, terms_for
 from driver.errors import ApiError, ApiStatusError, ConfigError
@@ -49,6 +49,8 @@ from driver.kube.events import ObjectRef
 from driver.leaseterms import (
     EXPIRED,
     EXPIRY,
+    EXTENDED,
+    EXTENDED_ID,
     HOLDER,
     PHASE,
     START,
@@ -56,6 +58,7 @@ from driver.leaseterms import (
     format_duration,
     lease_of,
     owner_pod,
+    parse_duration,
     stamp,
     users,
 )
@@ -161,10 +164,12 @@ class LeaseKeeper:
             await self._warn(step, claim)
         elif step.kind == EXPIRE:
             await self._expire(step, claim, terms)
+        elif step.kind == EXTEND:
+            await self._extend(step, claim, terms)
         else:
             await self._evict(step, claim, terms)
 
-    async def _write(self, claim: Mapping[str, Any], notes: Mapping[str, str]) -> bool:
+    async def _write(self, claim: Mapping[str, Any], notes: Mapping[str, str | None]) -> bool:
         """Merge ``notes`` into the claim's annotations if it is as we saw it;
         False when it changed since (the next pass sees the new one)."""
         meta = claim.get("metadata") or {}
@@ -206,6 +211,30 @@ class LeaseKeeper:
             log.info("lease of claim %s started: %s for %s", step.lease.key, who, length)
             note = f"lease of {who} started: {length}{by}, until {notes[EXPIRY]}"
             self.events.lease_started(_claim_ref(claim), note)
+
+    async def _extend(self, step: Step, claim: Mapping[str, Any], terms: Terms) -> None:
+        """Apply an extension the admission let through, if the terms allow it
+        now too (a policy may have changed since, or none governs the claim)."""
+        lease, expiry = step.lease, step.lease.expiry or 0.0
+        refused = extension_refusal(lease.extend_by, lease.extended, terms)
+        who = lease.extend_requester or "unknown"
+        if refused:
+            if await self._write(claim, {EXTENDED_ID: lease.extend_id}):
+                note = f"extension by {lease.extend_by} asked by {who} refused: {refused}"
+                self.events.extension_refused(_claim_ref(claim), note)
+            return
+        by = parse_duration(lease.extend_by)
+        total = lease.extended + by
+        notes: dict[str, str | None] = {
+            EXPIRY: stamp(expiry + by), EXTENDED: format_duration(total),
+            EXTENDED_ID: lease.extend_id, PHASE: None,  # warned again before the new end
+        }  # fmt: skip
+        if await self._write(claim, notes):
+            note = (f"{who} extended the lease by {lease.extend_by} ({format_duration(total)} in "
+                    f"all): {lease.extend_reason or 'no reason given'}; it now ends at "
+                    f"{notes[EXPIRY]}")  # fmt: skip
+            log.info("lease of claim %s: %s", lease.key, note)
+            self.events.lease_extended(_claim_ref(claim), note)
 
     async def _warn(self, step: Step, claim: Mapping[str, Any]) -> None:
         if await self._write(claim, {PHASE: WARNED}):
@@ -266,6 +295,22 @@ class LeaseKeeper:
             state = {WARNED: "expiring", EXPIRED: "expired"}.get(lease.phase, "active")
             counts[state] += 1
         return [((state,), float(n)) for state, n in counts.items()]
+
+
+def extension_refusal(by: str, extended: float, terms: Terms) -> str:
+    """Why an extension by ``by`` after ``extended`` seconds is refused ("" if it is not)."""
+    try:
+        seconds = parse_duration(by, "lease-extend-by")
+    except ConfigError as exc:
+        return str(exc)
+    if terms.max_extension is None:
+        return "no DeviceLeasePolicy that governs the claim allows extensions (spec.maxExtension)"
+    if seconds > terms.max_extension:
+        return f"longer than spec.maxExtension {format_duration(terms.max_extension)}"
+    cap = terms.max_extension_total
+    if cap is not None and extended + seconds > cap:
+        return f"{format_duration(extended + seconds)} in all passes the cap {format_duration(cap)}"
+    return ""
 
 
 def _claim_ref(claim: Mapping[str, Any]) -> ObjectRef:
