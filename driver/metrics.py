@@ -274,3 +274,18 @@ CONTROLLER_LEADER = gauge(
     "patchbay_controller_leader", "1 while this controller replica holds the leader Lease",
     (), CONTROLLER,
 )  # fmt: skip
+LEASES = Sampled(
+    "patchbay_device_leases",
+    "Claims under a device lease (docs/leases.md) by state: active, expiring (warned), expired"
+    " (its pods being evicted)", ("state",), CONTROLLER,
+)  # fmt: skip
+LEASE_EVICTIONS = counter(
+    "patchbay_device_lease_evictions_total",
+    "Pods evicted through the Eviction API because their claim's device lease expired",
+    (), CONTROLLER,
+)  # fmt: skip
+LEASE_EVICTIONS_BLOCKED = counter(
+    "patchbay_device_lease_evictions_blocked_total",
+    "Evictions of an expired lease's pods that a PodDisruptionBudget refused (each is retried)",
+    (), CONTROLLER,
+)  # fmt: skip

@@ -35,6 +35,12 @@ SPARE_ATTACHED = "SpareAttached"
 SPARE_ATTACH_FAILED = "SpareAttachFailed"
 SPARE_RELEASED = "SpareReleased"
 SPARE_TAKEN = "SpareTaken"
+LEASE_STARTED = "LeaseStarted"
+LEASE_EXPIRING = "LeaseExpiring"
+LEASE_EXPIRED = "LeaseExpired"
+LEASE_EVICTION_BLOCKED = "LeaseEvictionBlocked"
+LEASE_EXTENDED = "LeaseExtended"
+LEASE_EXTENSION_REFUSED = "LeaseExtensionRefused"
 
 
 def claim_ref(a: FabricAllocation) -> ObjectRef:
@@ -143,3 +149,31 @@ class ControllerEvents:
         if self.recorder is not None:
             note = f"fabric adapter {adapter} gone: {why}; its devices leave this node's pool"
             self.recorder.warning(node, ADAPTER_GONE, "WatchFabric", note)
+
+    def lease_started(self, claim: ObjectRef, note: str) -> None:
+        if self.recorder is not None:
+            self.recorder.normal(claim, LEASE_STARTED, "Lease", note)
+
+    def lease_expiring(self, regarding: Iterable[ObjectRef], note: str) -> None:
+        """On the claim and each pod using it."""
+        if self.recorder is not None:
+            for ref in regarding:
+                self.recorder.warning(ref, LEASE_EXPIRING, "Lease", note)
+
+    def lease_expired(self, regarding: Iterable[ObjectRef], note: str) -> None:
+        if self.recorder is not None:
+            for ref in regarding:
+                self.recorder.warning(ref, LEASE_EXPIRED, "Evict", note)
+
+    def eviction_blocked(self, regarding: Iterable[ObjectRef], note: str) -> None:
+        if self.recorder is not None:
+            for ref in regarding:
+                self.recorder.warning(ref, LEASE_EVICTION_BLOCKED, "Evict", note)
+
+    def lease_extended(self, claim: ObjectRef, note: str) -> None:
+        if self.recorder is not None:
+            self.recorder.normal(claim, LEASE_EXTENDED, "Extend", note)
+
+    def extension_refused(self, claim: ObjectRef, note: str) -> None:
+        if self.recorder is not None:
+            self.recorder.warning(claim, LEASE_EXTENSION_REFUSED, "Extend", note)

@@ -62,7 +62,7 @@ def binding(result: JsonObj, entry: JsonObj, allocated: str, now: datetime) -> d
     return {"state": "attaching", "seconds": (now - start).total_seconds() if start else None}
 
 
-def _ours(claim: JsonObj) -> bool:
+def ours(claim: JsonObj) -> bool:
     results = ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
     if any(r.get("driver") == DRIVER_NAME for r in results.get("results") or ()):
         return True
@@ -88,7 +88,7 @@ def claims_view(
     namespace: str | None = None,
 ) -> list[dict[str, Any]]:
     """One entry per claim of ours (in ``namespace``, or every namespace)."""
-    claims = [c for c in claims if _ours(c)]
+    claims = [c for c in claims if ours(c)]
     inv = build(slices, claims)
     where = {(d.pool, d.name): d for d in inv.devices}
     index = EventIndex(events)

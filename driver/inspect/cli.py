@@ -1,15 +1,18 @@
 """The console script ``kubectl-patchbay`` (kubectl finds it on PATH as
-``kubectl patchbay``). Read-only; flags as kubectl spells them.
+``kubectl patchbay``). Read-only but for ``lease extend`` (which asks for
+more time on a claim, as the user); flags as kubectl spells them.
 
     kubectl patchbay nodes [-o wide|json|yaml]
     kubectl patchbay topology NODE [-o wide|json|yaml] [--svg FILE]
     kubectl patchbay claims [-n NS | -A] [-o wide|json|yaml]
     kubectl patchbay fabric [--fabric-pool NAME] [-o wide|json|yaml]
+    kubectl patchbay leases [-n NS | -A] [-o wide|json|yaml]
+    kubectl patchbay lease extend CLAIM --by 2h --reason "..." [-n NS]
 
 ``--kubeconfig`` / ``--context`` pick the cluster (``$KUBECONFIG`` and
 ``~/.kube/config`` otherwise, in-cluster configuration last); they and
 ``-n``/``-A`` go before or after the command, as with kubectl. ``claims``
-shows the context's namespace unless ``-n`` or ``-A`` says otherwise; the
+and ``leases`` show the context's namespace unless ``-n`` or ``-A`` says otherwise; the
 other views are cluster-wide (a device is used whichever namespace's claim
 holds it). One asyncio run per command.
 """
@@ -27,20 +30,24 @@ from typing import Any
 
 import yaml
 
-from driver.errors import ApiError
+from driver.errors import ApiError, ApiStatusError, ConfigError
 from driver.fabric_devices.naming import FABRIC_POOL
 from driver.inspect.claims import claims_view, render_claims
+from driver.inspect.extend import request_extension
 from driver.inspect.fabric import fabric_view, render_fabric
-from driver.inspect.fetch import Snapshot, Wants, default_namespace, snapshot
+from driver.inspect.fetch import Snapshot, Wants, default_kubeconfig, default_namespace, snapshot
+from driver.inspect.leases import leases_view, render_leases
 from driver.inspect.nodes import nodes_view, render_nodes
 from driver.inspect.svg import render_svg
 from driver.inspect.topology import render_topology, topology_view
+from driver.kube.api import KubeApi
 
 COMMANDS = {
     "nodes": "devices per node, MIG bars, GPU health and its recent steps",
     "topology": "PCIe tree of one node",
     "claims": "claims with devices, binding state and last error",
     "fabric": "the fabric pool as the controller sees it",
+    "leases": "who holds each claim, why, and until when",
 }
 
 
@@ -49,9 +56,9 @@ def _common(p: argparse.ArgumentParser, top: bool) -> None:
     d: dict[str, Any] = {} if top else {"default": argparse.SUPPRESS}
     p.add_argument("--kubeconfig", help="path to the kubeconfig file", **d)
     p.add_argument("--context", help="the kubeconfig context to use", **d)
-    p.add_argument("-n", "--namespace", help="claims: the namespace to show", **d)
+    p.add_argument("-n", "--namespace", help="claims, leases: the namespace to show", **d)
     p.add_argument(
-        "-A", "--all-namespaces", action="store_true", help="claims: every namespace", **d
+        "-A", "--all-namespaces", action="store_true", help="claims, leases: every namespace", **d
     )
 
 
@@ -68,6 +75,12 @@ def parser() -> argparse.ArgumentParser:
         if name == "fabric":
             s.add_argument("--fabric-pool", default=FABRIC_POOL, help="the fabric pool's name")
         s.add_argument("-o", "--output", choices=("wide", "json", "yaml"), help="output format")
+    lease = sub.add_parser("lease", help="ask for more time on a claim's device lease")
+    _common(lease, top=False)
+    lease.add_argument("action", choices=("extend",))
+    lease.add_argument("claim", help="the claim's name")
+    lease.add_argument("--by", required=True, help="how much more time (e.g. 30m, 2h)")
+    lease.add_argument("--reason", required=True, help="why (recorded in the Event)")
     return p
 
 
@@ -78,11 +91,13 @@ def wants(args: argparse.Namespace) -> Wants:
         return Wants(events=True, nodes=True)
     if args.command == "nodes":
         return Wants(nodes=True)  # the GPUs' health (patchbay.dev/health)
+    if args.command == "leases":
+        return Wants(namespace=namespace_of(args))
     return Wants()
 
 
 def namespace_of(args: argparse.Namespace) -> str | None:
-    """``claims``' namespace: None for ``-A``, else ``-n``, else the context's."""
+    """``claims``' and ``leases``' namespace: None for ``-A``, else ``-n``, else the context's."""
     if args.all_namespaces:
         return None
     return str(args.namespace or default_namespace(args.kubeconfig, args.context))
@@ -101,6 +116,10 @@ def view_of(args: argparse.Namespace, snap: Snapshot, now: datetime) -> tuple[An
         ns = namespace_of(args)
         rows = claims_view(snap.slices, snap.claims, snap.events, now, ns)
         return rows, render_claims(rows, wide=wide, all_ns=ns is None)
+    if args.command == "leases":
+        ns = namespace_of(args)
+        held = leases_view(snap.claims, now, ns)
+        return held, render_leases(held, wide=wide, all_ns=ns is None)
     fab = fabric_view(snap.slices, snap.claims, snap.nodes, snap.events, now, args.fabric_pool)
     return fab, render_fabric(fab, wide=wide)
 
@@ -115,8 +134,30 @@ def render(args: argparse.Namespace, snap: Snapshot, now: datetime | None = None
     return text
 
 
+async def _extend(args: argparse.Namespace) -> str:
+    api = await KubeApi.connect(default_kubeconfig(args.kubeconfig), args.context)
+    try:
+        ns = str(namespace_of(args) or "default")
+        await request_extension(api, ns, args.claim, args.by, args.reason)
+    finally:
+        await api.close()
+    return (f"extension of {ns}/{args.claim} by {args.by} accepted; the controller applies it "
+            f"(kubectl describe resourceclaim -n {ns} {args.claim}: LeaseExtended)\n")  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.command == "lease":
+        try:
+            sys.stdout.write(asyncio.run(_extend(args)))
+        except ApiStatusError as exc:
+            message = json.loads(exc.body).get("message", exc.body) if exc.body else str(exc)
+            print(f"error: {message}", file=sys.stderr)
+            return 1
+        except (ApiError, ConfigError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        return 0
     try:
         snap = asyncio.run(snapshot(args.kubeconfig, args.context, wants(args)))
     except ApiError as exc:

@@ -7,7 +7,8 @@ streams watch events from a resourceVersion, refuses a create of an
 existing name and a write with a stale resourceVersion (409), a read or
 write of a missing object (404), applies JSON merge patches and (roughly,
 :func:`apply_merge`) server-side applies; the
-``status`` subresource writes only ``status``, the main resource keeps it.
+``status`` subresource writes only ``status``, the main resource keeps it;
+a pod's ``eviction`` deletes it (its uid precondition checked).
 What the real apiserver does beyond that (validation, defaulting,
 admission, garbage collection) it does not. Test hooks: :meth:`add` seeds
 an object as given, :meth:`pause` holds
@@ -197,6 +198,13 @@ class MemoryKube:
     async def create(self, path: str, body: JsonObj) -> JsonObj:
         self._request("POST", path)
         ref = parse_path(path)
+        if ref.subresource == "eviction":  # a pod's eviction (no budgets here: fail() for 429)
+            pod = self._stored(ref, path)
+            want = ((body.get("deleteOptions") or {}).get("preconditions") or {}).get("uid")
+            if want and want != pod["metadata"].get("uid"):
+                raise self._error("POST", path, 409, "Conflict", "uid precondition failed")
+            await self.delete(path.rsplit("/", 1)[0])
+            return {"kind": "Status", "status": "Success"}
         obj = copy.deepcopy(body)
         meta = obj.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):

@@ -50,7 +50,7 @@ NON_DEFAULT = {
         "vfConfigData": {"pfs": [{"pciBusID": "0000:3b:00.0", "numVfs": 4}]},
         "extraHostPathMounts": [{"name": "sim", "path": "/var/lib/patchbay-sim"}],
     },
-    "controller": {"enabled": True, "replicas": 2, "nodeSelector": NO_NODE},
+    "controller": {"enabled": True, "replicas": 2, "nodeSelector": NO_NODE, "deviceLeases": True},
     "fabric": {
         "enabled": True,
         "nodeSelector": NO_NODE,

@@ -175,3 +175,29 @@ def test_a_malformed_policy_is_refused_naming_the_field(
     assert "spec.defaultDuration" in message and "maxDuration" in message
     bad["spec"] = {**POLICY["spec"], "maxDuration": "a week"}
     assert "spec.maxDuration" in refusal(policies.create, body=bad)
+    # The extension, warning, idle and eviction fields (issue 37, step 2).
+    for broken, field in (
+        ({"maxExtension": "4h", "maxExtensionTotal": "2h"}, "spec.maxExtension"),
+        ({"warningBefore": "8h"}, "spec.warningBefore"),
+        ({"extendGroups": ["ml-leads"]}, "spec.extendGroups"),
+        ({"evictionGracePeriodSeconds": -1}, "spec.evictionGracePeriodSeconds"),
+        ({"idle": {"utilizationBelowPercent": 0, "for": "30m"}},
+         "spec.idle.utilizationBelowPercent"),
+        ({"idle": {"utilizationBelowPercent": 5, "for": "30m", "action": "Sometimes"}},
+         "spec.idle.action"),
+        ({"idle": {"utilizationBelowPercent": 5}}, "spec.idle.for"),
+    ):  # fmt: skip
+        bad["spec"] = {**POLICY["spec"], **broken}
+        assert field in refusal(policies.create, body=bad), broken
+    full = {**POLICY, "metadata": {"name": unique("full")}}
+    full["spec"] = {
+        **POLICY["spec"], "maxExtension": "2h", "maxExtensionTotal": "4h",
+        "extendGroups": ["ml-leads"], "warningBefore": "15m", "evictionGracePeriodSeconds": 30,
+        "idle": {"utilizationBelowPercent": 5, "for": "30m"},
+    }  # fmt: skip
+    made = policies.create(body=full).to_dict()
+    try:  # the defaults the CRD fills in
+        assert made["spec"]["holderMayExtend"] is True
+        assert made["spec"]["idle"]["action"] == "Event"
+    finally:
+        policies.delete(name=full["metadata"]["name"])

@@ -2,7 +2,9 @@
 
 Concurrency model: one asyncio loop. The replica first waits for the leader
 Lease; once it holds it, the reconciler (watches, publisher, fabric refresh,
-attach/detach tasks) and the lease renewal run in one TaskGroup. The HTTP
+attach/detach tasks), the device lease keeper (``--device-leases``,
+``driver.controller.leases.keeper``) and the leader Lease's renewal run in
+one TaskGroup. The HTTP
 endpoint (``--metrics-port``: ``/metrics``, ``/healthz``) serves from the
 start, also while the replica waits as a follower, and so does the
 admission webhook (``--webhook-port``, ``driver.controller.process.webhook``): every
@@ -34,6 +36,7 @@ log = logging.getLogger(__name__)
 
 
 async def _run(settings: ControllerSettings) -> None:
+    from driver.controller.leases.keeper import LeaseKeeper
     from driver.controller.process.leader import LeaderLease
     from driver.controller.reconciler import Reconciler
     from driver.fabricclient.client import FabricClient
@@ -77,7 +80,11 @@ async def _run(settings: ControllerSettings) -> None:
                     await lease.acquire()
                     CONTROLLER_LEADER.set(1)
                     group.create_task(keep_lease(), name="lease")
-                    group.create_task(Reconciler(api, fabric, settings).run(), name="reconciler")
+                    reconciler = Reconciler(api, fabric, settings)
+                    group.create_task(reconciler.run(), name="reconciler")
+                    if settings.device_leases:
+                        keeper = LeaseKeeper(api, reconciler.events)
+                        group.create_task(keeper.run(), name="device-leases")
             except* Stopped:
                 log.info("controller stopped")
             finally:  # the reconciler has ended, its attaches with it: give the Lease up

@@ -73,6 +73,11 @@ class ControllerSettings(
         description="leader lease duration, seconds (over 3.6: the holder renews every 2 s "
         "and steps down after two thirds of it)",
     )
+    device_leases: bool = Field(
+        default=False,
+        description="run the device lease clock (docs/leases.md): stamp, warn, expire and evict "
+        "by the DeviceLeasePolicies (the chart's leases.enabled installs their CRD)",
+    )
     identity: str = Field(
         default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}",
         description="this replica's identity in the Lease (default host-pid)",

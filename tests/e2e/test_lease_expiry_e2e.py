@@ -1,0 +1,277 @@
+"""A device lease warns, expires and evicts on the real control plane (issue 37).
+
+How: the chart's lease objects (the DeviceLeasePolicy CRD and the admission
+policies) are applied to the real apiserver; a simulated node runs our
+plugin with two mock GPUs; the controller runs with ``--device-leases`` and
+the RBAC the chart grants it (hack/rbac/controller.yaml). Each test makes a
+standalone claim with a short lease and a pod that uses it, then waits on
+signals only: the claim's Events (LeaseStarted, LeaseExpiring,
+LeaseExpired, LeaseEvictionBlocked), the pod gone, the claim gone; and
+``kubectl patchbay leases`` shows the holder, reason and expiry. What is
+asserted is order and content, never how long anything took.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.e2e import pods
+from tests.e2e.chart import Applier, render
+from tests.e2e.helpers import events_about, unique, wait_for
+from tests.e2e.kubectl_views import SCRIPT, kubectl_patchbay
+from tests.e2e.plugin_nodes import plugin_node
+from tests.harness.cluster import LocalCluster
+from tests.harness.cluster_proc import free_port
+from tests.harness.fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService
+from tests.harness.simnode import SimNode, apply_rbac
+
+pytestmark = pytest.mark.cluster
+
+REASON, DURATION = "patchbay.dev/lease-reason", "patchbay.dev/lease-duration"
+EXPIRY, HOLDER = "patchbay.dev/lease-expiry", "patchbay.dev/lease-holder"
+LEASE_KINDS = {"CustomResourceDefinition", "ValidatingAdmissionPolicy",
+               "ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicy",
+               "MutatingAdmissionPolicyBinding"}  # fmt: skip
+GRACE = 1  # the policy's eviction grace period
+
+
+@pytest.fixture(scope="module")
+def node(local_cluster: LocalCluster, resource_api: client.ResourceV1Api,
+         core: client.CoreV1Api) -> Iterator[SimNode]:  # fmt: skip
+    with plugin_node(local_cluster, resource_api, core, "lease", "2-gpus",
+                     ready=lambda n: n == 2, what="two GPUs published") as sim:  # fmt: skip
+        yield sim
+
+
+@pytest.fixture(scope="module")
+def leases(helm: Path, api_client: client.ApiClient) -> Iterator[Any]:
+    """The chart's lease objects applied; the DeviceLeasePolicy resource."""
+    applier = Applier(api_client)
+    for doc in render(helm, unique("pbx"), "default"):
+        if doc["kind"] in LEASE_KINDS:
+            applier.apply(doc, "default")
+    ext = client.ApiextensionsV1Api(api_client)
+
+    def established() -> bool:
+        crd = ext.read_custom_resource_definition("deviceleasepolicies.patchbay.dev")
+        return any(c.type == "Established" and c.status == "True"
+                   for c in crd.status.conditions or ())  # fmt: skip
+
+    wait_for("the DeviceLeasePolicy CRD established", established, timeout=60)
+    try:
+        yield DynamicClient(api_client).resources.get(
+            api_version="patchbay.dev/v1alpha1", kind="DeviceLeasePolicy"
+        )
+    finally:
+        applier.cleanup()
+
+
+@pytest.fixture(scope="module")
+def controller(local_cluster: LocalCluster, leases: Any) -> Iterator[ControllerProcess]:
+    """The controller with the device lease clock on (a fabric with no devices)."""
+    apply_rbac(local_cluster.kubeconfig, "controller.yaml")
+    run = Path(local_cluster.run_dir)
+    fabric = FabricService(run / "lease-fabric", {"switches": []}).start()
+    kubeconfig = local_cluster.kubeconfig_for(
+        "patchbay-controller", "patchbay-controller", (CONTROLLER_GROUP,)
+    )
+    ctl = ControllerProcess(
+        kubeconfig, fabric, run / "logs" / "lease-controller.log", "--device-leases=true",
+        "--lease-duration=6", f"--metrics-port={free_port()}",
+    )  # fmt: skip
+    try:
+        yield ctl.start()
+    finally:
+        ctl.stop()
+        fabric.stop()
+
+
+@pytest.fixture
+def team(core: client.CoreV1Api, namespace: str, leases: Any) -> Iterator[str]:
+    """``namespace``, governed by a policy: 2s of warning, grace period GRACE."""
+    label = unique("team")
+    core.patch_namespace(namespace, {"metadata": {"labels": {"lease-team": label}}})
+    name = unique("short")
+    leases.create(body={
+        "apiVersion": "patchbay.dev/v1alpha1", "kind": "DeviceLeasePolicy",
+        "metadata": {"name": name},
+        "spec": {"namespaceSelector": {"matchLabels": {"lease-team": label}},
+                 "deviceClassNames": ["gpu.patchbay.dev"], "requireReason": True,
+                 "maxDuration": "1h", "warningBefore": "15s",
+                 "evictionGracePeriodSeconds": GRACE, "maxExtension": "1h",
+                 "maxExtensionTotal": "90m", "extendGroups": ["ml-leads"]},
+    })  # fmt: skip
+    yield namespace
+    leases.delete(name=name)
+
+
+def leased_pod(
+    core: client.CoreV1Api, resource_api: client.ResourceV1Api, ns: str, node: SimNode,
+    duration: str, labels: dict[str, str] | None = None, as_user: client.ApiClient | None = None,
+) -> str:  # fmt: skip
+    """A standalone claim with a ``duration`` lease (created ``as_user``) and a
+    running pod using it; the claim's name."""
+    name = unique("c")
+    body = {"metadata": {"name": name, "annotations": {REASON: "e2e", DURATION: duration}},
+            "spec": {"devices": {"requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": "gpu.patchbay.dev"}}]}}}  # fmt: skip
+    (client.ResourceV1Api(as_user) if as_user else resource_api).create_namespaced_resource_claim(
+        ns, body
+    )
+    pods.pod(core, ns, "p", node.name, {"resourceClaimName": name})
+    if labels:
+        core.patch_namespaced_pod("p", ns, {"metadata": {"labels": labels}})
+    pods.running(core, ns, "p", alive=node.check_alive)
+    return name
+
+
+def reasons(core: client.CoreV1Api, ns: str, name: str) -> list[str]:
+    return [str(e.reason) for e in events_about(core, ns, name) if e.reason.startswith("Lease")]
+
+
+def claim_gone(resource_api: client.ResourceV1Api, ns: str, name: str) -> bool:
+    try:
+        resource_api.read_namespaced_resource_claim(name, ns)
+    except ApiException as exc:
+        if exc.status == 404:
+            return True
+        raise
+    return False
+
+
+def metric(ctl: ControllerProcess, name: str) -> float:
+    (arg,) = [a for a in ctl.extra if a.startswith("--metrics-port=")]
+    url = f"http://127.0.0.1:{arg.split('=', 1)[1]}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as r:
+        families = list(text_string_to_metric_families(r.read().decode()))
+    return sum(s.value for f in families for s in f.samples if s.name == name)
+
+
+def test_a_lease_warns_then_evicts_at_expiry_and_the_claim_is_released(
+    team: str, node: SimNode, controller: ControllerProcess, core: client.CoreV1Api,
+    resource_api: client.ResourceV1Api, local_cluster: LocalCluster,
+) -> None:  # fmt: skip
+    claim = leased_pod(core, resource_api, team, node, "30s")
+    wait_for("the lease stamped", lambda: "LeaseStarted" in reasons(core, team, claim), timeout=60)
+    notes = resource_api.read_namespaced_resource_claim(claim, team).metadata.annotations
+    (row,) = json.loads(kubectl_patchbay(local_cluster, "leases", "-n", team, "-o", "json"))
+    assert (row["name"], row["reason"], row["expires"]) == (claim, "e2e", notes[EXPIRY])
+    assert row["holder"] == notes[HOLDER] and row["devices"]
+    wait_for("the pod warned", lambda: "LeaseExpiring" in reasons(core, team, "p"), timeout=60)
+    assert "LeaseExpiring" in reasons(core, team, claim)
+    wait_for("the pod evicted", lambda: pods.phase(core, team, "p") == "Gone", timeout=90)
+    wait_for("the claim released and deleted", lambda: claim_gone(resource_api, team, claim),
+             timeout=60)  # fmt: skip
+    assert reasons(core, team, claim) == ["LeaseStarted", "LeaseExpiring", "LeaseExpired"]
+    assert reasons(core, team, "p") == ["LeaseExpiring", "LeaseExpired"]
+    (expired,) = events_about(core, team, claim, "LeaseExpired")
+    assert f"grace period {GRACE}s" in expired.message and "claim is deleted" in expired.message
+    assert metric(controller, "patchbay_device_lease_evictions_total") >= 1
+
+
+def test_a_controller_killed_before_expiry_expires_the_lease_once_on_time(
+    team: str, node: SimNode, controller: ControllerProcess, core: client.CoreV1Api,
+    resource_api: client.ResourceV1Api,
+) -> None:  # fmt: skip
+    claim = leased_pod(core, resource_api, team, node, "40s")
+    wait_for("the lease stamped", lambda: "LeaseStarted" in reasons(core, team, claim), timeout=60)
+    notes = resource_api.read_namespaced_resource_claim(claim, team).metadata.annotations
+    controller.kill()
+    controller.start(identity="controller-1")  # takes the leader Lease once the old one lapses
+    wait_for("the pod evicted", lambda: pods.phase(core, team, "p") == "Gone", timeout=120)
+    wait_for("the claim deleted", lambda: claim_gone(resource_api, team, claim), timeout=60)
+    expired = events_about(core, team, claim, "LeaseExpired")
+    assert len(expired) == 1 and (expired[0].count or 1) == 1
+    assert f"ended at {notes[EXPIRY]}" in expired[0].message  # the first stamp, not a new one
+    assert reasons(core, team, claim).count("LeaseStarted") == 1
+
+
+def test_a_pdb_that_blocks_the_eviction_is_reported_and_honoured(
+    team: str, node: SimNode, controller: ControllerProcess, core: client.CoreV1Api,
+    resource_api: client.ResourceV1Api,
+) -> None:  # fmt: skip
+    policy = client.PolicyV1Api(core.api_client)
+    policy.create_namespaced_pod_disruption_budget(team, {
+        "metadata": {"name": "keep"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "leased"}}},
+    })  # fmt: skip
+    leased_pod(core, resource_api, team, node, "20s", labels={"app": "leased"})
+    wait_for("the blocked eviction reported",
+             lambda: "LeaseEvictionBlocked" in reasons(core, team, "p"), timeout=90)  # fmt: skip
+    pod = core.read_namespaced_pod("p", team)
+    assert pod.metadata.deletion_timestamp is None  # honoured: never bypassed
+    assert metric(controller, "patchbay_device_lease_evictions_blocked_total") >= 1
+    policy.delete_namespaced_pod_disruption_budget("keep", team)
+    wait_for("the pod evicted once the budget is gone",
+             lambda: pods.phase(core, team, "p") == "Gone", timeout=150)  # fmt: skip
+    with contextlib.suppress(ApiException):
+        policy.delete_namespaced_pod_disruption_budget("keep", team)
+
+
+def extend(cluster: LocalCluster, user: str, ns: str, claim: str, by: str) -> tuple[int, str]:
+    """``kubectl patchbay lease extend`` as ``user`` (bound to ``edit``; carol in ml-leads)."""
+    groups = ("ml-leads",) if user == "carol" else ()
+    kubeconfig = cluster.kubeconfig_for(user, user, groups)
+    cmd = [str(SCRIPT), "--kubeconfig", str(kubeconfig), "-n", ns, "lease", "extend", claim,
+           "--by", by, "--reason", f"{user} needs {by}"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_an_extension_within_the_policy_is_applied_and_others_are_refused(
+    team: str, node: SimNode, controller: ControllerProcess, core: client.CoreV1Api,
+    resource_api: client.ResourceV1Api, local_cluster: LocalCluster, api_client: client.ApiClient,
+) -> None:  # fmt: skip
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    rbac.create_namespaced_role_binding(team, {
+        "metadata": {"name": "edit"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": u}
+                     for u in ("alice", "bob", "carol")],
+    })  # fmt: skip
+    alice = config.new_client_from_config(
+        config_file=str(local_cluster.kubeconfig_for("alice", "alice"))
+    )
+    try:
+        claim = leased_pod(core, resource_api, team, node, "10m", as_user=alice)
+    finally:
+        alice.close()
+    wait_for("the lease stamped", lambda: "LeaseStarted" in reasons(core, team, claim), timeout=60)
+
+    def expiry() -> str:
+        return str(
+            resource_api.read_namespaced_resource_claim(claim, team).metadata.annotations[EXPIRY]
+        )
+
+    first = expiry()
+    rc, out = extend(local_cluster, "alice", team, claim, "30m")  # the holder, within the policy
+    assert rc == 0, out
+    wait_for("the extension applied", lambda: expiry() != first, timeout=60)
+    (extended,) = events_about(core, team, claim, "LeaseExtended")
+    assert "alice extended the lease by 30m (30m in all): alice needs 30m" in extended.message
+    rc, out = extend(local_cluster, "alice", team, claim, "2h")
+    assert rc == 1 and "an extension by 2h is longer than spec.maxExtension 1h" in out
+    rc, out = extend(local_cluster, "bob", team, claim, "10m")  # neither holder nor in the group
+    assert (
+        rc == 1
+        and "bob may not extend this lease: only its holder alice and members of ml-leads" in out
+    )
+    rc, out = extend(local_cluster, "carol", team, claim, "45m")  # in the group
+    assert rc == 0, out
+    twice = lambda: len(events_about(core, team, claim, "LeaseExtended")) == 2  # noqa: E731
+    wait_for("carol's extension applied", twice, timeout=60)
+    rc, out = extend(local_cluster, "alice", team, claim, "30m")  # 105m in all: over 90m
+    assert rc == 1 and "already would pass the cap of 90m" in out
+    assert reasons(core, team, claim).count("LeaseExtensionRefused") == 0
