@@ -9,6 +9,7 @@ of that, and that it starts and stops cleanly.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from pathlib import Path
@@ -178,13 +179,10 @@ def _watch_namespaces(kubeconfig: Path, opened: threading.Event) -> None:
     """Hold a watch open, as a test's watch thread or a user's `kubectl get -w` does,
     until the apiserver ends it."""
     api = config.new_client_from_config(config_file=str(kubeconfig))
-    try:
+    # The server going away ends it, cleanly or with a broken connection.
+    with contextlib.suppress(Exception), contextlib.closing(api):
         for _ in watch.Watch().stream(client.CoreV1Api(api).list_namespace, timeout_seconds=600):
             opened.set()
-    except Exception:  # the server going away ends it either way
-        pass
-    finally:
-        api.close()
 
 
 @pytest.mark.usefixtures("local_cluster")
