@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from tests.harness.cluster_agent import NodeAgent
+from tests.harness.cluster_argv import FEATURE_GATES, RUNTIME_CONFIG, ControlPlaneArgv
 from tests.harness.cluster_pki import Pki, write_kubeconfig
 from tests.harness.cluster_proc import (
     Component,
@@ -54,25 +55,6 @@ log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[2]
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
-# Only gates the pinned release still lets us set (not GA-locked): see
-# pkg/features/kube_features.go at the pinned k8s.io/kubernetes version.
-# DRAResourceClaimDeviceStatus, DRAPrioritizedList, DRAAdminAccess and
-# DRAExtendedResource are GA and locked on in 1.37; DRADeviceTaints is GA and on
-# by default (setting it only logs a warning), so all of those are on anyway.
-FEATURE_GATES = (
-    "DRAPartitionableDevices",
-    "DRADeviceBindingConditions",
-    "DRAConsumableCapacity",
-    "ResourceHealthStatus",
-)
-RUNTIME_CONFIG = (
-    "resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true,resource.k8s.io/v1alpha3=true"
-)
-SERVICE_CIDR = "10.0.0.0/24"
-# The node lifecycle controller removes the not-ready taint that admission puts on
-# every new Node once it reports Ready; tests also create Node objects by hand that
-# nothing heartbeats for, so the grace period before "unknown" is an hour, not 50s.
-NODE_MONITOR_GRACE = "1h"
 
 
 class PrerequisiteError(RuntimeError):
@@ -196,13 +178,15 @@ class LocalCluster:
         self.server = f"https://{self.address}:{api_port}"
         state = {"server": self.server, "binaries": str(bins), "address": self.address}
         self._state.write_text(json.dumps(state) + "\n")
-        gates = ",".join(f"{g}={str(on).lower()}" for g, on in self.gates.items())
-        etcd = self._spawn("etcd", self._etcd_argv(bins, etcd_port, peer_port), detach=detach)
+        argv = ControlPlaneArgv(
+            self.run_dir, self.pki, bins, self.address,
+            ",".join(f"{g}={str(on).lower()}" for g, on in self.gates.items()),
+            self.runtime_config, self.audit_log,
+        )  # fmt: skip
+        etcd = self._spawn("etcd", argv.etcd(etcd_port, peer_port), detach=detach)
         self._ready["etcd"] = lambda: _http_ok(f"http://127.0.0.1:{etcd_port}/health")
         etcd.wait_ready(self._ready["etcd"], timeout)
-        api = self._spawn(
-            "kube-apiserver", self._apiserver_argv(bins, etcd_port, api_port, gates), detach=detach
-        )
+        api = self._spawn("kube-apiserver", argv.apiserver(etcd_port, api_port), detach=detach)
         ctx = ssl.create_default_context(cafile=str(self.pki.ca.cert))
         admin = self.pki.issue("admin", "patchbay-admin", ("system:masters",))
         ctx.load_cert_chain(str(admin.cert), str(admin.key))
@@ -217,107 +201,16 @@ class LocalCluster:
         ):
             kubeconfig = self.kubeconfig_for(name, user)
             port = free_port()
-            argv = (
-                self._kcm_argv(bins, kubeconfig, port, gates)
+            line = (
+                argv.controller_manager(kubeconfig, port)
                 if name.endswith("manager")
-                else (self._scheduler_argv(bins, kubeconfig, port, gates))
+                else argv.scheduler(kubeconfig, port)
             )
-            waits.append((self._spawn(name, argv, detach=detach), port))
+            waits.append((self._spawn(name, line, detach=detach), port))
         for comp, port in waits:
             comp.wait_ready(
                 functools.partial(https_ok, f"https://127.0.0.1:{port}/healthz", insecure), timeout
             )
-
-    def _etcd_argv(self, bins: Path, port: int, peer: int) -> list[str]:
-        client, peer_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{peer}"
-        return [
-            str(bins / "etcd"), "--name=local", f"--data-dir={self.run_dir / 'etcd'}",
-            f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
-            f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
-            f"--initial-cluster=local={peer_url}", "--unsafe-no-fsync", "--log-level=warn",
-            "--quota-backend-bytes=4294967296",
-        ]  # fmt: skip
-
-    def _apiserver_argv(self, bins: Path, etcd_port: int, port: int, gates: str) -> list[str]:
-        serving = self.pki.issue(
-            "apiserver", "kube-apiserver",
-            server_sans=tuple(dict.fromkeys((
-                "IP:127.0.0.1", f"IP:{self.address}", "IP:10.0.0.1", "DNS:localhost",
-                "DNS:kubernetes", "DNS:kubernetes.default", "DNS:kubernetes.default.svc"))),
-        )  # fmt: skip
-        # What the apiserver presents to kubelets (webhook authn on real nodes);
-        # system:masters so that the kubelet's authorizer allows logs and exec.
-        kubelet_client = self.pki.issue(
-            "apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",)
-        )
-        sa = self.pki.service_account_keys()
-        proxy = self.pki.issue("front-proxy-client", "front-proxy-client")
-        return [
-            str(bins / "kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-            f"--bind-address={self.address}", f"--advertise-address={self.address}",
-            f"--secure-port={port}",
-            f"--tls-cert-file={serving.cert}", f"--tls-private-key-file={serving.key}",
-            f"--client-ca-file={self.pki.ca.cert}", "--authorization-mode=Node,RBAC",
-            "--enable-admission-plugins=NodeRestriction", "--allow-privileged=true",
-            f"--service-account-key-file={sa.cert}", f"--service-account-signing-key-file={sa.key}",
-            "--service-account-issuer=https://kubernetes.default.svc",
-            f"--service-cluster-ip-range={SERVICE_CIDR}", f"--feature-gates={gates}",
-            f"--runtime-config={self.runtime_config}",
-            f"--cert-dir={self.run_dir / 'apiserver-certs'}",
-            # The aggregation-layer CA: without it every client logs a missing CA bundle.
-            f"--requestheader-client-ca-file={self.pki.ca.cert}",
-            "--requestheader-allowed-names=front-proxy-client",
-            "--requestheader-username-headers=X-Remote-User",
-            "--requestheader-group-headers=X-Remote-Group",
-            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
-            f"--proxy-client-cert-file={proxy.cert}", f"--proxy-client-key-file={proxy.key}",
-            f"--kubelet-client-certificate={kubelet_client.cert}",
-            f"--kubelet-client-key={kubelet_client.key}",
-            # Node names do not resolve here: dial kubelets by their InternalIP.
-            "--kubelet-preferred-address-types=InternalIP",
-            # Loopback cannot be an endpoint of the kubernetes Service; real nodes'
-            # pods reach a non-loopback address through it (kube-proxy).
-            f"--endpoint-reconciler-type={'none' if self.address == '127.0.0.1' else 'lease'}",
-            # SIGTERM: drain the in-flight requests, then close the HTTP server within 2 s.
-            # By default its Shutdown waits up to the 60 s request timeout for every open
-            # connection, and a client's open watch (a test's, a user's kubectl -w in the
-            # demo) kept it past our 15 s SIGTERM grace ("ignored SIGTERM", issue 33).
-            "--shutdown-send-retry-after=true",
-            "--profiling=false", "--v=1", *self._audit_args(),
-        ]  # fmt: skip
-
-    def _audit_args(self) -> list[str]:
-        if self.audit_log is None:
-            return []
-        policy = self.run_dir / "audit-policy.json"
-        policy.write_text(json.dumps({
-            "apiVersion": "audit.k8s.io/v1", "kind": "Policy",
-            "omitStages": ["RequestReceived"], "rules": [{"level": "Metadata"}],
-        }))  # fmt: skip
-        return [f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}"]
-
-    def _common(self, kubeconfig: Path, port: int, gates: str, name: str) -> list[str]:
-        return [
-            f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
-            f"--authorization-kubeconfig={kubeconfig}", "--bind-address=127.0.0.1",
-            f"--secure-port={port}", f"--cert-dir={self.run_dir / (name + '-certs')}",
-            "--leader-elect=false", f"--feature-gates={gates}", "--profiling=false", "--v=1",
-        ]  # fmt: skip
-
-    def _kcm_argv(self, bins: Path, kubeconfig: Path, port: int, gates: str) -> list[str]:
-        sa = self.pki.service_account_keys()
-        return [
-            str(bins / "kube-controller-manager"), *self._common(kubeconfig, port, gates, "kcm"),
-            "--controllers=*", f"--node-monitor-grace-period={NODE_MONITOR_GRACE}",
-            "--use-service-account-credentials=true",
-            f"--service-account-private-key-file={sa.key}", f"--root-ca-file={self.pki.ca.cert}",
-            f"--cluster-signing-cert-file={self.pki.ca.cert}",
-            f"--cluster-signing-key-file={self.pki.ca.key}",
-            f"--service-cluster-ip-range={SERVICE_CIDR}", "--allocate-node-cidrs=false",
-        ]  # fmt: skip
-
-    def _scheduler_argv(self, bins: Path, kubeconfig: Path, port: int, gates: str) -> list[str]:
-        return [str(bins / "kube-scheduler"), *self._common(kubeconfig, port, gates, "scheduler")]
 
     def pids(self) -> dict[str, int]:
         return load_pids(self._pids_path())
