@@ -279,6 +279,10 @@ class Reconciler:
             if device.id in in_doubt:
                 log.debug("%s is held back by the last read: no detach", device.id)
                 continue
+            if self.workers.scaling_up(conn.node):  # a pass follows its answer
+                log.debug("%s may be what a scale-up for %s brings: no detach before its "
+                          "answer", device.id, conn.node)  # fmt: skip
+                continue
             if device.id in spares.withdrawing and not self.publisher.in_sync.is_set():
                 self._when_stored()  # published as a spare: detached once it is not
                 continue

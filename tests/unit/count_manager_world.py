@@ -94,13 +94,15 @@ class Manager(MemoryFabric):
     """A count-based manager: a scale-up attaches the last free device of the
     model asked for that the node reaches, on whichever switch (not the one
     asked through); ``lose_answers``: the controller dies before it reads the
-    answer."""
+    answer; ``answer``: when set, each answer waits for it (the device is
+    attached and reported meanwhile, as a real manager's is before it answers)."""
 
     picks_devices = True  # as a count dialect: the manager picks the device
 
     def __init__(self, devices: list[FabricDevice], world: World) -> None:
         super().__init__(devices)
         self.world, self.scale_ups, self.lose_answers = world, 0, False
+        self.answer: asyncio.Event | None = None
 
     async def attach(self, device_id: str, node: str, adapter: str, key: str = "") -> AttachResult:
         self.scale_ups += 1
@@ -113,6 +115,8 @@ class Manager(MemoryFabric):
         self.world.changed.changed()
         if self.lose_answers:
             await asyncio.Event().wait()  # cancelled: the controller is gone
+        if self.answer is not None:
+            await self.answer.wait()
         arrived = CountResource(f"res-{picked.id}", picked.serial, "gpu", picked.model, "OK")
         return CountAttachResult(f"/machines/m#res-{picked.id}", None, arrived)
 

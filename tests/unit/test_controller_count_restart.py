@@ -64,6 +64,7 @@ class Workers:
     def __init__(self, busy: set[str]) -> None:
         self.taken: dict[str, str] = {}
         self._busy = busy
+        self.scaling: set[str] = set()  # nodes with a scale-up under way
 
     def served(self, a: cl.FabricAllocation) -> str:
         return a.served or self.taken.get(a.name, "")
@@ -79,6 +80,9 @@ class Workers:
 
     def adopt(self, a: cl.FabricAllocation, device_id: str) -> None:
         self.taken[a.name] = device_id
+
+    def scaling_up(self, node: str) -> bool:
+        return node in self.scaling
 
 
 def test_only_a_device_nothing_needs_is_taken_up_and_once() -> None:
@@ -111,4 +115,10 @@ def test_only_a_device_nothing_needs_is_taken_up_and_once() -> None:
     # A warm spare (its own variant may be allocated any time) is never taken up.
     workers = Workers(busy={variants[slots[1]].device_id, "gpu-3"})
     take_up(inv, {"node-a": REPORT}, allocs, variants, workers, spares={"gpu-1"})
+    assert workers.taken == {}
+    # Nor while a scale-up for node-a is under way: gpu-1 may be its answer,
+    # another allocation's (test_controller_count_answer).
+    workers = Workers(busy={variants[slots[1]].device_id, "gpu-3"})
+    workers.scaling = {"node-a"}
+    take_up(inv, {"node-a": REPORT}, allocs, variants, workers)
     assert workers.taken == {}

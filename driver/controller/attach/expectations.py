@@ -13,7 +13,13 @@ remembered here until the cache it lands in shows it:
 - a device a count-based manager *arrived* with for a slot allocation,
   until the claims cache shows it on the claim;
 - a device whose operation *ended*, until an inventory requested after the
-  end is in hand (the device is *settling* meanwhile).
+  end is in hand (the device is *settling* meanwhile);
+- a count-based manager *asked* for a device on a node, until the device
+  that arrived is recorded as the allocation's (or spare's): the manager
+  attaches before it answers, so the inventory shows the device on that
+  node, named by nothing, before the answer says whose it is (a *scale-up*
+  is under way on the node meanwhile: nothing attached there is detached
+  or taken up).
 
 Concurrency: the controller's asyncio loop only. Monotonic time only.
 """
@@ -21,7 +27,9 @@ Concurrency: the controller's asyncio loop only. Monotonic time only.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections import Counter
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 
 Key = tuple[str, str]  # an allocation: (claim uid, variant name)
 
@@ -32,6 +40,7 @@ class Expectations:
         self._outcomes: set[Key] = set()
         self._arrivals: dict[Key, str] = {}
         self._ended: dict[str, float] = {}
+        self._asking: Counter[str] = Counter()  # node -> scale-ups asked, not yet recorded
 
     # -- the claims cache ---------------------------------------------------
 
@@ -78,3 +87,21 @@ class Expectations:
         """The inventory now in hand was requested at ``requested`` (this
         clock's time): the operations that ended before then are in it."""
         self._ended = {d: t for d, t in self._ended.items() if t >= requested}
+
+    # -- a count-based manager's answer ------------------------------------
+
+    @contextmanager
+    def asking(self, node: str) -> Iterator[None]:
+        """A scale-up for ``node`` is asked, and what arrived recorded, inside."""
+        self._asking[node] += 1
+        try:
+            yield
+        finally:
+            self._asking[node] -= 1
+            if not self._asking[node]:
+                del self._asking[node]
+
+    def scaling_up(self, node: str) -> bool:
+        """Whether a device attached to ``node`` may be the answer of a scale-up
+        not recorded yet (and so be some allocation's or spare's)."""
+        return node in self._asking

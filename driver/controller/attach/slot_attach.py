@@ -13,6 +13,14 @@ node's own variant name of it (``PREPARED_AS_KEY``), by which the node
 plugin prepares the allocated slot. Another model, a Critical device or
 nothing arriving fails in the dialect, naming what arrived.
 
+The manager attaches before it answers, so for a moment the fabric shows
+the device on the node, named by nothing: a pass then would detach it as
+a leftover (or give it to another allocation) and the claim would be made
+Ready on a device already gone. Each scale-up is therefore asked inside
+``asking(node)`` (``Expectations.asking``), which holds until the worker
+has recorded what arrived; meanwhile nothing attached to that node is
+detached or taken up.
+
 A restart must not lose what arrived: the worker writes the device into the
 claim's status (``fabricDevice``, ``FabricDeviceReady=False``) as soon as
 the manager named it, before waiting for the node, and a restarted attach
@@ -34,6 +42,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 
 from driver.backoff import Backoff
 from driver.controller import claims as cl
@@ -55,6 +64,8 @@ from driver.faults import crash_point
 
 log = logging.getLogger(__name__)
 RETRY_S, RETRY_CAP_S = 0.5, 5.0
+# A scale-up for a node under way, until what arrived is recorded (Expectations.asking).
+Asking = Callable[[str], AbstractContextManager[None]]
 
 
 def asked_through(inv: FabricInventory, v: Variant) -> FabricDevice | None:
@@ -77,6 +88,7 @@ async def attach_slot(
     deadline: float,
     served: str,
     arrived: Callable[[str], Awaitable[None]],
+    asking: Asking,
 ) -> tuple[str, dict[str, str]]:
     """Attach one device for slot ``v``; (its fabric device id, the claim's
     status data). ``served``: the device this allocation already holds (named
@@ -84,7 +96,8 @@ async def attach_slot(
     while it is attached to the slot's node. ``arrived(device_id)`` runs as
     soon as the manager named a device, before anything else is done with it
     (the worker records it on the claim: from then on it is this
-    allocation's, also across a restart)."""
+    allocation's, also across a restart), inside ``asking(v.node)`` with
+    the request."""
     device = None
     if served:  # read only then: the ask reads the inventory itself
         device = next((d for d in (await fabric.inventory()).devices if d.id == served), None)
@@ -93,8 +106,7 @@ async def attach_slot(
         what = f"serial {device.serial or '?'}, attached before"
         log.info("slot %s on %s: following %s (%s)", v.device_id, v.node, device.id, what)
     else:
-        device, what = await _ask(fabric, a, v, deadline)
-        await arrived(device.id)
+        device, what = await _ask(fabric, a, v, deadline, arrived, asking)
     kind, ident = device.kind, device.identity
     if not await reports.wait_until(
         lambda: ident in (reports.get(v.node) or NodeFabric()).attached(kind), deadline
@@ -109,10 +121,15 @@ async def attach_slot(
 
 
 async def _ask(
-    fabric: FabricApi, a: cl.FabricAllocation, v: Variant, deadline: float
+    fabric: FabricApi,
+    a: cl.FabricAllocation,
+    v: Variant,
+    deadline: float,
+    arrived: Callable[[str], Awaitable[None]],
+    asking: Asking,
 ) -> tuple[FabricDevice, str]:
-    """One scale-up for slot ``v``: the device that arrived, and how the
-    manager named it."""
+    """One scale-up for slot ``v``: the device that arrived (recorded by
+    ``arrived``), and how the manager named it."""
     backoff = Backoff(RETRY_S, RETRY_CAP_S)
     while True:
         cause: FabricUnavailable | None = None  # the failure's case (attach.cases)
@@ -120,8 +137,14 @@ async def _ask(
             inv = await fabric.inventory()
             through = asked_through(inv, v)
             if through is not None:
-                result = await fabric.attach(through.id, v.node, v.adapter, a.claim_uid)
-                break
+                # Only the request and its record: waiting for a free device
+                # (above) must not keep a leaving one on this node attached.
+                with asking(v.node):
+                    result = await fabric.attach(through.id, v.node, v.adapter, a.claim_uid)
+                    crash_point("fabric-attach-answered")
+                    device, what = answered(inv, result, f"slot {v.device_id} on {v.node}")
+                    await arrived(device.id)
+                return device, what
             why = "no free device of its model yet (one may still be leaving)"
         except FabricUnavailable as exc:
             why, cause = f"fabric unusable: {exc}", exc
@@ -129,8 +152,6 @@ async def _ask(
             raise AttachFailed(f"slot {v.device_id}: {why}") from cause
         log.info("slot %s: %s: retry in %.1fs", v.device_id, why, backoff.delay)
         await backoff.sleep()
-    crash_point("fabric-attach-answered")
-    return answered(inv, result, f"slot {v.device_id} on {v.node}")
 
 
 def answered(inv: FabricInventory, result: AttachResult, what: str) -> tuple[FabricDevice, str]:
@@ -157,10 +178,13 @@ async def ask_spare(fabric: FabricApi, v: Variant, key: str) -> FabricDevice:
 class SlotAttach:
     """:class:`~driver.controller.attach.model.AttachModel` for a count pool."""
 
-    def __init__(self, fabric: FabricApi, reports: NodeReports, devices: DeviceAttach) -> None:
+    def __init__(
+        self, fabric: FabricApi, reports: NodeReports, devices: DeviceAttach, asking: Asking
+    ) -> None:
         self._fabric = fabric
         self._reports = reports
         self._devices = devices
+        self._asking = asking
 
     async def attach(
         self,
@@ -172,15 +196,18 @@ class SlotAttach:
     ) -> tuple[str, dict[str, str]]:
         if not v.count:  # a ready spare's own variant: its device is named
             return await self._devices.attach(a, v, deadline, served, arrived)
-        got, data = await attach_slot(self._fabric, self._reports, a, v, deadline, served, arrived)
+        got, data = await attach_slot(
+            self._fabric, self._reports, a, v, deadline, served, arrived, self._asking
+        )
         return f"{got} attached to {v.node} via {data['adapter']} for {v.device_id}", data
 
     async def attach_spare(
         self, a: cl.FabricAllocation, v: Variant, deadline: float, arrived: Callable[[str], None]
     ) -> tuple[Variant, float]:
         """The manager picks: the spare is what arrives (asked through ``v``'s device)."""
-        got = await ask_spare(self._fabric, v, a.claim_uid)
-        arrived(got.id)
+        with self._asking(v.node):
+            got = await ask_spare(self._fabric, v, a.claim_uid)
+            arrived(got.id)
         adapter = got.connection.adapter if got.connection else v.adapter
         name = variant_name(got.identity, v.node, adapter, got.kind)
         got_v = dataclasses.replace(

@@ -109,9 +109,12 @@ class Workers:
         self._budget = attach_timeout if unreachable_budget is None else unreachable_budget
         connector = Connector(fabric, status, attach_timeout, unreachable_budget, self._trouble)
         devices = DeviceAttach(connector, reports)
+        self._expect = Expectations()
         # The fabric's pool shape decides how an attach is asked (model.py).
         self._model: AttachModel = (
-            SlotAttach(fabric, reports, devices) if fabric.picks_devices else devices
+            SlotAttach(fabric, reports, devices, self._expect.asking)
+            if fabric.picks_devices
+            else devices
         )
         self._on_done = on_done
         # Refused detaches, per device: when each may be asked again (a pass then).
@@ -120,7 +123,6 @@ class Workers:
         # without the held device is in the apiserver by then, so the
         # scheduler that clears the failed allocation cannot pick it again.
         self._published = published
-        self._expect = Expectations()
         # Operations under way: the task per device, the allocation each
         # attach is for, the devices whose spare attach runs, and the device
         # a count-based manager attached for a spare attach still running
@@ -147,6 +149,11 @@ class Workers:
             or self._expect.serving(device_id)
             or device_id in self._spare_arrivals.values()
         )
+
+    def scaling_up(self, node: str) -> bool:
+        """Whether a count-based manager's answer for ``node`` is not recorded
+        yet: a device attached there that nothing names may be it."""
+        return self._expect.scaling_up(node)
 
     def arriving(self, device_id: str) -> bool:
         """Whether a count-based manager attached ``device_id`` for a spare

@@ -6,7 +6,9 @@ that device on the claim at once. For the moment between the answer and
 that write (or an answer the controller never read, lost to a restart),
 :func:`take_up` gives a waiting slot allocation a device of its model
 already attached to its node that nothing needs, instead of it being
-detached as a leftover and asked for again. It reads the workers through
+detached as a leftover and asked for again. Never while a scale-up for
+that node is under way (``Expectations.asking``): what is attached there
+may be its answer, another allocation's. It reads the workers through
 :class:`Serving` only.
 """
 
@@ -33,6 +35,7 @@ class Serving(Protocol):
     def settling(self, device_id: str) -> bool: ...
     def settled(self, a: cl.FabricAllocation) -> bool: ...
     def adopt(self, a: cl.FabricAllocation, device_id: str) -> None: ...
+    def scaling_up(self, node: str) -> bool: ...
 
 
 def take_up(
@@ -58,6 +61,8 @@ def take_up(
             continue
         if workers.busy(v.device_id) or workers.settled(a):
             continue  # its attach runs (or ended here): it asks or has asked itself
+        if workers.scaling_up(v.node):
+            continue  # what is attached there may be that scale-up's: a pass follows its answer
         model, prepared = slot_group(v.device_id)[1], (reports.get(v.node) or NodeFabric()).busy
         for d in sorted(inv.devices, key=lambda d: d.id):
             conn = d.connection
