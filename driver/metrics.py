@@ -296,3 +296,14 @@ LEASE_WOULD_EVICT = counter(
     "Audit mode: pods an expiry or idle reclaim would have evicted under policies that only"
     " report (spec.audit), by cause (expiry, idle)", ("cause",), CONTROLLER,
 )  # fmt: skip
+ALLOCATED_DEVICE_SECONDS = counter(
+    "patchbay_device_seconds_allocated_total",
+    "Device-seconds allocated: each device of ours a claim holds adds a second per second, by"
+    " the claim's namespace, holder (the lease's) and device class",
+    ("claim_namespace", "holder", "class"), CONTROLLER,
+)  # fmt: skip
+IDLE_DEVICE_SECONDS = counter(
+    "patchbay_device_seconds_idle_total",
+    "Device-seconds idle: the part of patchbay_device_seconds_allocated_total during which the"
+    " device's node reported it Idle=True", ("claim_namespace", "holder", "class"), CONTROLLER,
+)  # fmt: skip

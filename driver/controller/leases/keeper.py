@@ -22,7 +22,9 @@ node reports ``Idle`` long enough under a policy whose ``idle.action`` is
 a standalone claim deleted, evictions, a budget honoured); ``Event`` gives
 the claim and its pods a Warning once per idle stretch. Under policies in
 audit mode (``spec.audit``) expiry and reclaim only report what they would
-do (``LeaseWouldEvict``, ``patchbay_device_lease_would_evict_total``).
+do (``LeaseWouldEvict``, ``patchbay_device_lease_would_evict_total``). Each
+pass also adds up the device-seconds held and idle
+(``driver.controller.leases.usage``).
 
 Concurrency: one asyncio task (:meth:`LeaseKeeper.run`) with its caches;
 passes run one at a time. Wall time decides (the stamps outlive the
@@ -63,6 +65,7 @@ from driver.controller.leases.policies import (
     parse_policy,
     terms_for,
 )
+from driver.controller.leases.usage import DeviceSeconds
 from driver.errors import ApiError, ApiStatusError, ConfigError
 from driver.kube.api import RESOURCE_V1, claim_path
 from driver.kube.cache import ObjectCache
@@ -114,6 +117,7 @@ class LeaseKeeper:
         self.namespaces = ObjectCache(api, "/api/v1/namespaces", self.mark)
         self._retries: dict[str, tuple[float, Backoff]] = {}  # claim uid: next try, backoff
         self._told: set[tuple[str, float | None]] = set()  # (policy, node threshold) reported
+        self.usage = DeviceSeconds()
         LEASES.add_source(self, LeaseKeeper.states)
 
     def mark(self) -> None:
@@ -159,6 +163,7 @@ class LeaseKeeper:
         if not self.synced():
             return None
         now, policies, waits = self.wall(), self._policies(), []
+        self.usage.advance(self.monotonic(), self.claims.objects.values())
         for claim in list(self.claims.objects.values()):
             terms = self.terms(claim, policies)
             self._tell_unprovable(claim, terms)
