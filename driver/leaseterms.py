@@ -7,7 +7,8 @@ names, docs/leases.md). This module is the one place patchbay reads and
 writes them (the controller's lease keeper, ``kubectl patchbay leases``):
 what the user asked (reason, duration), who holds the claim, when the
 lease started and ends, how much it was extended and how far it has gone
-(warned, expired). Pure functions; no clock of its own.
+(warned, expired, reclaimed while idle) and which idle stretch was last
+reported. Pure functions; no clock of its own.
 Durations are Go's (``90m``, ``1h30m``, ``2.5h``), as the policy's CRD and
 the apiserver's CEL ``duration()`` read them; stamps are RFC 3339 UTC.
 """
@@ -31,14 +32,18 @@ HOLDER_POD = PREFIX + "holder-pod"  # a template claim's owner Pod, whose holder
 START = PREFIX + "start"  # patchbay's from here down
 EXPIRY = PREFIX + "expiry"
 EXTENDED = PREFIX + "extended"  # all extensions together, a duration
-PHASE = PREFIX + "phase"  # WARNED, then EXPIRED
+PHASE = PREFIX + "phase"  # WARNED, then EXPIRED (or AUDIT_EXPIRED); RECLAIMED when idle
+IDLE_NOTED = PREFIX + "idle-noted"  # "<since> <action>": the idle stretch last reported
 EXTENDED_ID = PREFIX + "extended-id"  # the last extension request applied (or refused)
 EXTEND_REQUESTER = PREFIX + "extend-requester"  # recorded at admission (lease-state.yaml)
 # An extension request, the user's (kubectl patchbay lease extend; judged at admission):
 EXTEND_BY = PREFIX + "extend-by"
 EXTEND_REASON = PREFIX + "extend-reason"
 EXTEND_ID = PREFIX + "extend-id"  # new for each request
-WARNED, EXPIRED = "Warned", "Expired"
+WARNED, EXPIRED, RECLAIMED = "Warned", "Expired", "Reclaimed"  # the last two evict
+AUDIT_EXPIRED = "AuditExpired"  # ended under policies in audit mode: reported, nothing evicted
+# A started lease's state by its phase (no phase: active), as the metrics and kubectl name it.
+STATES = {WARNED: "expiring", EXPIRED: "expired", RECLAIMED: "reclaimed", AUDIT_EXPIRED: "audited"}
 
 _PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -88,6 +93,7 @@ class Lease:
     expiry: float | None
     extended: float  # seconds all extensions added
     phase: str
+    idle_noted: str = ""
     extend_by: str = ""
     extend_reason: str = ""
     extend_id: str = ""
@@ -123,6 +129,7 @@ def lease_of(claim: Mapping[str, Any]) -> Lease:
         expiry=parse_stamp(notes.get(EXPIRY, "")),
         extended=extended,
         phase=notes.get(PHASE, ""),
+        idle_noted=notes.get(IDLE_NOTED, ""),
         extend_by=notes.get(EXTEND_BY, ""),
         extend_reason=notes.get(EXTEND_REASON, ""),
         extend_id=notes.get(EXTEND_ID, ""),

@@ -277,15 +277,33 @@ CONTROLLER_LEADER = gauge(
 LEASES = Sampled(
     "patchbay_device_leases",
     "Claims under a device lease (docs/leases.md) by state: active, expiring (warned), expired"
-    " (its pods being evicted)", ("state",), CONTROLLER,
+    " (its pods being evicted), reclaimed (idle: its pods being evicted), audited (ended under"
+    " policies in audit mode: nothing evicted)", ("state",), CONTROLLER,
 )  # fmt: skip
 LEASE_EVICTIONS = counter(
     "patchbay_device_lease_evictions_total",
-    "Pods evicted through the Eviction API because their claim's device lease expired",
-    (), CONTROLLER,
+    "Pods evicted through the Eviction API to take their claim's devices back, by cause:"
+    " expiry (the device lease ended) or idle (the devices idle under a Reclaim policy)",
+    ("cause",), CONTROLLER,
 )  # fmt: skip
 LEASE_EVICTIONS_BLOCKED = counter(
     "patchbay_device_lease_evictions_blocked_total",
-    "Evictions of an expired lease's pods that a PodDisruptionBudget refused (each is retried)",
-    (), CONTROLLER,
+    "Evictions of an expired or reclaimed lease's pods that a PodDisruptionBudget refused (each"
+    " is retried)", (), CONTROLLER,
+)  # fmt: skip
+LEASE_WOULD_EVICT = counter(
+    "patchbay_device_lease_would_evict_total",
+    "Audit mode: pods an expiry or idle reclaim would have evicted under policies that only"
+    " report (spec.audit), by cause (expiry, idle)", ("cause",), CONTROLLER,
+)  # fmt: skip
+ALLOCATED_DEVICE_SECONDS = counter(
+    "patchbay_device_seconds_allocated_total",
+    "Device-seconds allocated: each device of ours a claim holds adds a second per second, by"
+    " the claim's namespace, holder (the lease's) and device class",
+    ("claim_namespace", "holder", "class"), CONTROLLER,
+)  # fmt: skip
+IDLE_DEVICE_SECONDS = counter(
+    "patchbay_device_seconds_idle_total",
+    "Device-seconds idle: the part of patchbay_device_seconds_allocated_total during which the"
+    " device's node reported it Idle=True", ("claim_namespace", "holder", "class"), CONTROLLER,
 )  # fmt: skip

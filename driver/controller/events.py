@@ -41,6 +41,10 @@ LEASE_EXPIRED = "LeaseExpired"
 LEASE_EVICTION_BLOCKED = "LeaseEvictionBlocked"
 LEASE_EXTENDED = "LeaseExtended"
 LEASE_EXTENSION_REFUSED = "LeaseExtensionRefused"
+DEVICES_IDLE = "DevicesIdle"
+IDLE_RECLAIMED = "IdleReclaimed"
+LEASE_WOULD_EVICT = "LeaseWouldEvict"
+IDLE_THRESHOLD_BELOW_NODE = "IdleThresholdBelowNode"
 
 
 def claim_ref(a: FabricAllocation) -> ObjectRef:
@@ -177,3 +181,23 @@ class ControllerEvents:
     def extension_refused(self, claim: ObjectRef, note: str) -> None:
         if self.recorder is not None:
             self.recorder.warning(claim, LEASE_EXTENSION_REFUSED, "Extend", note)
+
+    def devices_idle(self, regarding: Iterable[ObjectRef], note: str) -> None:
+        if self.recorder is not None:
+            for ref in regarding:
+                self.recorder.warning(ref, DEVICES_IDLE, "Idle", note)
+
+    def idle_reclaimed(self, regarding: Iterable[ObjectRef], note: str) -> None:
+        if self.recorder is not None:
+            for ref in regarding:
+                self.recorder.warning(ref, IDLE_RECLAIMED, "Evict", note)
+
+    def would_evict(self, regarding: Iterable[ObjectRef], note: str) -> None:
+        """Audit mode: what expiry or an idle reclaim would do, done instead of it."""
+        if self.recorder is not None:
+            for ref in regarding:
+                self.recorder.warning(ref, LEASE_WOULD_EVICT, "Audit", note)
+
+    def idle_threshold_below_node(self, policy: ObjectRef, note: str) -> None:
+        if self.recorder is not None:
+            self.recorder.warning(policy, IDLE_THRESHOLD_BELOW_NODE, "Idle", note)

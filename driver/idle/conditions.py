@@ -30,13 +30,12 @@ from typing import Any
 from driver import DRIVER_NAME
 from driver.errors import ApiError, ApiStatusError
 from driver.idle.sources import Held
+from driver.idleterms import IDLE
 from driver.kube.api import claim_path
 from driver.kube.client import KubeClient
 
 log = logging.getLogger(__name__)
 
-IDLE = "Idle"  # the condition type
-BELOW_THRESHOLD, BUSY, UNKNOWN = "BelowThreshold", "Busy", "UtilizationUnknown"  # reasons
 MANAGER_PREFIX = "patchbay.dev/idle/"
 
 

@@ -41,6 +41,7 @@ from driver.backoff import Backoff
 from driver.idle import conditions as c
 from driver.idle.sources import Held, Source
 from driver.idle.window import IdlePolicy, UtilizationWindow, Verdict
+from driver.idleterms import BELOW_THRESHOLD, BUSY, UNKNOWN, idle_message
 from driver.metrics import DEVICE_IDLE_SECONDS, DEVICE_UTILIZATION, Samples
 
 log = logging.getLogger(__name__)
@@ -116,19 +117,18 @@ class IdleReporter:
                 return None
             since = c.timestamp(self._wall() - timedelta(seconds=w.low_for(now)))
             highest = w.highest() or 0.0
-            message = (f"utilization below {thr:g}% for {self.policy.window:g}s, since {since}"
-                       f" (highest {highest:.0f}%)")  # fmt: skip
-            return c.condition(True, c.BELOW_THRESHOLD, message, self._wall())
+            message = idle_message(thr, self.policy.window, since, highest)
+            return c.condition(True, BELOW_THRESHOLD, message, self._wall())
         if reported is False:
             return None
         if verdict is Verdict.UNKNOWN:
             message = "NVML gives no utilization for this device now: never idle"
-            return c.condition(False, c.UNKNOWN, message, self._wall())
+            return c.condition(False, UNKNOWN, message, self._wall())
         latest = w.latest or 0.0
         if reported is None and latest < thr:
             return None  # low, not yet for the window: an earlier Idle=True may stand
         message = f"utilization {latest:.0f}% (threshold {thr:g}%)"
-        return c.condition(False, c.BUSY, message, self._wall())
+        return c.condition(False, BUSY, message, self._wall())
 
     async def _report(self, h: Held, now: float) -> None:
         cond = self.wanted(h, now)

@@ -1,8 +1,11 @@
 """The node plugin's idle-detection settings.
 
-Why settings for now: issue 37's DeviceLeasePolicy will carry the idle
-threshold and window per namespace and device class; until the controller
-hands them to the node, the plugin decides against these. One name per
+Why node settings: "low" is one fact per device that every
+DeviceLeasePolicy reads, measured against one threshold and one window per
+node; a policy's ``idle.utilizationBelowPercent`` holds when the node's
+threshold is at or below it, and its ``idle.for`` is counted by the
+controller from when the device went low (docs/leases.md, "The policy's
+threshold and the node's"). One name per
 setting across flag, env var and Helm value (``driver.settingsflags``):
 ``--idle-sample-interval`` / ``IDLE_SAMPLE_INTERVAL`` /
 ``kubeletPlugin.idleSampleInterval``, and so on (docs/leases.md).

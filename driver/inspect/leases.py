@@ -5,7 +5,8 @@ A row per claim of ours that carries a device lease's annotations (the
 holder recorded at admission, the reason, and once allocated the start and
 expiry the controller stamped): namespace, name, holder, reason, devices,
 started, expires (and how far off), the lease's state (``pending`` before
-allocation, ``active``, ``expiring`` once warned, ``expired``) and, where the
+allocation, ``active``, ``expiring`` once warned, ``expired``, ``reclaimed`` when idle
+devices were taken back, ``audited`` when it ended under audit mode) and, where the
 node plugin marked a device ``Idle`` in the claim's ``status.devices``, since
 when. Read from the claims alone (``driver.leaseterms`` reads the annotations).
 """
@@ -17,12 +18,11 @@ from datetime import datetime
 from typing import Any
 
 from driver import DRIVER_NAME
+from driver.idleterms import IDLE
 from driver.inspect.claims import ours
 from driver.inspect.inventory import JsonObj
 from driver.inspect.table import table
-from driver.leaseterms import EXPIRED, WARNED, format_duration, lease_of, stamp
-
-IDLE_CONDITION = "Idle"  # written by the node plugin (issue 37's node half)
+from driver.leaseterms import STATES, format_duration, lease_of, stamp
 
 
 def _idle_since(claim: JsonObj) -> str:
@@ -32,7 +32,7 @@ def _idle_since(claim: JsonObj) -> str:
         for e in (claim.get("status") or {}).get("devices") or ()
         if e.get("driver") == DRIVER_NAME
         for c in e.get("conditions") or ()
-        if c.get("type") == IDLE_CONDITION and c.get("status") == "True"
+        if c.get("type") == IDLE and c.get("status") == "True"
     ]
     return min(since, default="")
 
@@ -50,7 +50,7 @@ def leases_view(
             continue
         status = c.get("status") or {}
         results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or ()
-        state = {WARNED: "expiring", EXPIRED: "expired"}.get(lease.phase, "active")
+        state = STATES.get(lease.phase, "active")
         out.append({
             "namespace": lease.namespace,
             "name": lease.name,
@@ -62,7 +62,7 @@ def leases_view(
             "expires": stamp(lease.expiry) if lease.expiry is not None else "",
             "secondsLeft": lease.expiry - now.timestamp() if lease.expiry is not None else None,
             "extended": format_duration(lease.extended) if lease.extended else "",
-            "state": state if lease.start is not None else "pending",
+            "state": state if lease.start is not None or lease.phase else "pending",
             "idleSince": _idle_since(c),
         })  # fmt: skip
     out.sort(key=lambda v: (v["namespace"], v["name"]))

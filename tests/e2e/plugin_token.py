@@ -1,8 +1,10 @@
 """The node plugin's own identity on the real apiserver: the chart's RBAC and
 a pod-bound ServiceAccount token, as the kubelet mounts it.
 
-Why a module: the token tests (``test_plugin_token_e2e``) and the idle
-devices tests (``test_idle_devices_e2e``) both need the plugin to act as
+Why a module: the token tests (``test_plugin_token_e2e``), the idle
+devices tests (``test_idle_devices_e2e``) and the idle reclaim tests
+(``test_idle_reclaim_e2e``, marking a claim idle as the plugin does) need
+the plugin to act as
 the chart makes it: its ServiceAccount, roles and admission policies
 rendered with the pinned helm, and a token bound to a Pod on its node
 (a TokenRequest with ``boundObjectRef``), which carries the user extra

@@ -16,34 +16,27 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
-import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-from kubernetes.dynamic import DynamicClient
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e import pods
-from tests.e2e.chart import Applier, render
 from tests.e2e.helpers import events_about, unique, wait_for
 from tests.e2e.kubectl_views import SCRIPT, kubectl_patchbay
+from tests.e2e.lease_cluster import claim_gone, controller, leases, metric, reasons
 from tests.e2e.plugin_nodes import plugin_node
 from tests.harness.cluster import LocalCluster
-from tests.harness.cluster_proc import free_port
-from tests.harness.fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService
-from tests.harness.simnode import SimNode, apply_rbac
+from tests.harness.fabricsim import ControllerProcess
+from tests.harness.simnode import SimNode
 
 pytestmark = pytest.mark.cluster
+__all__ = ["controller", "leases"]  # the shared fixtures
 
 REASON, DURATION = "patchbay.dev/lease-reason", "patchbay.dev/lease-duration"
 EXPIRY, HOLDER = "patchbay.dev/lease-expiry", "patchbay.dev/lease-holder"
-LEASE_KINDS = {"CustomResourceDefinition", "ValidatingAdmissionPolicy",
-               "ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicy",
-               "MutatingAdmissionPolicyBinding"}  # fmt: skip
 GRACE = 1  # the policy's eviction grace period
 
 
@@ -53,49 +46,6 @@ def node(local_cluster: LocalCluster, resource_api: client.ResourceV1Api,
     with plugin_node(local_cluster, resource_api, core, "lease", "2-gpus",
                      ready=lambda n: n == 2, what="two GPUs published") as sim:  # fmt: skip
         yield sim
-
-
-@pytest.fixture(scope="module")
-def leases(helm: Path, api_client: client.ApiClient) -> Iterator[Any]:
-    """The chart's lease objects applied; the DeviceLeasePolicy resource."""
-    applier = Applier(api_client)
-    for doc in render(helm, unique("pbx"), "default"):
-        if doc["kind"] in LEASE_KINDS:
-            applier.apply(doc, "default")
-    ext = client.ApiextensionsV1Api(api_client)
-
-    def established() -> bool:
-        crd = ext.read_custom_resource_definition("deviceleasepolicies.patchbay.dev")
-        return any(c.type == "Established" and c.status == "True"
-                   for c in crd.status.conditions or ())  # fmt: skip
-
-    wait_for("the DeviceLeasePolicy CRD established", established, timeout=60)
-    try:
-        yield DynamicClient(api_client).resources.get(
-            api_version="patchbay.dev/v1alpha1", kind="DeviceLeasePolicy"
-        )
-    finally:
-        applier.cleanup()
-
-
-@pytest.fixture(scope="module")
-def controller(local_cluster: LocalCluster, leases: Any) -> Iterator[ControllerProcess]:
-    """The controller with the device lease clock on (a fabric with no devices)."""
-    apply_rbac(local_cluster.kubeconfig, "controller.yaml")
-    run = Path(local_cluster.run_dir)
-    fabric = FabricService(run / "lease-fabric", {"switches": []}).start()
-    kubeconfig = local_cluster.kubeconfig_for(
-        "patchbay-controller", "patchbay-controller", (CONTROLLER_GROUP,)
-    )
-    ctl = ControllerProcess(
-        kubeconfig, fabric, run / "logs" / "lease-controller.log", "--device-leases=true",
-        "--lease-duration=6", f"--metrics-port={free_port()}",
-    )  # fmt: skip
-    try:
-        yield ctl.start()
-    finally:
-        ctl.stop()
-        fabric.stop()
 
 
 @pytest.fixture
@@ -135,28 +85,6 @@ def leased_pod(
         core.patch_namespaced_pod("p", ns, {"metadata": {"labels": labels}})
     pods.running(core, ns, "p", alive=node.check_alive)
     return name
-
-
-def reasons(core: client.CoreV1Api, ns: str, name: str) -> list[str]:
-    return [str(e.reason) for e in events_about(core, ns, name) if e.reason.startswith("Lease")]
-
-
-def claim_gone(resource_api: client.ResourceV1Api, ns: str, name: str) -> bool:
-    try:
-        resource_api.read_namespaced_resource_claim(name, ns)
-    except ApiException as exc:
-        if exc.status == 404:
-            return True
-        raise
-    return False
-
-
-def metric(ctl: ControllerProcess, name: str) -> float:
-    (arg,) = [a for a in ctl.extra if a.startswith("--metrics-port=")]
-    url = f"http://127.0.0.1:{arg.split('=', 1)[1]}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as r:
-        families = list(text_string_to_metric_families(r.read().decode()))
-    return sum(s.value for f in families for s in f.samples if s.name == name)
 
 
 def test_a_lease_warns_then_evicts_at_expiry_and_the_claim_is_released(

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.cluster
 
 HOLDER, HOLDER_POD = "patchbay.dev/lease-holder", "patchbay.dev/lease-holder-pod"
 STATE = ("patchbay.dev/lease-start", "patchbay.dev/lease-expiry", "patchbay.dev/lease-extended",
-         "patchbay.dev/lease-phase")  # fmt: skip
+         "patchbay.dev/lease-phase", "patchbay.dev/lease-idle-noted")  # fmt: skip
 KINDS = {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding",
          "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}  # fmt: skip
 CLAIM_CONTROLLER = "system:serviceaccount:kube-system:resource-claim-controller"

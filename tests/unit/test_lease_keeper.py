@@ -8,18 +8,10 @@ repeats anything (issue 37)."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
-from typing import Any
-
 import pytest
 
-from driver.controller.events import CONTROLLER, ControllerEvents
-from driver.controller.leases.keeper import LeaseKeeper
-from driver.controller.leases.policies import POLICIES_PATH
-from driver.kube.api import RESOURCE_V1, claim_path
-from driver.kube.events import EVENTS_V1, EventRecorder
-from driver.kube.memory import MemoryKube
+from driver.kube.api import claim_path
+from driver.kube.events import EVENTS_V1
 from driver.leaseterms import (
     DURATION,
     EXPIRED,
@@ -37,114 +29,9 @@ from driver.leaseterms import (
     WARNED,
     stamp,
 )
-from driver.metrics import CONTROLLER as REGISTRY
+from tests.unit.lease_world import CLAIMS, NS, PODS, T0, World, claim, metric, world
 
-T0 = 1_796_083_200.0  # 2026-12-01T00:00:00Z
-NS = "team-a"
-CLAIMS = f"{RESOURCE_V1}/namespaces/{NS}/resourceclaims"
-PODS = f"/api/v1/namespaces/{NS}/pods"
-POLICY = {
-    "metadata": {"name": "notebooks"},
-    "spec": {"deviceClassNames": ["gpu.patchbay.dev"], "defaultDuration": "1h",
-             "maxDuration": "8h", "warningBefore": "10m", "evictionGracePeriodSeconds": 7,
-             "maxExtension": "2h", "maxExtensionTotal": "3h"},
-}  # fmt: skip
-
-
-def claim(name: str, owner: str = "", **notes: str) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "annotations": {HOLDER: "alice", **notes}}
-    if owner:
-        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": owner,
-                                    "uid": owner + "-uid", "controller": True}]  # fmt: skip
-    spec = {
-        "devices": {"requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.patchbay.dev"}}]}
-    }
-    return {"metadata": meta, "spec": spec}
-
-
-class Api(MemoryKube):
-    """The in-memory API, keeping each eviction's body."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.evictions: list[dict[str, Any]] = []
-
-    async def create(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        if path.endswith("/eviction"):
-            self.evictions.append(body)
-        return await super().create(path, body)
-
-
-class World:
-    def __init__(self) -> None:
-        self.api = Api()
-        self.now, self.mono = T0, 0.0
-        self.recorder = EventRecorder(self.api, CONTROLLER, "ctl-0")
-        self.api.add("/api/v1/namespaces", {"metadata": {"name": NS, "labels": {"team": "nb"}}})
-        self.api.add(POLICIES_PATH, POLICY)
-        self.tasks: list[asyncio.Task[None]] = [asyncio.create_task(self.recorder.run())]
-
-    async def keeper(self) -> LeaseKeeper:
-        """A keeper with its caches filled (a fresh one: a restart, a new leader)."""
-        keeper = LeaseKeeper(self.api, ControllerEvents(self.recorder),
-                             wall=lambda: self.now, monotonic=lambda: self.mono)  # fmt: skip
-        for cache in (keeper.claims, keeper.policies, keeper.namespaces):
-            self.tasks.append(asyncio.create_task(cache.run()))
-        for _ in range(1000):
-            if keeper.synced():
-                return keeper
-            await asyncio.sleep(0)
-        raise AssertionError("caches not synced")
-
-    async def caught_up(self, keeper: LeaseKeeper) -> None:
-        """Until the keeper's claim cache holds what the API stores."""
-        for _ in range(1000):
-            stored = {c["metadata"]["name"]: c["metadata"]["resourceVersion"]
-                      for c in self.api.objects(CLAIMS)}  # fmt: skip
-            seen = {c["metadata"]["name"]: c["metadata"]["resourceVersion"]
-                    for c in keeper.claims.objects.values()}  # fmt: skip
-            if stored == seen:
-                return
-            await asyncio.sleep(0)
-        raise AssertionError("claim cache behind")
-
-    async def allocate(self, name: str, pods: tuple[str, ...], at: float | None = T0) -> None:
-        alloc: dict[str, Any] = {"devices": {"results": []}}
-        if at is not None:
-            alloc["allocationTimestamp"] = stamp(at)
-        for p in pods:
-            if not any(o["metadata"]["name"] == p for o in self.api.objects(PODS)):
-                await self.api.create(PODS, {"metadata": {"name": p, "uid": p + "-uid"}})
-        pod_uids = {o["metadata"]["name"]: o["metadata"]["uid"] for o in self.api.objects(PODS)}
-        reserved = [{"resource": "pods", "name": p, "uid": pod_uids[p]} for p in pods]
-        status = {"status": {"allocation": alloc, "reservedFor": reserved}}
-        await self.api.merge_patch(f"{CLAIMS}/{name}/status", status)
-
-    def notes(self, name: str) -> dict[str, str]:
-        (found,) = [c for c in self.api.objects(CLAIMS) if c["metadata"]["name"] == name]
-        return dict(found["metadata"].get("annotations") or {})
-
-    async def events(self) -> list[tuple[str, str, str]]:
-        await self.recorder.drain()
-        return [(e["regarding"]["kind"], e["regarding"]["name"], e["reason"])
-                for e in sorted(self.api.objects(f"{EVENTS_V1}/namespaces/{NS}/events"),
-                                key=lambda e: int(e["metadata"]["resourceVersion"]))]  # fmt: skip
-
-    def pods(self) -> list[str]:
-        return sorted(o["metadata"]["name"] for o in self.api.objects(PODS))
-
-
-@pytest.fixture
-async def world() -> AsyncIterator[World]:
-    w = World()
-    yield w
-    for t in w.tasks:
-        t.cancel()
-    await asyncio.gather(*w.tasks, return_exceptions=True)
-
-
-def metric(name: str, **labels: str) -> float:
-    return REGISTRY.get_sample_value(name, labels) or 0.0
+__all__ = ["world"]  # the fixture
 
 
 async def test_a_lease_is_stamped_at_allocation_warned_and_expired_once(world: World) -> None:
@@ -171,13 +58,13 @@ async def test_a_lease_is_stamped_at_allocation_warned_and_expired_once(world: W
     assert await second.tick() == pytest.approx(570)
     assert world.notes("c")[START] == stamp(T0 - 60)
     assert metric("patchbay_device_leases", state="expiring") >= 1
-    evicted = metric("patchbay_device_lease_evictions_total")
+    evicted = metric("patchbay_device_lease_evictions_total", cause="expiry")
     world.now = T0 - 60 + 7200
     await second.tick()
     assert world.pods() == []  # both evicted, with the policy's grace period
     assert [e["deleteOptions"]["gracePeriodSeconds"] for e in world.api.evictions] == [7, 7]
     assert all(e["deleteOptions"]["preconditions"]["uid"] for e in world.api.evictions)
-    assert metric("patchbay_device_lease_evictions_total") == evicted + 2
+    assert metric("patchbay_device_lease_evictions_total", cause="expiry") == evicted + 2
     # The standalone claim is deleted (MemoryKube has no finalizer: gone at once).
     assert world.api.objects(CLAIMS) == []
     assert await world.events() == [

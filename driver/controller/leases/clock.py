@@ -4,9 +4,11 @@ Why: a lease starts when its claim is allocated and ends a fixed time
 later, whatever happens to the controller in between, so its start and
 expiry are written on the claim once (``driver.leaseterms``) and every
 decision after is a pure function of the claim, its policies' terms and
-the wall clock: stamp it, warn, expire it, or evict again the pods an
-expired lease still has. A restarted controller or a new leader reads the same stamps and
-reaches the same decision; a phase already written (warned, expired) is
+the wall clock: stamp it, warn, expire it, evict again the pods an
+expired (or reclaimed) lease still has, or act on idle devices
+(``driver.controller.leases.idle``). A restarted controller or a new leader
+reads the same stamps and reaches the same decision; a phase already
+written (warned, expired, reclaimed) or an idle stretch already reported is
 never announced again.
 
 The stamp the lease starts from is the allocation's ``allocationTimestamp``
@@ -26,9 +28,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from driver.controller.leases.policies import Terms
+from driver.controller.leases.idle import IdleDue, idle_due
+from driver.controller.leases.policies import RECLAIM, Terms
 from driver.leaseterms import (
+    AUDIT_EXPIRED,
     EXPIRED,
+    RECLAIMED,
     WARNED,
     Lease,
     allocated_at,
@@ -40,18 +45,20 @@ from driver.leaseterms import (
 LEASE_SKEW_S = 30.0  # how far ahead of ours the scheduler's allocationTimestamp may be
 
 STAMP, WARN, EXPIRE, EVICT, EXTEND = "stamp", "warn", "expire", "evict", "extend"
+IDLE_RECLAIM, IDLE_REPORT = "reclaim", "idle"  # idle: take the devices back, or report it
 
 
 @dataclass(frozen=True)
 class Step:
     """What is due for one claim: ``kind`` is STAMP (start and expiry given),
-    EXTEND (an extension asked), WARN, EXPIRE or EVICT (an expired lease's
-    pods still run)."""
+    EXTEND (an extension asked), WARN, EXPIRE, EVICT (an expired or reclaimed
+    lease's pods still run), IDLE_RECLAIM or IDLE_REPORT (``idle`` says why)."""
 
     kind: str
     lease: Lease
     start: float = 0.0
     expiry: float = 0.0
+    idle: IdleDue | None = None
 
 
 def lease_start(allocation_timestamp: float | None, now: float) -> float:
@@ -63,16 +70,34 @@ def lease_start(allocation_timestamp: float | None, now: float) -> float:
 
 def due(claim: Mapping[str, Any], terms: Terms, now: float) -> tuple[Step | None, float | None]:
     """The step due for ``claim`` at wall time ``now``, and the wall time at
-    which the next one falls due (None: nothing to wait for)."""
+    which the next one falls due (None: nothing to wait for). The lease's own
+    steps come first (stamp, extend, expire), then an idle reclaim, then the
+    warning, then an idle report."""
     lease = lease_of(claim)
     allocated, at = allocated_at(claim)
     deleting = bool((claim.get("metadata") or {}).get("deletionTimestamp"))
-    if lease.phase == EXPIRED:  # evicted until no pod uses it (a PDB may hold one back),
-        standalone = not owner_pod(claim)  # and a standalone claim deleted
+    if lease.phase in (EXPIRED, RECLAIMED):  # evicted until no pod uses it (a PDB may
+        standalone = not owner_pod(claim)  # hold one back), and a standalone claim deleted
         taken = not users(claim) and (deleting or not standalone)
         return (None, None) if taken else (Step(EVICT, lease), None)
     if not allocated or deleting:
         return None, None
+    step, wait = _lease_due(lease, at, terms, now)
+    if step is not None and step.kind != WARN:
+        return step, wait
+    idle, idle_wait = idle_due(claim, lease, terms.idle, now)
+    waits = [w for w in (wait, idle_wait) if w is not None]
+    if idle is not None and (step is None or idle.action == RECLAIM):
+        kind = IDLE_RECLAIM if idle.action == RECLAIM else IDLE_REPORT
+        step = Step(kind, lease, idle=idle)
+    return step, min(waits, default=None)
+
+
+def _lease_due(
+    lease: Lease, at: float | None, terms: Terms, now: float
+) -> tuple[Step | None, float | None]:
+    if lease.phase == AUDIT_EXPIRED:
+        return None, None  # reported at its end; its pods keep the devices
     if lease.start is None:
         length = terms.duration(lease.duration)
         if length is None:

@@ -16,10 +16,15 @@ eviction a PodDisruptionBudget refuses is reported (Event on the pod and the
 claim, ``patchbay_device_lease_evictions_blocked_total``) and retried with
 jittered backoff, never bypassed.
 
-The idle reclaim (issue 37, node half) joins here later: the node plugin
-will write an ``Idle`` condition in the claim's ``status.devices`` entries;
-a pass that reads one under a policy whose ``idle.action`` is ``Reclaim``
-takes the same path as expiry (``_expire``).
+Idle devices (``driver.controller.leases.idle``): a claim whose devices its
+node reports ``Idle`` long enough under a policy whose ``idle.action`` is
+``Reclaim`` is marked reclaimed and takes the same path as expiry (Events,
+a standalone claim deleted, evictions, a budget honoured); ``Event`` gives
+the claim and its pods a Warning once per idle stretch. Under policies in
+audit mode (``spec.audit``) expiry and reclaim only report what they would
+do (``LeaseWouldEvict``, ``patchbay_device_lease_would_evict_total``). Each
+pass also adds up the device-seconds held and idle
+(``driver.controller.leases.usage``).
 
 Concurrency: one asyncio task (:meth:`LeaseKeeper.run`) with its caches;
 passes run one at a time. Wall time decides (the stamps outlive the
@@ -38,22 +43,46 @@ from typing import Any
 
 from driver.backoff import Backoff
 from driver.controller.events import ControllerEvents
-from driver.controller.leases.clock import EVICT, EXPIRE, EXTEND, STAMP, WARN, Step, due
+from driver.controller.leases import notes as say
+from driver.controller.leases.clock import (
+    EVICT,
+    EXPIRE,
+    EXTEND,
+    IDLE_RECLAIM,
+    IDLE_REPORT,
+    STAMP,
+    WARN,
+    Step,
+    due,
+)
 from driver.controller.leases.evictions import BLOCKED, EVICTED, evict
-from driver.controller.leases.policies import POLICIES_PATH, Policy, Terms, parse_policy, terms_for
+from driver.controller.leases.idle import WOULD_RECLAIM, IdleDue, unprovable
+from driver.controller.leases.policies import (
+    POLICIES_PATH,
+    Policy,
+    Terms,
+    extension_refusal,
+    parse_policy,
+    terms_for,
+)
+from driver.controller.leases.usage import DeviceSeconds
 from driver.errors import ApiError, ApiStatusError, ConfigError
 from driver.kube.api import RESOURCE_V1, claim_path
 from driver.kube.cache import ObjectCache
 from driver.kube.client import KubeClient
 from driver.kube.events import ObjectRef
 from driver.leaseterms import (
+    AUDIT_EXPIRED,
     EXPIRED,
     EXPIRY,
     EXTENDED,
     EXTENDED_ID,
     HOLDER,
+    IDLE_NOTED,
     PHASE,
+    RECLAIMED,
     START,
+    STATES,
     WARNED,
     format_duration,
     lease_of,
@@ -62,7 +91,7 @@ from driver.leaseterms import (
     stamp,
     users,
 )
-from driver.metrics import LEASE_EVICTIONS, LEASE_EVICTIONS_BLOCKED, LEASES
+from driver.metrics import LEASE_EVICTIONS, LEASE_EVICTIONS_BLOCKED, LEASE_WOULD_EVICT, LEASES
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +116,8 @@ class LeaseKeeper:
         self.policies = ObjectCache(api, POLICIES_PATH, self.mark)
         self.namespaces = ObjectCache(api, "/api/v1/namespaces", self.mark)
         self._retries: dict[str, tuple[float, Backoff]] = {}  # claim uid: next try, backoff
+        self._told: set[tuple[str, float | None]] = set()  # (policy, node threshold) reported
+        self.usage = DeviceSeconds()
         LEASES.add_source(self, LeaseKeeper.states)
 
     def mark(self) -> None:
@@ -132,8 +163,10 @@ class LeaseKeeper:
         if not self.synced():
             return None
         now, policies, waits = self.wall(), self._policies(), []
+        self.usage.advance(self.monotonic(), self.claims.objects.values())
         for claim in list(self.claims.objects.values()):
             terms = self.terms(claim, policies)
+            self._tell_unprovable(claim, terms)
             step, at = due(claim, terms, now)
             if at is not None:
                 waits.append(at - now)
@@ -166,8 +199,14 @@ class LeaseKeeper:
             await self._expire(step, claim, terms)
         elif step.kind == EXTEND:
             await self._extend(step, claim, terms)
-        else:
-            await self._evict(step, claim, terms)
+        elif step.kind == IDLE_RECLAIM and step.idle is not None:
+            await self._reclaim(step, step.idle, claim, terms)
+        elif step.kind == IDLE_REPORT and step.idle is not None:
+            await self._report_idle(step, step.idle, claim)
+        elif step.kind == EVICT:
+            await self._evict(
+                step, claim, terms, "idle" if step.lease.phase == RECLAIMED else "expiry"
+            )
 
     async def _write(self, claim: Mapping[str, Any], notes: Mapping[str, str | None]) -> bool:
         """Merge ``notes`` into the claim's annotations if it is as we saw it;
@@ -210,7 +249,7 @@ class LeaseKeeper:
             by = f" (DeviceLeasePolicy {', '.join(terms.policies)})" if terms.policies else ""
             log.info("lease of claim %s started: %s for %s", step.lease.key, who, length)
             note = f"lease of {who} started: {length}{by}, until {notes[EXPIRY]}"
-            self.events.lease_started(_claim_ref(claim), note)
+            self.events.lease_started(say.claim_ref(claim), note)
 
     async def _extend(self, step: Step, claim: Mapping[str, Any], terms: Terms) -> None:
         """Apply an extension the admission let through, if the terms allow it
@@ -221,7 +260,7 @@ class LeaseKeeper:
         if refused:
             if await self._write(claim, {EXTENDED_ID: lease.extend_id}):
                 note = f"extension by {lease.extend_by} asked by {who} refused: {refused}"
-                self.events.extension_refused(_claim_ref(claim), note)
+                self.events.extension_refused(say.claim_ref(claim), note)
             return
         by = parse_duration(lease.extend_by)
         total = lease.extended + by
@@ -234,7 +273,7 @@ class LeaseKeeper:
                     f"all): {lease.extend_reason or 'no reason given'}; it now ends at "
                     f"{notes[EXPIRY]}")  # fmt: skip
             log.info("lease of claim %s: %s", lease.key, note)
-            self.events.lease_extended(_claim_ref(claim), note)
+            self.events.lease_extended(say.claim_ref(claim), note)
 
     async def _warn(self, step: Step, claim: Mapping[str, Any]) -> None:
         if await self._write(claim, {PHASE: WARNED}):
@@ -243,24 +282,66 @@ class LeaseKeeper:
             note = (f"the device lease of {step.lease.holder or 'unknown'} ends at {expiry} (in "
                     f"{left}): its pods will be evicted then; extend it with kubectl patchbay "
                     f"lease extend")  # fmt: skip
-            self.events.lease_expiring(_refs(claim), note)
+            self.events.lease_expiring(say.refs(claim), note)
 
     async def _expire(self, step: Step, claim: Mapping[str, Any], terms: Terms) -> None:
+        ended = say.ended(step.lease)
+        if terms.audit:
+            if await self._write(claim, {PHASE: AUDIT_EXPIRED}):
+                self._would_evict(claim, "expiry", ended)
+            return
         if not await self._write(claim, {PHASE: EXPIRED}):
             return
-        pods = users(claim)
-        standalone = not owner_pod(claim)
-        grace = f"{terms.grace}s" if terms.grace is not None else "the pods' own"
-        end = ("; the claim is deleted, never handed out again" if standalone else
-               "; the pod's next claim is a new lease")  # fmt: skip
-        note = (f"the device lease of {step.lease.holder or 'unknown'} ended at "
-                f"{stamp(step.lease.expiry or 0.0)}: evicting {len(pods)} pod(s) "
-                f"(grace period {grace}){end}")  # fmt: skip
+        note = f"{ended}: {say.taking(claim, terms)}"
         log.info("lease of claim %s expired: %s", step.lease.key, note)
-        self.events.lease_expired(_refs(claim), note)
-        await self._evict(step, claim, terms)
+        self.events.lease_expired(say.refs(claim), note)
+        await self._evict(step, claim, terms, "expiry")
 
-    async def _evict(self, step: Step, claim: Mapping[str, Any], terms: Terms) -> None:
+    async def _reclaim(
+        self, step: Step, idle: IdleDue, claim: Mapping[str, Any], terms: Terms
+    ) -> None:
+        """Take an idle claim's devices back, as expiry does (its state first)."""
+        if not await self._write(claim, {PHASE: RECLAIMED, IDLE_NOTED: idle.noted}):
+            return
+        note = f"{say.idle(idle, step.lease.holder)}: {say.taking(claim, terms)}"
+        log.info("lease of claim %s reclaimed: %s", step.lease.key, note)
+        self.events.idle_reclaimed(say.refs(claim), note)
+        await self._evict(step, claim, terms, "idle")
+
+    async def _report_idle(self, step: Step, idle: IdleDue, claim: Mapping[str, Any]) -> None:
+        """Once per idle stretch: a Warning (Event), or what a reclaim would do (audit)."""
+        if not await self._write(claim, {IDLE_NOTED: idle.noted}):
+            return
+        note = say.idle(idle, step.lease.holder)
+        if idle.action == WOULD_RECLAIM:
+            self._would_evict(claim, "idle", note)
+            return
+        log.info("lease of claim %s: %s", step.lease.key, note)
+        self.events.devices_idle(say.refs(claim), note)
+
+    def _would_evict(self, claim: Mapping[str, Any], cause: str, what: str) -> None:
+        LEASE_WOULD_EVICT.labels(cause).inc(len(users(claim)))
+        note = say.would_evict(claim, what)
+        log.info("claim %s: %s", ObjectCache.key(claim), note)
+        self.events.would_evict(say.refs(claim), note)
+
+    def _tell_unprovable(self, claim: Mapping[str, Any], terms: Terms) -> None:
+        """On the policy, once per process and node threshold: an idle rule
+        stricter than the node's reports can show never fires."""
+        node, rules = unprovable(claim, terms.idle)
+        for rule in rules:
+            if (rule.policy, node) in self._told:
+                continue
+            self._told.add((rule.policy, node))
+            note = say.unprovable(rule, node, ObjectCache.key(claim))
+            log.warning("DeviceLeasePolicy %s: %s", rule.policy, note)
+            found = [p for p in self.policies.objects.values()
+                     if (p.get("metadata") or {}).get("name") == rule.policy]  # fmt: skip
+            obj = found[0] if found else {"metadata": {"name": rule.policy}}
+            ref = ObjectRef.of(obj, "DeviceLeasePolicy", "patchbay.dev/v1alpha1")
+            self.events.idle_threshold_below_node(ref, note)
+
+    async def _evict(self, step: Step, claim: Mapping[str, Any], terms: Terms, cause: str) -> None:
         """Delete an expired standalone claim (once; the apiserver keeps it
         until no pod uses it) and evict the pods that use the claim."""
         meta = claim.get("metadata") or {}
@@ -272,53 +353,27 @@ class LeaseKeeper:
         for name, uid in users(claim):
             outcome = await evict(self.api, step.lease.namespace, name, uid, terms.grace)
             if outcome.kind == EVICTED:
-                LEASE_EVICTIONS.inc()
-                log.info("lease of claim %s: pod %s evicted", step.lease.key, name)
+                LEASE_EVICTIONS.labels(cause).inc()
+                log.info("lease of claim %s: pod %s evicted (%s)", step.lease.key, name, cause)
             elif outcome.kind == BLOCKED:
                 blocked = True
                 LEASE_EVICTIONS_BLOCKED.inc()
                 pod = ObjectRef("Pod", name, step.lease.namespace, uid)
-                note = (f"evicting pod {name} for the expired device lease of claim "
+                why = "idle devices" if cause == "idle" else "expired device lease"
+                note = (f"evicting pod {name} for the {why} of claim "
                         f"{step.lease.name} is refused, retried: {outcome.why}")  # fmt: skip
-                self.events.eviction_blocked((pod, _claim_ref(claim)), note)
+                self.events.eviction_blocked((pod, say.claim_ref(claim)), note)
         if blocked:
             self._retry_later(step.lease.uid)
         else:
             self._retries.pop(step.lease.uid, None)
 
     def states(self) -> list[tuple[tuple[str], float]]:
-        counts = {"active": 0, "expiring": 0, "expired": 0}
+        counts = {"active": 0, "expiring": 0, "expired": 0, "reclaimed": 0, "audited": 0}
         for claim in self.claims.objects.values():
             lease = lease_of(claim)
-            if lease.start is None:
+            state = STATES.get(lease.phase, "active")
+            if lease.start is None and lease.phase != RECLAIMED:
                 continue
-            state = {WARNED: "expiring", EXPIRED: "expired"}.get(lease.phase, "active")
             counts[state] += 1
         return [((state,), float(n)) for state, n in counts.items()]
-
-
-def extension_refusal(by: str, extended: float, terms: Terms) -> str:
-    """Why an extension by ``by`` after ``extended`` seconds is refused ("" if it is not)."""
-    try:
-        seconds = parse_duration(by, "lease-extend-by")
-    except ConfigError as exc:
-        return str(exc)
-    if terms.max_extension is None:
-        return "no DeviceLeasePolicy that governs the claim allows extensions (spec.maxExtension)"
-    if seconds > terms.max_extension:
-        return f"longer than spec.maxExtension {format_duration(terms.max_extension)}"
-    cap = terms.max_extension_total
-    if cap is not None and extended + seconds > cap:
-        return f"{format_duration(extended + seconds)} in all passes the cap {format_duration(cap)}"
-    return ""
-
-
-def _claim_ref(claim: Mapping[str, Any]) -> ObjectRef:
-    return ObjectRef.of(claim, "ResourceClaim", "resource.k8s.io/v1")
-
-
-def _refs(claim: Mapping[str, Any]) -> list[ObjectRef]:
-    """The claim and the pods using it."""
-    ns = str((claim.get("metadata") or {}).get("namespace") or "")
-    pods = [ObjectRef("Pod", name, ns, uid) for name, uid in users(claim)]
-    return [_claim_ref(claim), *pods]

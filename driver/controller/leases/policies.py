@@ -8,7 +8,10 @@ because each must be met); this module reads the same policies the same way
 for the controller: a policy governs a claim when its ``namespaceSelector``
 selects the claim's namespace and one of its ``deviceClassNames`` is one the
 claim asks for. Several that govern one claim combine into one
-:class:`Terms`, each field the strictest. Pure: the keeper holds the caches.
+:class:`Terms`, each field the strictest, except two: each policy's idle
+rule applies on its own (an Event from one, a reclaim from another), and
+expiry only reports (audit) when every governing policy is in audit mode.
+Pure: the keeper holds the caches.
 """
 
 from __future__ import annotations
@@ -19,11 +22,26 @@ from dataclasses import dataclass
 from typing import Any
 
 from driver.errors import ConfigError
-from driver.leaseterms import device_classes, parse_duration
+from driver.leaseterms import device_classes, format_duration, parse_duration
 
 log = logging.getLogger(__name__)
 
 POLICIES_PATH = "/apis/patchbay.dev/v1alpha1/deviceleasepolicies"
+
+
+NONE, EVENT, RECLAIM = "None", "Event", "Reclaim"  # spec.idle.action
+
+
+@dataclass(frozen=True)
+class IdleRule:
+    """One policy's ``spec.idle``: below ``threshold`` percent for ``length``
+    seconds is idle, and ``action`` follows (``audit``: its policy only reports)."""
+
+    policy: str
+    threshold: float
+    length: float
+    action: str
+    audit: bool = False
 
 
 @dataclass(frozen=True)
@@ -39,6 +57,8 @@ class Policy:
     extend_groups: frozenset[str]
     warning: float | None
     grace: int | None
+    idle: IdleRule | None = None
+    audit: bool = False
 
 
 @dataclass(frozen=True)
@@ -54,6 +74,8 @@ class Terms:
     max_extension_total: float | None = None  # None: no cap beyond each extension's
     holder_may_extend: bool = True
     extend_groups: frozenset[str] = frozenset()
+    idle: tuple[IdleRule, ...] = ()  # each governing policy's, each applied on its own
+    audit: bool = False  # every governing policy only reports: expiry evicts nothing
 
     def duration(self, asked: str) -> float | None:
         """The lease's length: what the claim asked (its annotation), else the
@@ -83,6 +105,7 @@ def parse_policy(obj: Mapping[str, Any]) -> Policy:
     spec = obj.get("spec") or {}
     total = _seconds(spec, "maxExtensionTotal", name)
     grace = spec.get("evictionGracePeriodSeconds")
+    audit = bool(spec.get("audit", False))
     return Policy(
         name=name,
         selector=spec.get("namespaceSelector") or {},
@@ -95,7 +118,24 @@ def parse_policy(obj: Mapping[str, Any]) -> Policy:
         extend_groups=frozenset(str(g) for g in spec.get("extendGroups") or ()),
         warning=_seconds(spec, "warningBefore", name),
         grace=int(grace) if isinstance(grace, int) else None,
+        idle=_idle_rule(spec.get("idle"), name, audit),
+        audit=audit,
     )
+
+
+def _idle_rule(idle: Any, policy: str, audit: bool) -> IdleRule | None:
+    if not isinstance(idle, Mapping):
+        return None
+    where = f"DeviceLeasePolicy {policy}: spec.idle"
+    try:
+        threshold = float(idle["utilizationBelowPercent"])
+    except (KeyError, TypeError, ValueError):
+        raise ConfigError(f"{where}.utilizationBelowPercent: a percent is required") from None
+    length = parse_duration(str(idle.get("for") or ""), f"{where}.for")
+    action = str(idle.get("action") or EVENT)
+    if action not in (NONE, EVENT, RECLAIM):
+        raise ConfigError(f"{where}.action: {action!r} is not one of None, Event, Reclaim")
+    return IdleRule(policy, threshold, length, action, audit)
 
 
 def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
@@ -145,4 +185,22 @@ def terms_for(
         max_extension_total=_least(p.max_extension_total for p in chosen),
         holder_may_extend=all(p.holder_may_extend for p in chosen),
         extend_groups=frozenset.intersection(*(p.extend_groups for p in chosen)),
+        idle=tuple(p.idle for p in chosen if p.idle is not None),
+        audit=all(p.audit for p in chosen),
     )
+
+
+def extension_refusal(by: str, extended: float, terms: Terms) -> str:
+    """Why an extension by ``by`` after ``extended`` seconds is refused ("" if it is not)."""
+    try:
+        seconds = parse_duration(by, "lease-extend-by")
+    except ConfigError as exc:
+        return str(exc)
+    if terms.max_extension is None:
+        return "no DeviceLeasePolicy that governs the claim allows extensions (spec.maxExtension)"
+    if seconds > terms.max_extension:
+        return f"longer than spec.maxExtension {format_duration(terms.max_extension)}"
+    cap = terms.max_extension_total
+    if cap is not None and extended + seconds > cap:
+        return f"{format_duration(extended + seconds)} in all passes the cap {format_duration(cap)}"
+    return ""
