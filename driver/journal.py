@@ -55,7 +55,12 @@ def entry(boot_id: str, uid: str, record_json: bytes | None) -> bytes:
 
 def append(path: Path, data: bytes) -> os.stat_result:
     """Append ``data`` in one write (created if missing); the file's status after."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileNotFoundError:  # as driver.atomicfile does for the file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, flags, 0o600)
     try:
         written = os.write(fd, data)
         if written != len(data):  # a full disk: the rest would glue to a torn line

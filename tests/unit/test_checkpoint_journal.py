@@ -133,3 +133,13 @@ def test_another_process_sees_each_entry(tmp_path: Path) -> None:
     assert not ours.changed(), "its own entry is not a change to re-read"
     assert theirs.changed() and new in theirs.load().claims
     assert journal_path(ours.path).name == "cp.json.journal"
+
+
+def test_the_first_entry_creates_the_directory(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "plugin" / "cp.json", "boot")
+    checkpoint = store.load()
+    uid, other = str(uuid.uuid4()), str(uuid.uuid4())
+    checkpoint.claims.update({uid: record(uid), other: record(other)})  # 2 claims: no compaction
+    store.record(checkpoint, uid)
+    assert store.journal.exists() and not store.path.exists()
+    assert uid in CheckpointStore(store.path, "boot").load().claims
