@@ -25,7 +25,8 @@ A prepare or unprepare does not rewrite the file: the one record that
 changed is appended to the checkpoint's journal (``driver.journal``), and
 the whole file is written again (a compaction) once the journal holds as
 many entries as the node has claims, when the plugin is at rest, at its
-start and at a graceful stop. A reader replays the journal over the file.
+start and at a graceful stop (below :data:`JOURNAL_FROM` claims every
+change writes the file). A reader replays the journal over the file.
 Builds before the journal read only the file, which is therefore always the
 format every build reads, current whenever the plugin is at rest
 (docs/design.md, "Upgrades and downgrades", says what a rollback sees).
@@ -63,9 +64,11 @@ from driver.journal import journal_path
 log = logging.getLogger(__name__)
 
 CHECKPOINT_VERSION = 1
-# Journal entries before a compaction is due however few claims the node
-# holds: a compaction costs about what 64 entries do at 10 claims.
-COMPACT_MIN = 0
+# Below this many claims a change writes the whole file, as a journal entry
+# costs about as much as that small a file (7.6 kB at 10 claims, 0.03-0.06
+# ms; tests/bench/checkpoint_bench.py) and the file every build reads stays
+# current without a compaction; from it on, the journal (O(1) per change).
+JOURNAL_FROM = 16
 
 # Keys of a device record's undo data that every reader interprets alike.
 ADMIN_ACCESS = "adminAccess"  # an admin-access view (driver.claims.admin): holds nothing
@@ -164,8 +167,9 @@ class CheckpointStore:
     :meth:`record` journals one claim's change (O(1), ``driver.journal``);
     :meth:`save` writes the whole file (format 1) and removes the journal: a
     compaction, due when the journal holds as many entries as the node has
-    claims (at least :data:`COMPACT_MIN`), and done by :meth:`compact` when
-    the preparer is at rest, at start-up and at a graceful stop."""
+    claims (amortised O(1)), and done by :meth:`compact` when the preparer
+    is at rest, at start-up and at a graceful stop. A node with fewer than
+    :data:`JOURNAL_FROM` claims has every change written to the file."""
 
     def __init__(self, path: Path, boot_id: str) -> None:
         self.path = path
@@ -327,7 +331,8 @@ class CheckpointStore:
         """Make claim ``uid``'s record in ``checkpoint`` (or its absence) durable
         as the whole checkpoint's save would: one journal entry, or a
         compaction (:meth:`save`) when one is due."""
-        if self._entries >= max(COMPACT_MIN, len(checkpoint.claims)):
+        claims = len(checkpoint.claims)
+        if claims < JOURNAL_FROM or self._entries >= claims:
             self.save(checkpoint)
             return
         record = checkpoint.claims.get(uid)
@@ -363,8 +368,10 @@ class CheckpointStore:
                 remove_file(self.journal)
         except OSError as exc:
             raise CheckpointError(f"cannot write checkpoint {self.path}: {exc}") from exc
+        # The journal as this store last saw it (read or written), or gone.
+        journal = None if self._entries or self._seen is None else self._seen[1]
         self._entries = 0
-        self._seen = self._identity()
+        self._seen = (_stat_identity(self.path), journal)
         self._current = checkpoint
 
 

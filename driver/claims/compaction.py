@@ -35,9 +35,9 @@ class RestCompaction:
 
     def after_call(self) -> None:
         """A call ended: compact once none came for :data:`COMPACT_AT_REST_S`."""
+        self.cancel()
         if self._pending() == 0:
             return
-        self.cancel()
         self._timer = asyncio.get_running_loop().call_later(COMPACT_AT_REST_S, self._start)
 
     def cancel(self) -> None:

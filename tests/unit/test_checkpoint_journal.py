@@ -11,8 +11,16 @@ from typing import Any
 
 import pytest
 
+from driver import checkpoint as checkpoint_module
 from driver.checkpoint import Checkpoint, CheckpointStore, ClaimRecord, ClaimState, DeviceRecord
 from driver.journal import journal_path
+
+
+@pytest.fixture(autouse=True)
+def journal_at_any_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The journal from the first claim on (a node below JOURNAL_FROM claims
+    writes the whole file at every change)."""
+    monkeypatch.setattr(checkpoint_module, "JOURNAL_FROM", 0)
 
 
 def record(uid: str, state: ClaimState = ClaimState.PREPARE_COMPLETED) -> ClaimRecord:
@@ -143,3 +151,19 @@ def test_the_first_entry_creates_the_directory(tmp_path: Path) -> None:
     store.record(checkpoint, uid)
     assert store.journal.exists() and not store.path.exists()
     assert uid in CheckpointStore(store.path, "boot").load().claims
+
+
+def test_a_small_node_writes_the_whole_file_at_every_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(checkpoint_module, "JOURNAL_FROM", 16)
+    store, checkpoint, held = filled(tmp_path, 15)
+    new = str(uuid.uuid4())
+    checkpoint.claims[new] = record(new)  # 16 claims: from here on, the journal
+    store.record(checkpoint, new)
+    assert store.pending == 1 and new not in json.loads(store.path.read_bytes())["claims"]
+    del checkpoint.claims[held[0]]  # 15: the whole file, the journal folded in
+    store.record(checkpoint, held[0])
+    assert store.pending == 0 and not store.journal.exists()
+    on_disk = json.loads(store.path.read_bytes())["claims"]
+    assert new in on_disk and held[0] not in on_disk

@@ -12,12 +12,20 @@ from pathlib import Path
 
 import pytest
 
+from driver import checkpoint as checkpoint_module
 from driver.checkpoint import CheckpointStore
 from driver.claims import compaction
 from tests.previous_release.checkpoint import CheckpointStore as PreviousStore
 from tests.upgrade_node import BOOT_ID, CLAIMS, UpgradeNode, ref
 
 PREPARED = ("whole-gpu", "mig", "vf")
+
+
+@pytest.fixture(autouse=True)
+def journal_at_any_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The journal from the first claim on (a node below JOURNAL_FROM claims
+    writes the whole file at every change)."""
+    monkeypatch.setattr(checkpoint_module, "JOURNAL_FROM", 0)
 
 
 @pytest.fixture
