@@ -21,8 +21,18 @@ nothing here is fsynced: only a reboot (power loss, kernel crash) loses
 unsynced writes, and after one the file is dropped whatever it holds
 (docs/design.md, "Failure model").
 
-The records are read in one place: :func:`holdings` turns them into typed
-:class:`Holding` values (which claim holds which device, as a share, or
+A prepare or unprepare does not rewrite the file: the one record that
+changed is appended to the checkpoint's journal (``driver.journal``), and
+the whole file is written again (a compaction) once the journal holds as
+many entries as the node has claims, when the plugin is at rest, at its
+start and at a graceful stop (below :data:`JOURNAL_FROM` claims every
+change writes the file). A reader replays the journal over the file.
+Builds before the journal read only the file, which is therefore always the
+format every build reads, current whenever the plugin is at rest
+(docs/design.md, "Upgrades and downgrades", says what a rollback sees).
+
+The records are read in one place: ``driver.holdings`` turns them into typed
+``Holding`` values (which claim holds which device, as a share, or
 as a record only a newer build understands), which the claim planner
 (``driver.claims.plan``) and the MIG start-up and guard
 (``driver.mig.startup``) both use. One :class:`CheckpointStore` per process
@@ -40,16 +50,25 @@ import uuid
 from collections.abc import Callable, Collection
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from driver.atomicfile import remove_stale_temps, write_atomic
+from driver.atomicfile import remove_file, remove_stale_temps, write_atomic
 from driver.errors import CheckpointError
+from driver.journal import append as journal_append
+from driver.journal import entries as journal_entries
+from driver.journal import entry as journal_entry
+from driver.journal import journal_path
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_VERSION = 1
+# Below this many claims a change writes the whole file, as a journal entry
+# costs about as much as that small a file (7.6 kB at 10 claims, 0.03-0.06
+# ms; tests/bench/checkpoint_bench.py) and the file every build reads stays
+# current without a compaction; from it on, the journal (O(1) per change).
+JOURNAL_FROM = 16
 
 # Keys of a device record's undo data that every reader interprets alike.
 ADMIN_ACCESS = "adminAccess"  # an admin-access view (driver.claims.admin): holds nothing
@@ -128,36 +147,6 @@ class Checkpoint(BaseModel):
     claims: dict[str, ClaimRecord] = Field(default_factory=dict)
 
 
-class Holding(NamedTuple):
-    """One device a recorded claim holds (or is preparing, or must undo).
-    A named tuple: every prepare reads one per device on the node."""
-
-    claim_uid: str
-    kind: str
-    local_id: str
-    pool: str
-    device: str
-    share_id: str | None  # one share of a shareable device
-    newer: bool  # the record has what only a newer build understands
-
-
-def holdings(checkpoint: Checkpoint, kinds: Collection[str]) -> list[Holding]:
-    """Every device the checkpoint's claims hold; admin-access views hold
-    nothing. ``kinds``: the device kinds this build has handlers for."""
-    out: list[Holding] = []
-    for claim in checkpoint.claims.values():
-        # ClaimRecord.not_understood, without its message
-        newer = not isinstance(claim.state, ClaimState) or any(
-            d.kind not in kinds for d in claim.devices
-        )
-        out += [
-            Holding(claim.uid, d.kind, d.local_id, d.pool_name, d.device_name, d.share_id, newer)
-            for d in claim.devices
-            if not d.admin_access
-        ]
-    return out
-
-
 def _misfiled(checkpoint: Checkpoint) -> str | None:
     """Why the file cannot be this driver's: every build keys a record by its
     claim's UID, a UUID. A file that does not is corrupt, not a newer format
@@ -173,16 +162,30 @@ def _misfiled(checkpoint: Checkpoint) -> str | None:
 
 
 class CheckpointStore:
-    """Loads and saves the checkpoint file; one owner per process."""
+    """Loads and saves the checkpoint file and its journal; one owner per process.
+
+    :meth:`record` journals one claim's change (O(1), ``driver.journal``);
+    :meth:`save` writes the whole file (format 1) and removes the journal: a
+    compaction, due when the journal holds as many entries as the node has
+    claims (amortised O(1)), and done by :meth:`compact` when the preparer
+    is at rest, at start-up and at a graceful stop. A node with fewer than
+    :data:`JOURNAL_FROM` claims has every change written to the file."""
 
     def __init__(self, path: Path, boot_id: str) -> None:
         self.path = path
+        self.journal = journal_path(path)
         self.boot_id = boot_id
         self.moved_aside: Path | None = None
-        self._seen: tuple[int, int, int] | None = None  # the file we last read or wrote
+        self._seen: _Identity | None = (None, None)  # the files last read or written
         self._current: Checkpoint | None = None
         self._followers: list[Callable[[Checkpoint], None]] = []
         self._encoded: dict[str, tuple[ClaimRecord, bytes]] = {}  # completed records' JSON
+        self._entries = 0  # journal entries not yet compacted into the file
+
+    @property
+    def pending(self) -> int:
+        """Journal entries the file does not hold yet (0: the file is current)."""
+        return self._entries
 
     def follow(self, follower: Callable[[Checkpoint], None]) -> None:
         """Call ``follower`` with every checkpoint read from disk from now on
@@ -193,40 +196,64 @@ class CheckpointStore:
         """The checkpoint this process last read or saved; read on first use."""
         return self._current if self._current is not None else self.load()
 
-    def _identity(self) -> tuple[int, int, int] | None:
-        try:
-            st = self.path.stat()
-        except FileNotFoundError:
-            return None
-        return (st.st_ino, st.st_size, st.st_mtime_ns)
+    def _identity(self) -> _Identity:
+        return (_stat_identity(self.path), _stat_identity(self.journal))
 
     def changed(self) -> bool:
-        """Whether the file is another than the one this store last read or
-        wrote (inode, size, mtime): only then must a shared checkpoint be
-        read again. Every save replaces the file, so its inode changes."""
+        """Whether the file or the journal is another than this store last read
+        or wrote (inode, size, mtime): only then must a shared checkpoint be
+        read again. Every save replaces the file, so its inode changes; every
+        entry grows the journal."""
         return self._identity() != self._seen
 
     def load(self) -> Checkpoint:
         """The stored checkpoint, an empty one if there is none, read anew
-        (and handed to every follower).
+        with its journal replayed (and handed to every follower).
 
         A corrupt file is moved aside (its new name is logged) and an empty
         checkpoint returned; the caller learns of it from the log and the
         ``moved_aside`` attribute.
         """
+        identity = self._identity()
         checkpoint = self._read()
+        self._replay(checkpoint)
+        self._seen = identity if self.moved_aside is None else None
         self._current = checkpoint
         for follower in self._followers:
             follower(checkpoint)
         return checkpoint
 
+    def _replay(self, checkpoint: Checkpoint) -> None:
+        """Apply the journal's entries of this boot to ``checkpoint``."""
+        try:
+            raw = self.journal.read_bytes()
+        except FileNotFoundError:
+            self._entries = 0
+            return
+        except OSError as exc:
+            raise CheckpointError(f"cannot read checkpoint journal {self.journal}: {exc}") from exc
+        self._entries = raw.count(b"\n")
+        for uid, data in journal_entries(raw, self.boot_id, self.journal):
+            if data is None:
+                checkpoint.claims.pop(uid, None)
+                continue
+            try:
+                record = ClaimRecord.model_validate(data)
+            except ValidationError as exc:
+                log.error("%s: the entry of claim %s is not a record; skipped: %s",
+                          self.journal, uid, exc.errors()[0].get("msg", exc))  # fmt: skip
+                continue
+            if record.uid != uid:
+                log.error("%s: the entry of claim %s holds claim %s; skipped",
+                          self.journal, uid, record.uid)  # fmt: skip
+                continue
+            checkpoint.claims[uid] = record
+
     def _read(self) -> Checkpoint:
         self.moved_aside = None
-        self._seen = self._identity()
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
-            self._seen = None
             return Checkpoint(boot_id=self.boot_id)
         except OSError as exc:
             raise CheckpointError(f"cannot read checkpoint {self.path}: {exc}") from exc
@@ -246,7 +273,6 @@ class CheckpointStore:
             aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
             self.path.rename(aside)
             self.moved_aside = aside
-            self._seen = None
             log.error(
                 "checkpoint %s is corrupt and was moved to %s; starting empty. "
                 "Claims prepared before cannot be unprepared automatically "
@@ -301,14 +327,64 @@ class CheckpointStore:
         head = checkpoint.model_dump_json(exclude={"claims"}).encode()
         return head[:-1] + b',"claims":{' + b",".join(parts) + b"}}"
 
+    def record(self, checkpoint: Checkpoint, uid: str) -> None:
+        """Make claim ``uid``'s record in ``checkpoint`` (or its absence) durable
+        as the whole checkpoint's save would: one journal entry, or a
+        compaction (:meth:`save`) when one is due."""
+        claims = len(checkpoint.claims)
+        if claims < JOURNAL_FROM or self._entries >= claims:
+            self.save(checkpoint)
+            return
+        record = checkpoint.claims.get(uid)
+        data = None
+        if record is not None:
+            data = record.model_dump_json().encode()
+            if record.state is ClaimState.PREPARE_COMPLETED:  # never changed again (encode)
+                self._encoded[uid] = (record, json.dumps(uid).encode() + b":" + data)
+        try:
+            st = journal_append(self.journal, journal_entry(self.boot_id, uid, data))
+        except OSError as exc:
+            raise CheckpointError(f"cannot write checkpoint journal {self.journal}: {exc}") from exc
+        self._entries += 1
+        known = self._seen[0] if self._seen is not None else _stat_identity(self.path)
+        self._seen = (known, (st.st_ino, st.st_size, st.st_mtime_ns))
+        self._current = checkpoint
+
+    def compact(self, checkpoint: Checkpoint) -> bool:
+        """Write the whole file if the journal holds entries (True if it did)."""
+        if self._entries == 0:
+            return False
+        self.save(checkpoint)
+        return True
+
     def save(self, checkpoint: Checkpoint) -> None:
+        """Write the whole checkpoint (format 1) and remove the journal: the
+        file is written first, so a crash in between leaves a journal that
+        replays to what the file holds."""
         data = self.encode(checkpoint)
         try:
             write_atomic(self.path, data, mode=0o600, keep_spare=True)
+            if self._entries:
+                remove_file(self.journal)
         except OSError as exc:
             raise CheckpointError(f"cannot write checkpoint {self.path}: {exc}") from exc
-        self._seen = self._identity()
+        # The journal as this store last saw it (read or written), or gone.
+        journal = None if self._entries or self._seen is None else self._seen[1]
+        self._entries = 0
+        self._seen = (_stat_identity(self.path), journal)
         self._current = checkpoint
+
+
+_Stat = tuple[int, int, int] | None  # inode, size, mtime of a file; None: missing
+_Identity = tuple[_Stat, _Stat]  # the file's and the journal's
+
+
+def _stat_identity(path: Path) -> _Stat:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def read_boot_id(path: Path = Path("/proc/sys/kernel/random/boot_id")) -> str:

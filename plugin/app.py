@@ -292,6 +292,9 @@ class NodePlugin:
             self._serving = True
             await servers.run()
             self._serving = False
+            # The whole checkpoint current for whatever build starts next
+            # (docs/design.md, "Upgrades and downgrades": the journal).
+            await preparer.compact()
             raise Stopped  # the servers have shut down: end the task group
 
         try:

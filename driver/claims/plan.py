@@ -13,52 +13,100 @@ orders the steps, saves and rolls back.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Mapping
+from dataclasses import replace
 
-from driver.checkpoint import ADMIN_ACCESS, SHARE_ID, Checkpoint, DeviceRecord
-from driver.checkpoint import holdings as recorded
+from driver.checkpoint import ADMIN_ACCESS, SHARE_ID, Checkpoint, ClaimRecord, DeviceRecord
 from driver.claims.allocation import Allocation
 from driver.claims.model import ClaimRef
 from driver.config import opaque
 from driver.devices.handler import ClaimSharing, DeviceHandler, Inventory
 from driver.devices.model import Device
 from driver.errors import ClaimError
+from driver.holdings import record_holdings
 
 # One planned device: its checkpoint record, the inventory device (with the
 # capacity a share consumed), and its effective opaque config.
 Planned = tuple[DeviceRecord, Device, opaque.DeviceConfig | None]
 
 
-@dataclass(frozen=True)
 class Holdings:
-    """What the checkpoint's other claims hold, by every key a device is known by."""
+    """What the checkpoint's claims hold, by every key a device is known by,
+    kept as records come and go (:meth:`add`, :meth:`remove`): a prepare
+    looks up its own devices' keys instead of scanning every record, so its
+    cost does not grow with the claims on the node. :meth:`sync` rebuilds it
+    when the checkpoint was replaced (read again from disk) or changed size
+    behind its back."""
 
-    held: dict[tuple[str, ...], str]  # key -> the holding claim's UID
-    sharers: set[tuple[str, ...]]  # keys held only by shares of a shareable device
+    def __init__(self, kinds: Collection[str]) -> None:
+        self._kinds = kinds
+        self._by_key: dict[tuple[str, ...], dict[str, bool]] = {}  # key -> {claim: a share?}
+        self._keys: dict[str, list[tuple[str, ...]]] = {}  # claim -> its keys
+        self._stamp: tuple[int, int] | None = None
 
-    def owner(self, keys: list[tuple[str, ...]], share_id: str | None) -> str | None:
-        """The claim that keeps a device with these keys from this claim, if any."""
-        owner = next((self.held[k] for k in keys if k in self.held), None)
-        if owner is not None and share_id and self.sharers.issuperset(keys[:2]):
-            return None  # one more share of a device only shares hold
+    @classmethod
+    def of(cls, checkpoint: Checkpoint, kinds: Collection[str]) -> Holdings:
+        taken = cls(kinds)
+        taken.sync(checkpoint)
+        return taken
+
+    def sync(self, checkpoint: Checkpoint) -> None:
+        if self._stamp == (id(checkpoint), len(checkpoint.claims)):
+            return
+        self._by_key.clear()
+        self._keys.clear()
+        for record in checkpoint.claims.values():
+            self._index(record)
+        self._stamp = (id(checkpoint), len(checkpoint.claims))
+
+    def _index(self, record: ClaimRecord) -> None:
+        keys: list[tuple[str, ...]] = []
+        for h in record_holdings(record, self._kinds):
+            shared = h.share_id is not None
+            for key in ((h.kind, h.local_id), (h.local_id,)):
+                self._by_key.setdefault(key, {})[h.claim_uid] = shared
+                keys.append(key)
+            if h.newer:  # a newer build's record holds its hardware whatever it calls it
+                self._by_key.setdefault((h.pool, h.device), {})[h.claim_uid] = False
+                keys.append((h.pool, h.device))
+        self._keys[record.uid] = keys
+
+    def add(self, checkpoint: Checkpoint, record: ClaimRecord) -> None:
+        """``record`` was just put in ``checkpoint`` (a new claim's)."""
+        self.sync_without(checkpoint, record.uid)
+        self._index(record)
+        self._stamp = (id(checkpoint), len(checkpoint.claims))
+
+    def remove(self, checkpoint: Checkpoint, uid: str) -> None:
+        """Claim ``uid``'s record was just dropped from ``checkpoint``."""
+        for key in self._keys.pop(uid, ()):
+            holders = self._by_key.get(key, {})
+            holders.pop(uid, None)
+            if not holders:
+                self._by_key.pop(key, None)
+        self._stamp = (id(checkpoint), len(checkpoint.claims))
+
+    def sync_without(self, checkpoint: Checkpoint, uid: str) -> None:
+        """Up to date with ``checkpoint`` as it was before ``uid``'s record came."""
+        if self._stamp != (id(checkpoint), len(checkpoint.claims) - 1):
+            self._stamp = None
+            self.sync(checkpoint)
+            self.remove(checkpoint, uid)
+
+    def owner(self, keys: list[tuple[str, ...]], share_id: str | None, uid: str) -> str | None:
+        """The claim other than ``uid`` that keeps a device with these keys
+        from ``uid``, if any: one more share of a device that only shares
+        hold may join them."""
+        owner = next((u for k in keys for u in self._by_key.get(k, {}) if u != uid), None)
+        if owner is not None and share_id:
+            only_shares = all(
+                any(u != uid for u in self._by_key.get(k, {}))
+                and all(s for u, s in self._by_key.get(k, {}).items() if u != uid)
+                for k in keys[:2]
+            )
+            if only_shares:
+                return None
         return owner
-
-
-def holdings(checkpoint: Checkpoint, handlers: Mapping[str, DeviceHandler], uid: str) -> Holdings:
-    """The devices every recorded claim but ``uid`` holds."""
-    held: dict[tuple[str, ...], str] = {}
-    sharers: set[tuple[str, ...]] = set()
-    others: set[tuple[str, ...]] = set()
-    for h in recorded(checkpoint, handlers):
-        if h.claim_uid == uid:
-            continue
-        held[(h.kind, h.local_id)] = held[(h.local_id,)] = h.claim_uid
-        shared = h.share_id is not None
-        (sharers if shared else others).update({(h.kind, h.local_id), (h.local_id,)})
-        if h.newer:  # a newer build's record holds its hardware whatever it calls it
-            held[(h.local_id,)] = held[(h.pool, h.device)] = h.claim_uid
-    return Holdings(held, sharers - others)
 
 
 def plan_claim(
@@ -68,9 +116,15 @@ def plan_claim(
     inventory: Inventory,
     handlers: Mapping[str, DeviceHandler],
     sharing: ClaimSharing | None,
+    taken: Holdings | None = None,
 ) -> list[Planned]:
-    """The claim's devices as they will be recorded; ClaimError when one cannot be had."""
-    taken = holdings(checkpoint, handlers, ref.uid)
+    """The claim's devices as they will be recorded; ClaimError when one cannot
+    be had. ``taken``: the preparer's index of what the checkpoint's claims
+    hold (built from ``checkpoint`` when not given)."""
+    if taken is None:
+        taken = Holdings.of(checkpoint, handlers)
+    else:
+        taken.sync(checkpoint)
     planned: list[Planned] = []
     for result in allocation.devices:
         device = inventory.lookup(result.pool, result.device)
@@ -83,7 +137,7 @@ def plan_claim(
         if device.kind not in handlers:
             raise ClaimError(f"device {result.device}: no handler for type {device.kind}")
         keys = [(device.kind, device.local_id), (device.local_id,), (result.pool, result.device)]
-        owner = None if result.admin_access else taken.owner(keys, result.share_id)
+        owner = None if result.admin_access else taken.owner(keys, result.share_id, ref.uid)
         if owner is not None:
             raise ClaimError(f"device {result.device} is already prepared for claim {owner}")
         if result.share_id is not None:  # the share as allocated: what it consumed

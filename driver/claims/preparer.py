@@ -31,16 +31,18 @@ from driver.cdi import CdiDevice, CdiRegistry, ContainerEdits, canonical_claim_u
 from driver.checkpoint import Checkpoint, CheckpointStore, ClaimRecord, ClaimState
 from driver.claims import admin
 from driver.claims.allocation import Allocation, parse_allocation
+from driver.claims.compaction import RestCompaction
 from driver.claims.fetch import ClaimReader, read_claims
 from driver.claims.lock import ClaimLock
 from driver.claims.metadata import ClaimIdentity, MetadataDevice
 from driver.claims.metadata_files import MetadataFiles, with_metadata_ids
 from driver.claims.model import ClaimRef, Fetched, PrepareResult, log_fields
-from driver.claims.plan import Planned, plan_claim
+from driver.claims.plan import Holdings, Planned, plan_claim
+from driver.claims.recovery import recover_files
 from driver.claims.results import merge_edits, result_of, unique_devices
 from driver.claims.threads import ThreadChoice
 from driver.devices.handler import ClaimSharing, DeviceHandler, Inventory, changes_device
-from driver.errors import ClaimError, ConfigError, PatchbayError
+from driver.errors import CheckpointError, ClaimError, ConfigError, PatchbayError
 from driver.faults import crash_point
 from driver.metrics import (
     PREPARE_CALLS,
@@ -81,6 +83,8 @@ class ClaimPreparer:
         # on disk (re-read when it changed).
         self._shared = self._lock.shared
         self.checkpoint: Checkpoint = store.current()
+        self._taken = Holdings.of(self.checkpoint, self._handlers)  # kept as records change
+        self.rest = RestCompaction(lambda: store.pending, self.compact)  # compaction at rest
         PREPARED_CLAIMS.set(len(self.checkpoint.claims))
         # Called on the loop after every prepare/unprepare batch (the node's
         # fabric report says which fabric devices are held).
@@ -99,6 +103,20 @@ class ClaimPreparer:
     def _changed(self) -> None:
         if self.on_change is not None:
             self.on_change()
+        self.rest.after_call()
+
+    async def compact(self) -> None:
+        """Write the whole checkpoint if its journal holds entries, under the
+        claim lock (at rest, and at a graceful stop). A failure is logged:
+        the journal still holds everything."""
+        self.rest.cancel()
+        async with self._lock:
+            self._reload_if_shared()
+            try:
+                if self._store.compact(self.checkpoint):
+                    log.debug("checkpoint compacted (%d claims)", len(self.checkpoint.claims))
+            except CheckpointError as exc:
+                log.warning("checkpoint compaction failed (its journal is kept): %s", exc)
 
     # -- public API -------------------------------------------------------
 
@@ -189,40 +207,9 @@ class ClaimPreparer:
             return await asyncio.to_thread(self._recover_sync)
 
     def _recover_sync(self) -> tuple[int, int]:
-        self._store.remove_debris()
-        self._cdi.remove_debris()
-        restored = 0
-        for uid, record in self.checkpoint.claims.items():
-            if record.state is not ClaimState.PREPARE_COMPLETED or self._cdi.has_spec(uid):
-                continue
-            if record.cdi_spec is None:
-                log.error("claim %s: its CDI spec is missing and its record has no copy", uid)
-                continue
-            log.warning("claim %s: re-creating its missing CDI spec", uid)
-            self._cdi.write_spec(uid, record.cdi_spec)
-            restored += 1
-        for uid, record in self.checkpoint.claims.items():
-            if record.state is ClaimState.PREPARE_COMPLETED and self._threads.shares(record):
-                assert self._sharing is not None  # adopt what survived, redo what was lost
-                try:
-                    self._sharing.apply(uid, [d.undo for d in record.devices])
-                except PatchbayError as exc:  # the claim's pods are hit, not the node
-                    log.error("claim %s: its GPU sharing cannot be restored: %s", uid, exc)
-        orphans = self._cdi.claim_uids() - set(self.checkpoint.claims)
-        for uid in orphans:
-            log.info("removing orphaned CDI spec of claim %s", uid)
-            self._cdi.remove_claim_spec(uid)
-        if self._metadata is not None:
-            self._metadata.remove_debris()
-            for uid in self._metadata.claim_uids() - set(self.checkpoint.claims):
-                log.info("removing orphaned device metadata of claim %s", uid)
-                self._metadata.remove_claim(uid)
-            for uid, record in self.checkpoint.claims.items():
-                if record.cdi_spec is not None and (
-                    gone := self._metadata.missing(record.cdi_spec)
-                ):
-                    log.error("claim %s: its device metadata files are missing: %s", uid, gone)
-        return restored, len(orphans)
+        return recover_files(
+            self.checkpoint, self._store, self._cdi, self._threads, self._sharing, self._metadata
+        )
 
     # -- prepare ----------------------------------------------------------
 
@@ -263,8 +250,9 @@ class ClaimPreparer:
             log.info("claim %s: undoing an interrupted prepare before retrying", ref.uid)
             self._undo(stale)
         planned = plan_claim(
-            ref, allocation, self.checkpoint, self._inventory, self._handlers, self._sharing
-        )
+            ref, allocation, self.checkpoint, self._inventory, self._handlers, self._sharing,
+            self._taken,
+        )  # fmt: skip
         record = ClaimRecord(
             uid=ref.uid,
             namespace=ref.namespace,
@@ -273,13 +261,14 @@ class ClaimPreparer:
             devices=[p[0] for p in planned],
         )
         self.checkpoint.claims[ref.uid] = record
+        self._taken.add(self.checkpoint, record)
         # PrepareStarted must be on disk before a handler changes hardware
         # (MIG instances, driver binding); CDI-only devices have nothing to
         # undo but a spec file, which start-up recovery removes.
         if self._threads.shares(record) or any(
             changes_device(self._handlers[device.kind], config) for _, device, config in planned
         ):
-            self._store.save(self.checkpoint)
+            self._store.record(self.checkpoint, ref.uid)
         crash_point("prepare-recorded")
         try:
             return self._apply(ref, record, planned, identity)
@@ -344,7 +333,7 @@ class ClaimPreparer:
         # keeps a copy: a prepared claim never points at a missing spec.
         record.cdi_spec = spec
         record.state = ClaimState.PREPARE_COMPLETED
-        self._store.save(self.checkpoint)
+        self._store.record(self.checkpoint, ref.uid)
         crash_point("prepare-completed")
         PREPARED_CLAIMS.set(len(self.checkpoint.claims))
         return result_of(record)
@@ -377,7 +366,8 @@ class ClaimPreparer:
         # The record goes before the spec: a spec without a record is debris
         # start-up removes, a prepared record without its spec must not be.
         del self.checkpoint.claims[record.uid]
-        self._store.save(self.checkpoint)
+        self._taken.remove(self.checkpoint, record.uid)
+        self._store.record(self.checkpoint, record.uid)
         crash_point("unprepare-recorded")
         self._cdi.remove_claim_spec(record.uid)
         if self._metadata is not None:  # after the spec: none mounts a missing file

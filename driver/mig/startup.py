@@ -17,8 +17,9 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from driver.checkpoint import Checkpoint, holdings
+from driver.checkpoint import Checkpoint
 from driver.gpu.fraction import KIND as SHARED
+from driver.holdings import holdings
 from driver.mig.layout import KIND, parse_local_id
 from driver.nvml.backend import GpuInfo, MigInstance, NvmlBackend
 

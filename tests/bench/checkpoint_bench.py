@@ -1,14 +1,15 @@
 """Checkpoint cost against the number of claims prepared on one node.
 
-Why it exists: every checkpoint save replaces the whole file (the file is
-the record of every prepared claim, written atomically), so a save costs
-more the more claims the node holds. This measures how much more, at 10,
-100 and 1000 prepared claims: the time of one save (median, p99), the
-file's size, and the median and p99 of one more claim's prepare through the real
-preparer (``driver.claims.preparer``) with the real GPU handler over the
-in-memory NVML fake (``driver.nvml.fake``), which saves the checkpoint
-once per prepare and once per unprepare. Figures only: nothing here
-asserts a timing.
+Why it exists: the checkpoint file is the record of every prepared claim,
+so writing it whole costs more the more claims the node holds. A prepare
+appends the one record that changed to the checkpoint's journal instead
+(``driver.journal``) and the whole file is written only at a compaction
+(``driver.checkpoint``). This measures, at 10, 100 and 1000 prepared
+claims: the time of one compaction (a whole-file save: median, p99), the
+file's size, and the median and p99 of one more claim's prepare through the
+real preparer (``driver.claims.preparer``) with the real GPU handler over
+the in-memory NVML fake (``driver.nvml.fake``), each followed by its
+unprepare (untimed). Figures only: nothing here asserts a timing.
 
 The node is the fake with one GPU per claim plus one (a GPU is the device
 whose record is typical: one device, its CDI device ids, its spec).
@@ -101,7 +102,7 @@ def main(argv: list[str]) -> None:
     # The fake GPUs have no sysfs tree: the scan's "no PCIe root" warnings are expected.
     logging.getLogger("driver.gpu").setLevel(logging.ERROR)
     print(
-        f"{'claims':>7} {'save median ms':>15} {'save p99 ms':>12} {'bytes':>10} "
+        f"{'claims':>7} {'compact med ms':>15} {'compact p99':>12} {'bytes':>10} "
         f"{'bytes/claim':>12} {'prepare median ms':>18} {'prepare p99 ms':>15}"
     )
     for claims in (int(c) for c in args.claims.split(",")):

@@ -20,8 +20,10 @@ import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import grpc
 from kubernetes import client
@@ -98,6 +100,23 @@ class Contender:
                 api, self.namespace, name, self.pool, ["gpu-0"], driver=self.driver
             )
             self.claims.append((name, uid))
+
+    def hold(self, api: client.ResourceV1Api, devices: Sequence[str]) -> None:
+        """Prepare one claim per device and keep them prepared (the idle figure:
+        a plugin at rest with claims prepared)."""
+        with grpc.insecure_channel(f"unix://{self.endpoint}") as ch:
+            stub = dra_v1_pb2_grpc.DRAPluginStub(ch)
+            for device in devices:
+                name = f"{self.pool}-held-{device}"
+                uid = allocated_claim(
+                    api, self.namespace, name, self.pool, [device], driver=self.driver
+                )
+                claim = [dra_v1_pb2.Claim(namespace=self.namespace, name=name, uid=uid)]
+                out = stub.NodePrepareResources(
+                    dra_v1_pb2.NodePrepareResourcesRequest(claims=claim), timeout=45
+                )
+                if out.claims[uid].error:
+                    raise RuntimeError(f"{self.label}: prepare failed: {out.claims[uid].error}")
 
     def _pair(self, stub: dra_v1_pb2_grpc.DRAPluginStub) -> tuple[float, float]:
         name, uid = self.claims.pop(0)
@@ -192,13 +211,21 @@ def _wait_traced(pid: int, timeout: float = 10.0) -> None:
     raise RuntimeError(f"strace did not attach to {pid}")
 
 
-def alternate(contenders: list[Contender], pairs: int, round_size: int) -> None:
+class Runs(Protocol):
+    """What takes turns in :func:`alternate`: a contender, or the floors
+    (``tests.bench.floors``)."""
+
+    def run(self, pairs: int) -> None: ...
+
+
+def alternate(contenders: Sequence[Runs], pairs: int, round_size: int) -> None:
     """``pairs`` timed pairs each, in rounds of ``round_size``, the contenders
     taking turns (and the first of a round changing each round), so that
     whatever else the machine does falls on all of them alike."""
     rounds = max(1, pairs // round_size)
+    turns = list(contenders)
     for r in range(rounds):
-        order = contenders[r % len(contenders) :] + contenders[: r % len(contenders)]
+        order = turns[r % len(turns) :] + turns[: r % len(turns)]
         for c in order:
             c.run(round_size)
 

@@ -10,7 +10,12 @@ With ``REFERENCE_PLUGIN=<binary>`` (or ``--reference``; see
 the same control plane twice, with its client QPS as shipped (5, burst 10)
 and raised (``--raised-qps``), under the same identity and ClusterRole as
 ours, on nodes of their own; the three take turns in rounds. Without it the
-table has our column only (CI has no checkout of the reference). With
+table has our column only (CI has no checkout of the reference). The
+floors (``tests.bench.floors``: a gRPC round trip to a trivial grpclib
+server, the claim GET through our client, the RSS of the plugin's imports)
+are sampled in the same rounds; each median is also printed above its floor.
+The idle CPU of each plugin is read over ``--idle-seconds`` at rest with
+``--held`` claims prepared (ours samples them for the Idle condition). With
 ``--baseline-tree <checkout>`` a second plugin of ours runs from that tree
 (e.g. a worktree of the previous commit) as column ``base``, in the same
 rounds: an A/B of a change on one machine at one time. Figures only:
@@ -34,11 +39,13 @@ from tests.bench import reference
 from tests.bench.contenders import (
     Contender,
     alternate,
+    cpu_seconds,
     registered_endpoint,
     rss_mb,
     syscall_table,
     table,
 )
+from tests.bench.floors import Floors, above_floor_table
 from tests.harness import cluster as localk8s
 from tests.harness.cluster_proc import free_port, stop_group
 from tests.harness.simnode import PluginProcess, build_nvml_mock
@@ -61,7 +68,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--round", type=int, default=20, help="pairs per turn")
     parser.add_argument("--warmup", type=int, default=5, help="untimed pairs first")
     parser.add_argument("--fsync-pairs", type=int, default=20, help="untimed pairs under strace")
-    parser.add_argument("--idle-seconds", type=int, default=60)
+    parser.add_argument(
+        "--idle-seconds",
+        type=int,
+        default=60,
+        help="the time at rest, with --held claims prepared (idle CPU, slice writes)",
+    )
+    parser.add_argument("--held", type=int, default=2, help="claims prepared at rest per plugin")
     parser.add_argument("--log-level", default="info")
     parser.add_argument(
         "--reference",
@@ -91,6 +104,7 @@ def main(argv: list[str]) -> None:
     ours_proc: PluginProcess | None = None
     others: list[int] = []
     bases: list[PluginProcess] = []
+    floors: Floors | None = None
     try:
         api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
         core, res = client.CoreV1Api(api), client.ResourceV1Api(api)
@@ -147,23 +161,38 @@ def main(argv: list[str]) -> None:
         for c in contenders:
             c.make_claims(res, need)
             c.run(args.warmup, record=False)
-        alternate(contenders, args.iterations, args.round)
+        floors = Floors(run, kubeconfig, NS, ours.claims[-1][0])
+        alternate([*contenders, floors], args.iterations, args.round)
         for c in contenders:
             c.count_fsyncs(args.fsync_pairs)
         pairs = len(ours.prepare_ms)
         print(f"{pairs} pairs per plugin, rounds of {args.round}, alternating; "
               f"fsyncs: {ours.fsync_method}, {args.fsync_pairs} untimed pairs")  # fmt: skip
         print(table(contenders, [c.label for c in contenders[1:]]), flush=True)
+        print(floors.describe())
+        print(above_floor_table(contenders, floors, [c.label for c in contenders[1:]]))
+        print(f"RSS above the import floor (ours): "
+              f"{rss_mb(ours.pid) - floors.import_rss_mb:.1f} MB", flush=True)  # fmt: skip
         print(syscall_table(contenders), flush=True)
+        for c in contenders:
+            c.hold(res, [f"gpu-{i + 1}" for i in range(args.held)])
         before = writes_total(port)
+        cpu = {c.label: cpu_seconds(c.pid) for c in contenders}
         time.sleep(args.idle_seconds)
+        idle = {c.label: (cpu_seconds(c.pid) - cpu[c.label]) * 100 / args.idle_seconds
+                for c in contenders}  # fmt: skip
         after = writes_total(port)
         per_min = (after - before) * 60 / args.idle_seconds
+        print(f"idle CPU, {args.idle_seconds} s at rest with {args.held} claims prepared "
+              f"(ours samples them every --idle-sample-interval): "
+              + ", ".join(f"{k} {v:.3f} %" for k, v in idle.items()))  # fmt: skip
         print(
             f"slice writes at rest (ours): {after - before:.0f} in {args.idle_seconds}s"
             f" ({per_min:.1f} per minute; {before:.0f} writes since start)"
         )
     finally:
+        if floors is not None:
+            floors.close()
         for other in others:
             stop_group(other, "reference plugin")
         for base in bases:

@@ -19,6 +19,7 @@ from kubernetes import client
 
 from driver.cdi import FILE_PREFIX, VENDOR
 from driver.claims.metadata_files import CDI_DEVICE_PREFIX as METADATA_DEVICE_PREFIX
+from tests.checkpoint_view import recorded
 from tests.e2e.burst import BurstNodes
 from tests.harness.simnode import SimNode
 
@@ -63,9 +64,7 @@ def cdi_devices(node: SimNode) -> list[tuple[str, str]]:
 
 def checkpoint(node: SimNode) -> dict[str, Any]:
     path = node.plugin.plugin_dir / "checkpoint.json"
-    if not path.exists():
-        return {}
-    claims: dict[str, Any] = json.loads(path.read_text()).get("claims") or {}
+    claims: dict[str, Any] = recorded(path).get("claims") or {}
     return claims
 
 

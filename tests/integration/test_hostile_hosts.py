@@ -16,7 +16,6 @@ mounts (root, as this repository's test machines run).
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import tempfile
@@ -29,6 +28,7 @@ import pytest
 from kubernetes import client
 
 from fabric.simhost.topologies import TOPOLOGIES
+from tests.checkpoint_view import recorded
 from tests.cluster_fixtures import missing_prerequisite
 from tests.e2e.helpers import wait_for
 from tests.harness.cluster import LocalCluster
@@ -208,7 +208,7 @@ def test_cdi_dir_not_writable_fails_the_claim_naming_the_path(
         failed = kubelet.prepare(endpoint, [(namespace, "c", uid), (namespace, "kept", kept)])
         assert str(cdi) in failed[uid].error and "not writable" in failed[uid].error, failed
         assert failed[kept].error == "" and failed[kept].devices  # the other claim is unaffected
-        records = json.loads((proc.plugin_dir / "checkpoint.json").read_text())["claims"]
+        records = recorded(proc.plugin_dir / "checkpoint.json")["claims"]
         assert uid not in records and kept in records  # nothing of the failed claim kept
     finally:
         subprocess.run(["umount", str(cdi)], check=True)
@@ -218,7 +218,7 @@ def test_cdi_dir_not_writable_fails_the_claim_naming_the_path(
     assert proc.proc is not None
     spare = f".k8s.patchbay.dev-claim.spare.tmp-{proc.proc.pid}"
     assert {p.name for p in cdi.iterdir()} <= {spare}  # no spec, no temp file of the failure
-    assert json.loads((proc.plugin_dir / "checkpoint.json").read_text())["claims"] == {}
+    assert recorded(proc.plugin_dir / "checkpoint.json")["claims"] == {}
 
 
 @pytest.mark.usefixtures("bind_mounts")
@@ -257,7 +257,7 @@ def test_read_only_partial_sysfs_publishes_what_it_can_read(
         result = kubelet.prepare(endpoint, claims)
         assert result[ok].error == "", result[ok].error
         assert "Read-only file system" in result[bad].error and str(sysfs) in result[bad].error
-        records = json.loads((proc.plugin_dir / "checkpoint.json").read_text())["claims"]
+        records = recorded(proc.plugin_dir / "checkpoint.json")["claims"]
         assert set(records) == {ok}  # nothing of the failed claim kept
         assert {p.name for p in proc.cdi_root.glob("*.json")} == {
             f"k8s.patchbay.dev-claim_{ok}.json"
@@ -289,5 +289,5 @@ def test_missing_kubelet_directories_are_created(
     wait_for("GPUs published", lambda: "gpu-0" in published(resource_api, proc.node_name), 30)
     uid = allocated_claim(resource_api, namespace, "c", proc.node_name, ["gpu-0"])
     assert kubelet.prepare(endpoint, [(namespace, "c", uid)])[uid].error == ""
-    assert uid in json.loads((plugin_dir / "checkpoint.json").read_text())["claims"]
+    assert uid in recorded(plugin_dir / "checkpoint.json")["claims"]
     assert kubelet.unprepare(endpoint, [(namespace, "c", uid)])[uid].error == ""

@@ -21,6 +21,7 @@ from plugin.proto import (
     health_v1alpha1_pb2,
     health_v1alpha1_pb2_grpc,
 )
+from tests.checkpoint_view import recorded
 from tests.e2e.helpers import unchanged, wait_for
 from tests.harness.simnode import PluginProcess
 from tests.integration import plugin_fixtures
@@ -104,14 +105,14 @@ def test_crash_at_each_prepare_step_converges(
     result = kubelet.prepare(endpoint, claim)[uid]
     assert result.error == ""
     assert [d.device_name for d in result.devices] == ["gpu-1"]
-    checkpoint = json.loads((plugin.plugin_dir / "checkpoint.json").read_text())
+    checkpoint = recorded(plugin.plugin_dir / "checkpoint.json")
     assert checkpoint["claims"][uid]["state"] == "PrepareCompleted"
     assert [p.name for p in plugin.cdi_root.glob("*.json")] == [
         f"k8s.patchbay.dev-claim_{uid}.json"
     ]
     assert kubelet.unprepare(endpoint, claim)[uid].error == ""
     assert list(plugin.cdi_root.glob("*.json")) == []
-    checkpoint = json.loads((plugin.plugin_dir / "checkpoint.json").read_text())
+    checkpoint = recorded(plugin.plugin_dir / "checkpoint.json")
     assert checkpoint["claims"] == {}
     assert list((plugin.plugin_dir / "dra-device-metadata").glob("*.json")) == []
     # No temp debris: only the running plugin's spare of the checkpoint.
@@ -143,7 +144,7 @@ def test_crash_at_each_unprepare_step_converges(
     assert_specs_match_checkpoint(plugin)
     assert kubelet.unprepare(endpoint, claim)[uid].error == ""
     assert list(plugin.cdi_root.glob("*.json")) == []
-    checkpoint = json.loads((plugin.plugin_dir / "checkpoint.json").read_text())
+    checkpoint = recorded(plugin.plugin_dir / "checkpoint.json")
     assert checkpoint["claims"] == {}
     assert list((plugin.plugin_dir / "dra-device-metadata").glob("*.json")) == []
 
@@ -152,7 +153,7 @@ def assert_specs_match_checkpoint(plugin: PluginProcess) -> None:
     """After a restart: every prepared claim has its CDI spec, no spec is left
     without its claim's record (start-up recovery ran before registration)."""
     path = plugin.plugin_dir / "checkpoint.json"
-    claims = json.loads(path.read_text())["claims"] if path.exists() else {}
+    claims = recorded(path)["claims"]
     prepared = {u for u, c in claims.items() if c["state"] == "PrepareCompleted"}
     prefix = "k8s.patchbay.dev-claim_"
     specs = {p.name[len(prefix) : -len(".json")] for p in plugin.cdi_root.glob(f"{prefix}*.json")}

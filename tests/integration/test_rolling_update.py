@@ -4,7 +4,6 @@ prepared by the old pod is known to, and unprepared by, the new one."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +14,7 @@ from kubernetes import client
 
 from fabric.simhost.topologies import TOPOLOGIES
 from plugin.proto import dra_v1_pb2, dra_v1_pb2_grpc, registration_pb2, registration_pb2_grpc
+from tests.checkpoint_view import recorded
 from tests.e2e.helpers import wait_for
 from tests.harness.cluster import LocalCluster
 from tests.harness.simnode import PluginProcess
@@ -87,5 +87,5 @@ def test_new_pod_unprepares_what_the_old_one_prepared(
     assert "already prepared" in call(new_ep, "prepare", namespace, "second", second)
     assert call(new_ep, "unprepare", namespace, "first", first) == ""
     assert list(old.cdi_root.glob("*.json")) == []
-    assert json.loads((old.plugin_dir / "checkpoint.json").read_text())["claims"] == {}
+    assert recorded(old.plugin_dir / "checkpoint.json")["claims"] == {}
     assert call(new_ep, "prepare", namespace, "second", second) == ""

@@ -34,6 +34,7 @@ from kubernetes import client
 from driver.faults import MPS_POINTS, PREPARE_POINTS, SHARING_POINTS, UNPREPARE_POINTS
 from driver.gpu.sharing.mps import MpsDaemons
 from driver.gpu.sharing.supervisor import READY_FILE, WANT_FILE
+from tests.checkpoint_view import recorded
 from tests.e2e.helpers import wait_for
 from tests.harness.simnode import PluginProcess
 from tests.integration.kubelet import Kubelet, our_slices, wait_registered
@@ -125,7 +126,7 @@ def assert_nothing_left(plugin: PluginProcess) -> None:
     assert not plugin.host.mps_root.exists() or list(plugin.host.mps_root.iterdir()) == []
     assert modes(plugin) == [0, 0]
     assert list(plugin.cdi_root.glob("*.json")) == []
-    checkpoint = json.loads((plugin.plugin_dir / "checkpoint.json").read_text())
+    checkpoint = recorded(plugin.plugin_dir / "checkpoint.json")
     assert checkpoint["claims"] == {}
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.checkpoint_view import recorded
 from tests.e2e.helpers import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,9 +47,7 @@ class Node:
 
     def checkpoint_claims(self) -> dict[str, Any]:
         path = self.real.host_path("/var/lib/kubelet/plugins/patchbay.dev/checkpoint.json")
-        if not path.exists():
-            return {}
-        data = json.loads(path.read_text())
+        data = recorded(path)
         return dict(data.get("claims", {}))
 
 

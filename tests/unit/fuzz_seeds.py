@@ -22,6 +22,7 @@ from driver.claims.preparer import ClaimPreparer
 from driver.config import opaque
 from driver.devices.inventory import NodeInventory
 from driver.devices.model import Device
+from tests.checkpoint_view import recorded
 from tests.claims_doubles import NODE, FlakyHandler, Reader
 
 UID = "5b0f7d7e-2f4c-4a51-9d3e-0c8a6b2e1f40"
@@ -57,7 +58,7 @@ def prepare_claim(claim: dict[str, Any]) -> tuple[str, dict[str, Any], list[Path
         prep = ClaimPreparer(reader, inventory, {"gpu": handler}, store, CdiRegistry(root / "cdi"))
         ref = ClaimRef("ns", "c", UID)
         result = asyncio.run(prep.prepare([ref]))[UID]
-        saved = json.loads((root / "cp.json").read_text()) if (root / "cp.json").exists() else {}
+        saved = recorded(root / "cp.json")  # as a restart reads it: file and journal
         return result.error, saved.get("claims", {}), list((root / "cdi").glob("*")), handler.active
 
 

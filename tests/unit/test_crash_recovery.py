@@ -60,9 +60,10 @@ class Node:
         return [p for p in self.tmp.rglob("*") if ".tmp-" in p.name and p.name not in spares]
 
     def on_disk(self) -> dict[str, str]:
-        """Claim UID -> state, as a restarted plugin reads the checkpoint."""
-        raw = json.loads((self.tmp / "cp.json").read_text())
-        return {uid: rec["state"] for uid, rec in raw["claims"].items()}
+        """Claim UID -> state, as a restarted plugin reads the checkpoint (the
+        file and its journal)."""
+        read = CheckpointStore(self.tmp / "cp.json", "boot").load()
+        return {uid: str(rec.state) for uid, rec in read.claims.items()}
 
 
 def crash_at(monkeypatch: pytest.MonkeyPatch, point: str) -> None:
@@ -91,7 +92,7 @@ async def test_crash_between_any_two_steps_converges(
     monkeypatch.undo()
 
     again = await node.start()
-    states = node.on_disk() if (tmp_path / "cp.json").exists() else {}
+    states = node.on_disk()
     specs = node.cdi.claim_uids()
     # A prepared claim has its spec, and no spec outlives its claim's record.
     assert {u for u, s in states.items() if s == ClaimState.PREPARE_COMPLETED} <= specs
@@ -132,6 +133,7 @@ async def test_a_record_without_a_spec_copy_is_reported(
     ref = node.reader.add("c", ["gpu-0"])
     first = await node.start()
     await first.prepare([ref])
+    await first.compact()  # the whole file, as at rest
     # A record of an older version (no spec copy) whose spec went missing.
     raw = json.loads((tmp_path / "cp.json").read_text())
     del raw["claims"][ref.uid]["cdi_spec"]

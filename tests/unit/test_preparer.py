@@ -214,8 +214,8 @@ async def test_started_state_is_durable_before_hardware_changes(tmp_path: Path) 
         def prepare(
             self, device: Device, claim_uid: str, config: DeviceConfig | None
         ) -> Preparation:
-            on_disk = json.loads((tmp_path / "cp.json").read_text())
-            seen.append(on_disk["claims"][claim_uid]["state"])
+            on_disk = CheckpointStore(tmp_path / "cp.json", "boot").load()  # as a restart reads
+            seen.append(str(on_disk.claims[claim_uid].state))
             return super().prepare(device, claim_uid, config)
 
     inv = NodeInventory()

@@ -1,0 +1,1 @@
+"""Reading code of earlier releases, frozen, for rollback tests."""
