@@ -31,6 +31,8 @@ SPARE_ATTACHED = "SpareAttached"
 SPARE_ATTACH_FAILED = "SpareAttachFailed"
 SPARE_RELEASED = "SpareReleased"
 SPARE_TAKEN = "SpareTaken"
+REACH_LABEL_WRONG = "FabricReachLabelWithoutReach"
+REACH_LABEL_MISSING = "FabricReachLabelMissing"
 
 
 def claim_ref(a: FabricAllocation) -> ObjectRef:
@@ -121,3 +123,8 @@ class ControllerEvents:
         if self.recorder is not None:
             note = f"fabric adapter {adapter} gone: {why}; its devices leave this node's pool"
             self.recorder.warning(node, ADAPTER_GONE, "WatchFabric", note)
+
+    def reach_label(self, node: ObjectRef, labelled: bool, note: str) -> None:
+        if self.recorder is not None:
+            reason = REACH_LABEL_WRONG if labelled else REACH_LABEL_MISSING
+            self.recorder.warning(node, reason, "PublishFabricPool", note)
