@@ -247,13 +247,18 @@ class Reconciler:
         model.take_up(inv, reports, allocs, self.variants, w, stored, kept)
         now, models = self.clock(), {d.id: d.model for d in inv.devices}
         models |= model.models(self.variants.values())
-        self.spares.note_allocations(allocs, self.variants, models, self.nodes.objects, now)
+        # Demand is per node: a device published once is on its allocation's node.
+        where = {a.device: model.place(self.variants[a.device], a, inv, reports)
+                 for a in allocs if a.device in self.variants}  # fmt: skip
+        self.spares.note_allocations(allocs, self.variants | where, models, nodes, now)
         in_use = {self._device_of(a) for a in allocs if a.device in self.variants}
         reserved, reclaim = model.shortfall(inv, allocs, self.variants, w.served, in_use, w.busy)
         spares = self.spares.reconcile(
             inv, reports, self.nodes.objects, in_use, self.holds.held(), now, reserved, reclaim
         )
         specs, shown = model.with_spares(specs, inv, reports, spares.variants)
+        if model.holds_back():
+            self._when_stored()  # a spare joins its node's pool once it left the others
         self.variants.update(shown)
         self.published.update({d.name: d for spec in specs for d in spec.devices})
         self.publisher.set_pools([mark_spares(spec, spares.variants) for spec in specs])
@@ -269,6 +274,7 @@ class Reconciler:
             if a.failed:
                 continue
             needed.add(self._device_of(a))
+            v = model.place(v, a, inv, reports)  # a device published once: on a's node
             if not a.ready and not self._hand_over(inv, reports, a, v):
                 self.workers.attach(a, v)
         # Only an allocation that is gone cancels its attach: one that just

@@ -26,12 +26,15 @@ name, and the same device under another name would be free to it. Pure.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from driver import DRIVER_NAME
+from driver.controller import claims as cl
+from driver.controller.pool.devices import build_pool
 from driver.controller.pool.domains import (
     Domain,
     LabelFinding,
@@ -41,6 +44,7 @@ from driver.controller.pool.domains import (
     reaching,
     selector,
 )
+from driver.controller.pool.spare_pools import in_domain_pools, spare_pools, taken_spares
 from driver.controller.pool.variant import Variant, fabric_attributes, offered
 from driver.devices.model import Device
 from driver.fabric_devices.naming import (
@@ -93,7 +97,7 @@ def domain_device(device: FabricDevice, domain: str) -> Device:
 def unplaced(name: str, device_id: str, kind: str, identity: str) -> Variant:
     """A device of a domain pool as a variant: no node, adapter or root until
     an allocation names its node."""
-    return Variant(name, device_id, kind, identity, "", "", "")
+    return Variant(name, device_id, kind, identity, "", "", "", once=True)
 
 
 def carried_variant(device: Device) -> Variant | None:
@@ -166,24 +170,77 @@ def build_domain_pools(
     return DomainPools(tuple(specs), variants, tuple(found))
 
 
+def carried_pool(
+    pool: str, inventory: FabricInventory, nodes: Mapping[str, NodeFabric],
+    excluded: Collection[str], pinned: Mapping[str, str], carried: Mapping[str, Device],
+) -> tuple[tuple[PoolSpec, ...], dict[str, Variant]]:  # fmt: skip
+    """Upgrade from the per-node shape: the variants claims were allocated from
+    ``pool`` itself (before the shape changed) stay published there, and only
+    they, until deallocated; their devices are in no domain pool meanwhile.
+    No pool when there is none."""
+    legacy = {n for n, p in pinned.items() if p == pool}
+    if not legacy:
+        return (), {}
+    spec, variants = build_pool(pool, inventory, nodes, excluded, legacy, carried)
+    keep = tuple(d for d in spec.devices if d.name in legacy)
+    used = {c.counter_set for d in keep for c in d.consumes_counters}
+    sets = tuple(c for c in spec.counter_sets if c.name in used)
+    spec = dataclasses.replace(spec, devices=keep, counter_sets=sets)
+    return (spec,), {n: variants[n] for n in legacy if n in variants}
+
+
+def placed(
+    v: Variant, node: str, inv: FabricInventory, reports: Mapping[str, NodeFabric]
+) -> Variant:
+    """``v`` on ``node`` (the one the scheduler picked), through the adapter
+    there that it is bound to already, else the first of the node's reported
+    adapters that reaches it; with no adapter ("") when none does (the
+    attach then fails, naming the node)."""
+    if v.node:
+        return v
+    report = reports.get(node) or NodeFabric()
+    device = next((d for d in inv.devices if d.id == v.device_id), None)
+    conn = device.connection if device is not None else None
+    reach = sorted(a.adapter for a in (device.adapters if device else ()) if a.node == node)
+    usable = [x for x in reach if x in report.adapters]
+    if conn is not None and conn.node == node and conn.adapter in usable:
+        adapter = conn.adapter
+    else:
+        adapter = usable[0] if usable else ""
+    return dataclasses.replace(v, node=node, adapter=adapter, root=report.adapters.get(adapter, ""))
+
+
 class DomainPool:
     """:class:`~driver.controller.pool.model.PoolModel` with each device once,
     in a pool per reach domain."""
 
     def __init__(self) -> None:
         self._findings: tuple[LabelFinding, ...] = ()
+        self._base = ""
+        self._in_domains: set[str] = set()
+        self._held_back = False
 
     def build(
         self, pool: str, inventory: FabricInventory, nodes: Mapping[str, NodeFabric],
         excluded: Collection[str], pinned: Mapping[str, str], carried: Mapping[str, Device],
         served: Mapping[str, str], node_objects: Iterable[Mapping[str, Any]],
     ) -> tuple[tuple[PoolSpec, ...], dict[str, Variant]]:  # fmt: skip
-        built = build_domain_pools(pool, inventory, nodes, node_objects, excluded, pinned, carried)
+        self._base = pool
+        legacy, kept = carried_pool(pool, inventory, nodes, excluded, pinned, carried)
+        taken, took = taken_spares(pool, pinned, carried)
+        out = set(excluded) | {v.device_id for v in (*kept.values(), *took.values())}
+        built = build_domain_pools(pool, inventory, nodes, node_objects, out, pinned, carried)
         self._findings = built.findings
-        return built.pools, built.variants
+        return (*legacy, *built.pools, *taken), built.variants | kept | took
 
     def findings(self) -> tuple[LabelFinding, ...]:
         return self._findings
+
+    def place(
+        self, v: Variant, a: cl.FabricAllocation, inv: FabricInventory,
+        reports: Mapping[str, NodeFabric],
+    ) -> Variant:  # fmt: skip
+        return placed(v, a.node, inv, reports)
 
     def device_of(self, v: Variant, served: str) -> str:
         return v.device_id
@@ -193,7 +250,10 @@ class DomainPool:
         variants: Mapping[str, Variant], workers: Any, stored: Iterable[Mapping[str, Any]],
         spares: Collection[str],
     ) -> None:  # fmt: skip
-        return None  # a device is published by name: nothing to take up
+        # Nothing to take up (a device is published by name); what the stored
+        # domain pools hold is noted: a spare joins its node's pool only once
+        # it has left them (:meth:`with_spares`).
+        self._in_domains = in_domain_pools(self._base, stored)
 
     def models(self, variants: Iterable[Variant]) -> dict[str, str]:
         return {}
@@ -208,4 +268,9 @@ class DomainPool:
         self, specs: tuple[PoolSpec, ...], inv: FabricInventory,
         reports: Mapping[str, NodeFabric], names: Collection[str],
     ) -> tuple[tuple[PoolSpec, ...], dict[str, Variant]]:  # fmt: skip
-        return specs, {}  # spares keep their place in the domain pool (for now)
+        out, shown = spare_pools(self._base, specs, inv, reports, names, self._in_domains)
+        self._held_back = len(shown) < len(names)
+        return out, shown
+
+    def holds_back(self) -> bool:
+        return self._held_back

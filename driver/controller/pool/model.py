@@ -54,6 +54,19 @@ class PoolModel(Protocol):
         last build (none for a shape that selects no Node by label)."""
         ...
 
+    def holds_back(self) -> bool:
+        """Whether the last ``with_spares`` held a ready spare back until the
+        pool without its old publication is stored (a pass is due then)."""
+        ...
+
+    def place(
+        self, v: Variant, a: cl.FabricAllocation, inv: FabricInventory,
+        reports: Mapping[str, NodeFabric],
+    ) -> Variant:  # fmt: skip
+        """``v`` as allocation ``a`` holds it: on its node, through an adapter
+        there (a variant that names them already is returned as it is)."""
+        ...
+
     def device_of(self, v: Variant, served: str) -> str:
         """The fabric device an allocation of ``v`` holds (``served``: the one
         that arrived for it, "" if none)."""
@@ -102,6 +115,15 @@ class DevicePool:
     def findings(self) -> tuple[LabelFinding, ...]:
         return ()
 
+    def holds_back(self) -> bool:
+        return False
+
+    def place(
+        self, v: Variant, a: cl.FabricAllocation, inv: FabricInventory,
+        reports: Mapping[str, NodeFabric],
+    ) -> Variant:  # fmt: skip
+        return v  # a variant per node and adapter
+
     def device_of(self, v: Variant, served: str) -> str:
         return v.device_id
 
@@ -144,6 +166,15 @@ class SlotPool:
 
     def findings(self) -> tuple[LabelFinding, ...]:
         return ()
+
+    def holds_back(self) -> bool:
+        return False
+
+    def place(
+        self, v: Variant, a: cl.FabricAllocation, inv: FabricInventory,
+        reports: Mapping[str, NodeFabric],
+    ) -> Variant:  # fmt: skip
+        return v  # a slot per node and adapter
 
     def device_of(self, v: Variant, served: str) -> str:
         return served if v.count else v.device_id

@@ -59,6 +59,10 @@ class Variant:
     # A count-based manager's slot ("one X on node N via adapter A":
     # driver.controller.pool.slots): device_id and identity are the slot id.
     count: bool = False
+    # A device published once (``driver.controller.pool.domain_pool``): node,
+    # adapter and root come from its allocation; the node prepares it under
+    # its own variant's name.
+    once: bool = False
 
     @classmethod
     def of(cls, device: Device) -> Variant | None:

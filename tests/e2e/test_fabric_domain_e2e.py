@@ -1,0 +1,118 @@
+"""Each fabric device published once (issue 34, step 2) on the real control plane.
+
+The controller runs with ``--fabric-pool-shape=per-domain``; the harness
+labels the nodes as provisioning would (tests/e2e/conftest.py). Each switch
+is a reach domain: sw0 is wired to both nodes, sw1 to the first node only.
+The real scheduler picks the node from the domain pools' node selectors and
+waits in PreBind while the controller attaches through that node's adapter;
+the node agents prepare through our plugins. Once per attach dialect.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from driver.controller.pool.domains import LABEL_PREFIX
+from driver.fabric_devices.naming import FAILED_CONDITION, READY_CONDITION
+from tests.e2e.fabric_helpers import (
+    DIALECTS,
+    Env,
+    FabricLayout,
+    SwitchLayout,
+    attr,
+    conditions,
+    fabric_pool,
+    fabric_slices,
+    gpu_request,
+    running,
+    template,
+)
+from tests.e2e.helpers import wait_for
+from tests.e2e.pods import claim_of, gone, pod, refused
+
+pytestmark = pytest.mark.cluster
+FABRIC_DIALECTS = DIALECTS
+LAYOUT = FabricLayout(
+    (
+        SwitchLayout("sw0", "adapter0", gpus=("gpu-0", "gpu-1")),
+        SwitchLayout("sw1", "adapter1", gpus=("gpu-2",), wired=(0,)),
+    )
+)
+
+
+@pytest.fixture(scope="module")
+def fabric_layout() -> FabricLayout:
+    return LAYOUT
+
+
+@pytest.fixture(scope="module")
+def controller_args() -> tuple[str, ...]:
+    return ("--fabric-pool-shape=per-domain",)
+
+
+def attach_requests(env: Env) -> Counter[tuple[str, str]]:
+    """(device, "node/adapter") -> attach requests the fabric received."""
+    return Counter((r["target"], r["initiator"]) for r in env.fabric.attach_requests())
+
+
+def on_switch(name: str, switch: str) -> dict[str, Any]:
+    cel = f'device.attributes["patchbay.dev"].fabricSwitch == "{switch}"'
+    return {"name": name, "exactly": {"deviceClassName": "gpu.patchbay.dev",
+                                      "selectors": [{"cel": {"expression": cel}}]}}  # fmt: skip
+
+
+def test_each_device_once_attached_through_the_picked_nodes_adapter(
+    env: Env, resource_api: Any, core: Any, namespace: str
+) -> None:
+    slices = fabric_slices(resource_api)
+    held = {(s.spec.pool.name, attr(d, "fabricDevice")) for s in slices for d in s.spec.devices}
+    assert held == {("fabric/pcie0.sw0", "gpu-0"), ("fabric/pcie0.sw0", "gpu-1"),
+                    ("fabric/pcie0.sw1", "gpu-2")}  # fmt: skip
+    for s in slices:
+        (term,) = s.spec.node_selector.node_selector_terms
+        domain = s.spec.pool.name.split("/")[1]
+        assert [(e.key, e.operator) for e in term.match_expressions] == [
+            (LABEL_PREFIX + domain, "Exists")
+        ]
+        assert not term.match_fields and s.spec.node_name is None
+    for d in fabric_pool(resource_api).values():
+        assert d.binds_to_node and d.node_name is None and not d.consumes_counters
+        assert d.binding_conditions == [READY_CONDITION]
+        assert d.binding_failure_conditions == [FAILED_CONDITION]
+        assert "resource.kubernetes.io/pcieRoot" not in d.attributes
+    ns, node = namespace, env.nodes[1].name
+    before = attach_requests(env)
+    tmpl = template(resource_api, ns, "once", [gpu_request(fabric_device="gpu-0")])
+    pod(core, ns, "once", node, tmpl)
+    running(env, core, ns, "once", timeout=150)
+    claim = claim_of(core, resource_api, ns, "once")
+    (result,) = claim.status.allocation.devices.results
+    assert result.pool == "fabric/pcie0.sw0"
+    assert conditions(claim, result.device)[READY_CONDITION] == "True"
+    (entry,) = [d for d in claim.status.devices if d.device == result.device]
+    assert entry.pool == result.pool and entry.data["adapter"] == "adapter0"
+    assert env.fabric.connections()["gpu-0"][:2] == (node, "adapter0")
+    assert attach_requests(env) - before == Counter({("gpu-0", f"{node}/adapter0"): 1})
+    gone(core, ns, "once")
+    wait_for("gpu-0 detached", lambda: "gpu-0" not in env.fabric.connections(), timeout=60)
+
+
+def test_a_device_only_one_node_reaches_goes_only_to_that_node(
+    env: Env, resource_api: Any, core: Any, namespace: str
+) -> None:
+    ns, first, second = namespace, env.nodes[0].name, env.nodes[1].name
+    before = attach_requests(env)
+    tmpl = template(resource_api, ns, "only", [gpu_request(fabric_device="gpu-2")])
+    pod(core, ns, "pinned", second, tmpl)  # second's adapters reach no sw1 device
+    said = refused(core, ns, "pinned")
+    assert "cannot allocate all claims" in said or "resourceclaim" in said.lower(), said
+    pod(core, ns, "free", None, tmpl)
+    running(env, core, ns, "free", timeout=150)
+    assert core.read_namespaced_pod("free", ns).spec.node_name == first
+    assert env.fabric.connections()["gpu-2"][:2] == (first, "adapter1")
+    assert attach_requests(env) - before == Counter({("gpu-2", f"{first}/adapter1"): 1})
+    gone(core, ns, "free", "pinned")
+    wait_for("gpu-2 detached", lambda: "gpu-2" not in env.fabric.connections(), timeout=60)
