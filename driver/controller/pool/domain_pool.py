@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -246,9 +246,9 @@ class DomainPool:
         return v.device_id
 
     def take_up(
-        self, inv: FabricInventory, reports: Mapping[str, NodeFabric], allocs: Iterable[Any],
-        variants: Mapping[str, Variant], workers: Any, stored: Iterable[Mapping[str, Any]],
-        spares: Collection[str],
+        self, inv: FabricInventory, reports: Mapping[str, NodeFabric],
+        allocs: Iterable[cl.FabricAllocation], variants: Mapping[str, Variant], workers: object,
+        stored: Iterable[Mapping[str, Any]], spares: Collection[str],
     ) -> None:  # fmt: skip
         # Nothing to take up (a device is published by name); what the stored
         # domain pools hold is noted: a spare joins its node's pool only once
@@ -259,8 +259,9 @@ class DomainPool:
         return {}
 
     def shortfall(
-        self, inv: FabricInventory, allocs: Iterable[Any], variants: Mapping[str, Variant],
-        served: Any, in_use: Collection[str], leaving: Any,
+        self, inv: FabricInventory, allocs: Iterable[cl.FabricAllocation],
+        variants: Mapping[str, Variant], served: Callable[[cl.FabricAllocation], str],
+        in_use: Collection[str], leaving: Callable[[str], bool],
     ) -> tuple[set[str], set[str]]:  # fmt: skip
         return set(), set()  # an allocated device is allocated by its one name
 
@@ -268,8 +269,8 @@ class DomainPool:
         self, specs: tuple[PoolSpec, ...], inv: FabricInventory,
         reports: Mapping[str, NodeFabric], names: Collection[str],
     ) -> tuple[tuple[PoolSpec, ...], dict[str, Variant]]:  # fmt: skip
-        out, shown = spare_pools(self._base, specs, inv, reports, names, self._in_domains)
-        self._held_back = len(shown) < len(names)
+        out, shown, waiting = spare_pools(self._base, specs, inv, reports, names, self._in_domains)
+        self._held_back = waiting
         return out, shown
 
     def holds_back(self) -> bool:

@@ -85,10 +85,11 @@ def in_domain_pools(base: str, stored: Iterable[Mapping[str, Any]]) -> set[str]:
 def spare_pools(
     base: str, specs: tuple[PoolSpec, ...], inv: FabricInventory,
     reports: Mapping[str, NodeFabric], names: Collection[str], in_domains: Collection[str],
-) -> tuple[tuple[PoolSpec, ...], dict[str, Variant]]:  # fmt: skip
+) -> tuple[tuple[PoolSpec, ...], dict[str, Variant], bool]:  # fmt: skip
     """``specs`` with the ready spares ``names`` (their nodes' variant names)
     out of the domain pools and, once the stored ones no longer hold them
-    (``in_domains``), in their nodes' pools; the spare variants published."""
+    (``in_domains``), in their nodes' pools; the spare variants published;
+    whether a spare waits for that (a pass is due once the pools are stored)."""
     by_id = {d.id: d for d in inv.devices}
     ready = {v.name: v for d in inv.devices for v in reachable(d, reports) if v.name in names}
     ids = {v.device_id for v in ready.values()}
@@ -110,7 +111,7 @@ def spare_pools(
             out[merged[name]] = node_pool(base, node, (*held.devices, *devices))
         else:
             out.append(node_pool(base, node, devices))
-    return tuple(out), shown
+    return tuple(out), shown, len(shown) < len(ready)
 
 
 def taken_spares(
