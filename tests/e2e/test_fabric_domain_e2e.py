@@ -10,7 +10,9 @@ the node agents prepare through our plugins. Once per attach dialect.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +25,7 @@ from tests.e2e.fabric_helpers import (
     FabricLayout,
     SwitchLayout,
     attr,
+    claim_gone_or_free,
     conditions,
     fabric_pool,
     fabric_slices,
@@ -33,6 +36,7 @@ from tests.e2e.fabric_helpers import (
 )
 from tests.e2e.helpers import wait_for
 from tests.e2e.pods import claim_of, gone, pod, refused
+from tests.harness.poll import WaitTimedOut
 
 pytestmark = pytest.mark.cluster
 FABRIC_DIALECTS = DIALECTS
@@ -57,6 +61,12 @@ def controller_args() -> tuple[str, ...]:
 def attach_requests(env: Env) -> Counter[tuple[str, str]]:
     """(device, "node/adapter") -> attach requests the fabric received."""
     return Counter((r["target"], r["initiator"]) for r in env.fabric.attach_requests())
+
+
+def on_switch(name: str, switch: str) -> dict[str, Any]:
+    cel = f'device.attributes["patchbay.dev"].fabricSwitch == "{switch}"'
+    return {"name": name, "exactly": {"deviceClassName": "gpu.patchbay.dev",
+                                      "selectors": [{"cel": {"expression": cel}}]}}  # fmt: skip
 
 
 def test_each_device_once_attached_through_the_picked_nodes_adapter(
@@ -111,6 +121,65 @@ def test_a_device_only_one_node_reaches_goes_only_to_that_node(
     assert attach_requests(env) - before == Counter({("gpu-2", f"{first}/adapter1"): 1})
     gone(core, ns, "free", "pinned")
     wait_for("gpu-2 detached", lambda: "gpu-2" not in env.fabric.connections(), timeout=60)
+
+
+def one_runs(env: Env, core: Any, ns: str, pods: tuple[str, str]) -> str | None:
+    """The one of ``pods`` that runs (None while neither does)."""
+    env.check_alive()
+    phases = {n: core.read_namespaced_pod(n, ns).status.phase for n in pods}
+    return next((n for n, p in phases.items() if p == "Running"), None)
+
+
+def explain(env: Env, core: Any, resource_api: Any, ns: str, pods: tuple[str, ...]) -> str:
+    """Where the pods, their claims and the fabric stand (a failure's message)."""
+    lines = [f"connections: {env.fabric.connections()}"]
+    for name in pods:
+        p = core.read_namespaced_pod(name, ns)
+        said = [f"{c.type}={c.status} {c.message or ''}" for c in p.status.conditions or ()]
+        lines.append(f"pod {name}: {p.status.phase} on {p.spec.node_name}: {said}")
+        for st in p.status.resource_claim_statuses or ():
+            c = resource_api.read_namespaced_resource_claim(st.resource_claim_name, ns)
+            lines.append(f"  claim {st.resource_claim_name}: {c.status}")
+    sched = Path(env.nodes[0].cluster.run_dir) / "logs" / "kube-scheduler.log"
+    said = [
+        ln for ln in sched.read_text(errors="replace").splitlines() if any(p in ln for p in pods)
+    ]
+    return "\n".join([*lines, *said[-30:], env.ctl.log_tail(40)])
+
+
+def test_two_nodes_race_for_the_last_fabric_gpu_and_the_scheduler_decides(
+    env: Env, resource_api: Any, core: Any, namespace: str
+) -> None:
+    ns, first, second = namespace, env.nodes[0].name, env.nodes[1].name
+    # gpu-1 is held: gpu-0 is sw0's last free device, which both nodes reach.
+    hold = template(resource_api, ns, "hold", [gpu_request(fabric_device="gpu-1")])
+    pod(core, ns, "hold", first, hold)
+    running(env, core, ns, "hold", timeout=150)
+    race = template(resource_api, ns, "race", [on_switch("gpu", "sw0")])
+    for i in range(20):
+        a, b = f"a{i}", f"b{i}"
+        pod(core, ns, a, first, race)
+        pod(core, ns, b, second, race)
+
+        runs = functools.partial(one_runs, env, core, ns, (a, b))
+        try:
+            winner = wait_for(f"one of {a}, {b} running", runs, timeout=150)
+        except WaitTimedOut:
+            pytest.fail(explain(env, core, resource_api, ns, (a, b, "hold")))
+        loser = b if winner == a else a
+        said = refused(core, ns, loser)
+        assert "cannot allocate all claims" in said or "resourceclaim" in said.lower(), said
+        claim = claim_of(core, resource_api, ns, winner)
+        (result,) = claim.status.allocation.devices.results
+        assert conditions(claim, result.device).get(FAILED_CONDITION) != "True"
+        assert env.fabric.connections()["gpu-0"][0] == (first if winner == a else second)
+        gone(core, ns, a, b)
+        wait_for("gpu-0 detached", lambda: "gpu-0" not in env.fabric.connections(), timeout=60)
+        # The next pair comes once the scheduler can know the claim is gone: a
+        # deleted claim requeues no other pod (it would wait for a retry).
+        wait_for(f"{winner}'s claim gone", functools.partial(
+            claim_gone_or_free, resource_api, ns, claim.metadata.name), timeout=60)  # fmt: skip
+    gone(core, ns, "hold")
 
 
 def held(resource_api: Any) -> list[tuple[str, str]]:
