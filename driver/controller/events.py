@@ -42,6 +42,9 @@ LEASE_EVICTION_BLOCKED = "LeaseEvictionBlocked"
 LEASE_EXTENDED = "LeaseExtended"
 LEASE_EXTENSION_REFUSED = "LeaseExtensionRefused"
 
+REACH_LABEL_WRONG = "FabricReachLabelWithoutReach"
+REACH_LABEL_MISSING = "FabricReachLabelMissing"
+
 
 def claim_ref(a: FabricAllocation) -> ObjectRef:
     return ObjectRef("ResourceClaim", a.name, a.namespace, a.claim_uid, "resource.k8s.io/v1")
@@ -177,3 +180,8 @@ class ControllerEvents:
     def extension_refused(self, claim: ObjectRef, note: str) -> None:
         if self.recorder is not None:
             self.recorder.warning(claim, LEASE_EXTENSION_REFUSED, "Extend", note)
+
+    def reach_label(self, node: ObjectRef, labelled: bool, note: str) -> None:
+        if self.recorder is not None:
+            reason = REACH_LABEL_WRONG if labelled else REACH_LABEL_MISSING
+            self.recorder.warning(node, reason, "PublishFabricPool", note)
