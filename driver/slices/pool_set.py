@@ -7,6 +7,14 @@ pool is written by its own :class:`~driver.slices.publisher.SlicePublisher`
 slice of the family; a pool that is no longer wanted has its slices
 deleted, so nothing is left behind when a domain goes.
 
+Nothing is withdrawn, or written, before the owner's first
+:meth:`PoolSetPublisher.set_pools`: until then it has said nothing about
+which pools it wants (a controller that just took over lists the stored
+slices long before its first full pass), and a stored pool is not known to
+be unwanted. A new leader that withdrew the fabric pool then would pull
+allocated devices from under their claims and lose what a previous
+incarnation had attached.
+
 Concurrency: tasks on the process's asyncio loop, in :meth:`PoolSetPublisher.run`'s
 TaskGroup: the shared watch, a writer per pool, and the loop that starts
 writers, withdraws pools and tracks ``in_sync``.
@@ -59,15 +67,19 @@ class PoolSetPublisher:
         )  # fmt: skip
         self._writers: dict[str, SlicePublisher] = {}
         self._wanted: dict[str, PoolSpec] = {}
+        # Set by the first set_pools: only then is a stored pool known to be unwanted.
+        self._declared = asyncio.Event()
         self.synced = self._stored.synced
         self.in_sync = asyncio.Event()
         self.on_listed: Callable[[], None] | None = None
 
     def set_pools(self, pools: Sequence[PoolSpec]) -> None:
-        """Declare every pool of the family; those not named are withdrawn."""
+        """Declare every pool of the family; those not named are withdrawn.
+        Call it with the whole view (the first call ends the wait in :meth:`run`)."""
         wanted = {p.pool_name: p for p in pools}
-        if wanted == self._wanted:
+        if wanted == self._wanted and self._declared.is_set():
             return
+        self._declared.set()
         self._wanted = wanted
         for name, spec in wanted.items():
             if name in self._writers:
@@ -91,6 +103,7 @@ class PoolSetPublisher:
         async with asyncio.TaskGroup() as group:
             group.create_task(self._stored.run(), name="pool-set-watch")
             await self.synced.wait()
+            await self._declared.wait()  # nothing is known unwanted before
             backoff = Backoff(BACKOFF_START, BACKOFF_MAX, BACKOFF_JITTER)
             track: asyncio.Task[None] | None = None
             while True:
