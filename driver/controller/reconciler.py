@@ -46,6 +46,7 @@ from driver.controller.pool.layout import mark_spares
 from driver.controller.pool.model import pool_model
 from driver.controller.pool.states import carry_held_back, device_states, published_devices
 from driver.controller.pool.variant import Variant
+from driver.controller.requeue import Requeue
 from driver.controller.spares.keeper import SpareKeeper
 from driver.controller.spares.policy import SpareRules
 from driver.devices.model import Device
@@ -96,13 +97,15 @@ class Reconciler:
         self.model = pool_model(fabric.picks_devices, settings.fabric_pool_shape)
         self._dirty = asyncio.Event()
         self._refresh = asyncio.Event()
-        self.claims = ObjectCache(api, f"{RESOURCE_V1}/resourceclaims", self.mark)
         self.nodes = ObjectCache(api, "/api/v1/nodes", self.mark)
         # The fabric pool and its per-domain pools (a shape's others are withdrawn).
         family = functools.partial(in_fabric_pool, fabric_pool=self.pool)
         query = {"fieldSelector": "spec.driver=patchbay.dev"}
         self.publisher = PoolSetPublisher(api, query, family, "patchbay-controller")
         self.publisher.on_listed = self.mark  # the first pass waits for the stored slices
+        self.requeue = Requeue(self.pool, self.publisher.renew)  # a PreBind nobody waits for
+        self.claims = ObjectCache(api, f"{RESOURCE_V1}/resourceclaims", self.mark,
+                                  on_event=self.requeue.seen)  # fmt: skip
         self.inventory: FabricInventory | None = None
         self.variants: dict[str, Variant] = {}  # every variant ever published, by name
         self.published: dict[str, Device] = {}  # the last published device of each name
@@ -238,6 +241,7 @@ class Reconciler:
             self.published = published_devices(self.publisher.stored().values())
         self.holds.expire()
         allocs = cl.all_allocations(list(self.claims.objects.values()), self.pool)
+        self.requeue.note(allocs, self.claims.objects.values())
         self._tell_doubts(inv, allocs)
         pinned = {a.device: a.pool for a in allocs}
         carried = {n: self.published[n] for n in pinned if n in self.published}

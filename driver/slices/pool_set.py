@@ -87,6 +87,17 @@ class PoolSetPublisher:
         self.in_sync.clear()
         self._changed.set()
 
+    def renew(self, pool: str | None) -> bool:
+        """Write ``pool`` (None: the first wanted one) once more as it is
+        (``SlicePublisher.renew``); False when it is not wanted or not
+        written yet."""
+        name = pool if pool is not None else min(self._wanted, default="")
+        writer = self._writers.get(name) if name in self._wanted else None
+        if writer is None:
+            return False
+        writer.renew()
+        return True
+
     def stored(self) -> dict[str, dict[str, Any]]:
         return dict(self._stored.objects)
 

@@ -26,7 +26,7 @@ from driver.kube.client import KubeClient
 from driver.kube.events import ObjectEvents
 from driver.metrics import SLICE_FAILURES, SLICE_WRITES
 from driver.slices.build import DesiredSlice, PoolSpec, build_slices, left_out, slice_object
-from driver.slices.diff import diff_pool
+from driver.slices.diff import diff_pool, renewal
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,7 @@ class SlicePublisher:
         # someone fighting us). We back off instead of writing in a hot loop.
         self._rewrites = 0
         self._last_written: PoolSpec | None = None
+        self._renew = False  # write the pool again as it is (:meth:`renew`)
         self.synced = self._stored.synced  # set once the first listing is in the cache
         self.in_sync = asyncio.Event()
         # Called on the loop after every (re)listing, the first one included:
@@ -107,6 +108,14 @@ class SlicePublisher:
     def wake(self) -> None:
         """Compare again (a shared cache changed)."""
         self._dirty.set()
+
+    def renew(self) -> None:
+        """Write the pool once more as it is, at a new generation (an Update of
+        each slice): an event for the scheduler where nothing in the pool
+        changed (``driver.controller.requeue``). Nothing without a pool."""
+        if self._desired is not None:
+            self._renew = True
+            self._dirty.set()
 
     @property
     def _cache(self) -> dict[str, dict[str, Any]]:
@@ -164,10 +173,15 @@ class SlicePublisher:
             self._report_left_out(pool)
         desired = self._built[1]
         diff = diff_pool(desired, self._cache, pool.owner, self._generation)
+        renewing, self._renew = self._renew and diff.in_sync, False
+        if renewing:
+            log.info("pool %s: renewed for the scheduler (nothing in it changed)", pool.pool_name)
+            diff = renewal(diff, desired, self._generation)
         if diff.in_sync:
             self.in_sync.set()
             return
-        self._rewrites = self._rewrites + 1 if pool is self._last_written else 0
+        if not renewing:  # a renewal is asked for, not a drift
+            self._rewrites = self._rewrites + 1 if pool is self._last_written else 0
         self._last_written = pool
         if self._rewrites >= REWRITES_BEFORE_BACKOFF:
             SLICE_FAILURES.labels(reason="diverged").inc()
