@@ -24,13 +24,13 @@ more, as it is, after the scheduler's poll must have let go
 which the plugin registers without a hint, moves every pod it rejected
 back to the active queue. One write per abandoned allocation; nothing
 otherwise. Allocations are learnt from every watch event of a claim
-(:meth:`Requeue.seen`), since such a one lives a few milliseconds, and
-deletions from the passes. A claim deallocated and kept (not generated for its pod) stays
-in flight until the scheduler's binding timeout; nothing short of that
-frees it.
+(:meth:`Requeue.seen`), since such a one lives a few milliseconds;
+deletions from the passes. A claim deallocated and kept (not generated
+for its pod) stays in flight until the scheduler's binding timeout;
+nothing short of that frees it.
 
 Concurrency: called from the claims watch and the reconciler's pass on
-the event loop; the delayed write is a ``call_later`` callback on the same loop.
+the event loop; the delayed write is a ``call_later`` callback on it.
 """
 
 from __future__ import annotations
