@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from driver import DRIVER_NAME
+from driver.devices.inventory import serving
 from driver.errors import ClaimError
 from driver.fabric_devices.naming import PREPARED_AS_KEY
 
@@ -81,7 +82,7 @@ def parse_allocation(
         if result.get("driver") != driver:
             continue
         pool = _text(result.get("pool"), f"{path}.pool", name)
-        if pool not in pools:
+        if serving(pool, pools) is None:
             raise ClaimError(
                 f"device {result.get('device')} is allocated from pool {pool}, "
                 f"which this node does not serve ({', '.join(sorted(pools))})"

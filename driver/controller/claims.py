@@ -23,6 +23,7 @@ from driver.fabric_devices.naming import (
     FAILED_CONDITION,
     LEGACY_FAILED_CONDITION,
     READY_CONDITION,
+    in_fabric_pool,
 )
 
 # The key of ``status.devices[].data`` that holds an attach's operation handle
@@ -55,6 +56,11 @@ class FabricAllocation:
     # The fabric device its status data names (``fabricDevice``): for a
     # count-based manager's slot, the device that arrived (attach.slot_attach).
     served: str = ""
+    # The pool it was allocated from: the fabric pool, or one of its
+    # per-domain pools (``driver.controller.pool.domain_pool``).
+    pool: str = ""
+    # The node the scheduler picked (``allocation.nodeSelector``), "" if none.
+    node: str = ""
 
 
 def _condition_true(entry: Mapping[str, Any], kind: str) -> bool:
@@ -87,14 +93,29 @@ def _served(entry: Mapping[str, Any]) -> str:
     return served if isinstance(served, str) else ""
 
 
+def allocated_node(allocation: Mapping[str, Any]) -> str:
+    """The one node an allocation's ``nodeSelector`` names by ``metadata.name``
+    (what the scheduler writes for a device that binds to a node), or ""."""
+    terms = (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or ()
+    for term in terms:
+        for f in term.get("matchFields") or ():
+            values = list(f.get("values") or [])
+            if f.get("key") == "metadata.name" and f.get("operator") == "In" and len(values) == 1:
+                return str(values[0])
+    return ""
+
+
 def fabric_allocations(claim: Mapping[str, Any], pool: str) -> list[FabricAllocation]:
+    """The claim's allocation results from the fabric pool ``pool`` or its domain pools."""
     meta = claim.get("metadata") or {}
     allocation = (claim.get("status") or {}).get("allocation") or {}
+    node = allocated_node(allocation)
     out = []
     for r in (allocation.get("devices") or {}).get("results") or ():
-        if r.get("driver") != DRIVER_NAME or r.get("pool") != pool:
+        if r.get("driver") != DRIVER_NAME or not in_fabric_pool(str(r.get("pool")), pool):
             continue
-        entry = _entry(claim, pool, r["device"])
+        pool_of = str(r["pool"])
+        entry = _entry(claim, pool_of, r["device"])
         out.append(
             FabricAllocation(
                 claim_uid=str(meta.get("uid", "")),
@@ -107,6 +128,8 @@ def fabric_allocations(claim: Mapping[str, Any], pool: str) -> list[FabricAlloca
                 waits=bool(r.get("bindingConditions")),
                 failure_condition=_failure_condition(r),
                 served=_served(entry),
+                pool=pool_of,
+                node=node,
             )
         )
     return out
@@ -160,7 +183,7 @@ def is_allocated_with(claim: Mapping[str, Any], uid: str, pool: str, device: str
     """Whether ``claim`` is still the same claim and holds ``device`` of ``pool``."""
     if (claim.get("metadata") or {}).get("uid") != uid:
         return False
-    return any(a.device == device for a in fabric_allocations(claim, pool))
+    return any((a.device, a.pool) == (device, pool) for a in fabric_allocations(claim, pool))
 
 
 def all_allocations(claims: Sequence[Mapping[str, Any]], pool: str) -> list[FabricAllocation]:

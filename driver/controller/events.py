@@ -46,6 +46,9 @@ IDLE_RECLAIMED = "IdleReclaimed"
 LEASE_WOULD_EVICT = "LeaseWouldEvict"
 IDLE_THRESHOLD_BELOW_NODE = "IdleThresholdBelowNode"
 
+REACH_LABEL_WRONG = "FabricReachLabelWithoutReach"
+REACH_LABEL_MISSING = "FabricReachLabelMissing"
+
 
 def claim_ref(a: FabricAllocation) -> ObjectRef:
     return ObjectRef("ResourceClaim", a.name, a.namespace, a.claim_uid, "resource.k8s.io/v1")
@@ -201,3 +204,8 @@ class ControllerEvents:
     def idle_threshold_below_node(self, policy: ObjectRef, note: str) -> None:
         if self.recorder is not None:
             self.recorder.warning(policy, IDLE_THRESHOLD_BELOW_NODE, "Idle", note)
+
+    def reach_label(self, node: ObjectRef, labelled: bool, note: str) -> None:
+        if self.recorder is not None:
+            reason = REACH_LABEL_WRONG if labelled else REACH_LABEL_MISSING
+            self.recorder.warning(node, reason, "PublishFabricPool", note)

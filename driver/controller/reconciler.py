@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Iterable, Mapping
@@ -40,15 +41,17 @@ from driver.controller.attach.reports import NodeReports
 from driver.controller.attach.status import ClaimStatusWriter
 from driver.controller.attach.workers import Workers
 from driver.controller.events import CONTROLLER, ControllerEvents, gone_adapters, node_ref
+from driver.controller.pool.domains import LabelFinding
 from driver.controller.pool.layout import mark_spares
 from driver.controller.pool.model import pool_model
 from driver.controller.pool.states import carry_held_back, device_states, published_devices
 from driver.controller.pool.variant import Variant
+from driver.controller.requeue import Requeue
 from driver.controller.spares.keeper import SpareKeeper
 from driver.controller.spares.policy import SpareRules
 from driver.devices.model import Device
 from driver.errors import FabricApiError, FabricUnavailable
-from driver.fabric_devices.naming import NodeFabric
+from driver.fabric_devices.naming import NodeFabric, in_fabric_pool
 from driver.fabricclient.model import FabricInventory
 from driver.fabricclient.protocol import FabricApi
 from driver.kube.api import RESOURCE_V1
@@ -56,7 +59,7 @@ from driver.kube.cache import ObjectCache
 from driver.kube.client import KubeClient
 from driver.kube.events import EventRecorder
 from driver.metrics import FABRIC_DEVICES, FABRIC_POOL_DEVICES
-from driver.slices.publisher import SlicePublisher
+from driver.slices.pool_set import PoolSetPublisher
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +72,8 @@ class Settings(Protocol):
 
     @property
     def fabric_pool(self) -> str: ...
+    @property
+    def fabric_pool_shape(self) -> str: ...
     @property
     def fabric_refresh(self) -> float: ...
     @property
@@ -88,15 +93,19 @@ class Reconciler:
         self.fabric = fabric
         self.settings = settings
         self.pool = settings.fabric_pool
-        self.model = pool_model(fabric.picks_devices)  # devices, or a count manager's slots
+        # Variants per node, each device once per reach domain, or a count manager's slots.
+        self.model = pool_model(fabric.picks_devices, settings.fabric_pool_shape)
         self._dirty = asyncio.Event()
         self._refresh = asyncio.Event()
-        self.claims = ObjectCache(api, f"{RESOURCE_V1}/resourceclaims", self.mark)
         self.nodes = ObjectCache(api, "/api/v1/nodes", self.mark)
-        self.publisher = SlicePublisher(
-            api, {"fieldSelector": "spec.driver=patchbay.dev"}, self.pool, "patchbay-controller"
-        )
+        # The fabric pool and its per-domain pools (a shape's others are withdrawn).
+        family = functools.partial(in_fabric_pool, fabric_pool=self.pool)
+        query = {"fieldSelector": "spec.driver=patchbay.dev"}
+        self.publisher = PoolSetPublisher(api, query, family, "patchbay-controller")
         self.publisher.on_listed = self.mark  # the first pass waits for the stored slices
+        self.requeue = Requeue(self.pool, self.publisher.renew)  # a PreBind nobody waits for
+        self.claims = ObjectCache(api, f"{RESOURCE_V1}/resourceclaims", self.mark,
+                                  on_event=self.requeue.seen)  # fmt: skip
         self.inventory: FabricInventory | None = None
         self.variants: dict[str, Variant] = {}  # every variant ever published, by name
         self.published: dict[str, Device] = {}  # the last published device of each name
@@ -105,6 +114,7 @@ class Reconciler:
         self.recorder = EventRecorder(api, CONTROLLER, settings.identity)
         self.events = ControllerEvents(self.recorder)
         self._adapters: tuple[dict[str, NodeFabric], set[tuple[str, str]]] | None = None
+        self._findings: set[LabelFinding] = set()
         self._node_uuids: dict[str, str] = {}
         # (claim UID, device) -> why a read holds that attached device back, as told.
         self._doubts: dict[tuple[str, str], str] = {}
@@ -231,29 +241,38 @@ class Reconciler:
             self.published = published_devices(self.publisher.stored().values())
         self.holds.expire()
         allocs = cl.all_allocations(list(self.claims.objects.values()), self.pool)
+        self.requeue.note(allocs, self.claims.objects.values())
         self._tell_doubts(inv, allocs)
-        pinned = {a.device for a in allocs}
+        pinned = {a.device: a.pool for a in allocs}
         carried = {n: self.published[n] for n in pinned if n in self.published}
         served = {a.device: self._device_of(a) for a in allocs if a.device in self.variants}
-        model, held, w = self.model, self.holds.held(), self.workers
-        spec, variants = model.build(self.pool, inv, reports, held, pinned, carried, served)
+        model, held, w, nodes = self.model, self.holds.held(), self.workers, self.nodes.objects
+        specs, variants = model.build(
+            self.pool, inv, reports, held, pinned, carried, served, nodes.values()
+        )
         self.variants.update(variants)
+        self._report_labels()
         stored = self.publisher.stored().values()
         kept = {s.device_id for s in self.spares.last.keep}
         model.take_up(inv, reports, allocs, self.variants, w, stored, kept)
         now, models = self.clock(), {d.id: d.model for d in inv.devices}
         models |= model.models(self.variants.values())
-        self.spares.note_allocations(allocs, self.variants, models, self.nodes.objects, now)
+        # Demand is per node: a device published once is on its allocation's node.
+        where = {a.device: model.place(self.variants[a.device], a, inv, reports)
+                 for a in allocs if a.device in self.variants}  # fmt: skip
+        self.spares.note_allocations(allocs, self.variants | where, models, nodes, now)
         in_use = {self._device_of(a) for a in allocs if a.device in self.variants}
         reserved, reclaim = model.shortfall(inv, allocs, self.variants, w.served, in_use, w.busy)
         spares = self.spares.reconcile(
             inv, reports, self.nodes.objects, in_use, self.holds.held(), now, reserved, reclaim
         )
-        spec, shown = model.with_spares(spec, inv, reports, spares.variants)
+        specs, shown = model.with_spares(specs, inv, reports, spares.variants)
+        if model.holds_back():
+            self._when_stored()  # a spare joins its node's pool once it left the others
         self.variants.update(shown)
-        self.published.update({d.name: d for d in spec.devices})
-        self.publisher.set_pool(mark_spares(spec, spares.variants))
-        FABRIC_POOL_DEVICES.set(len(spec.devices))
+        self.published.update({d.name: d for spec in specs for d in spec.devices})
+        self.publisher.set_pools([mark_spares(spec, spares.variants) for spec in specs])
+        FABRIC_POOL_DEVICES.set(sum(len(spec.devices) for spec in specs))
         # An attach that ended here is remembered until the cache shows its outcome.
         self.workers.forget({(a.claim_uid, a.device) for a in allocs if not (a.ready or a.failed)})
         needed: set[str] = set()
@@ -265,6 +284,7 @@ class Reconciler:
             if a.failed:
                 continue
             needed.add(self._device_of(a))
+            v = model.place(v, a, inv, reports)  # a device published once: on a's node
             if not a.ready and not self._hand_over(inv, reports, a, v):
                 self.workers.attach(a, v)
         # Only an allocation that is gone cancels its attach: one that just
@@ -354,6 +374,15 @@ class Reconciler:
             self._node_uuids = uuids
             self.fabric.set_node_uuids(uuids)
             self.refresh_fabric()
+
+    def _report_labels(self) -> None:
+        """A Warning Event on each Node whose reach label disagrees with its
+        adapters, once per new disagreement (``driver.controller.pool.domains``)."""
+        now = set(self.model.findings())
+        for f in sorted(now - self._findings, key=lambda f: (f.node, f.domain)):
+            log.warning("node %s: %s", f.node, f.note())
+            self.events.reach_label(node_ref(self.nodes.objects, f.node), f.labelled, f.note())
+        self._findings = now
 
     def _watch_adapters(self, reports: dict[str, NodeFabric], inv: FabricInventory) -> None:
         """An Event on each Node whose report or fabric entry lost an adapter."""

@@ -13,6 +13,17 @@ from collections.abc import Iterable, Mapping
 from driver.devices.model import Device
 
 
+def serving(pool: str, pools: Iterable[str]) -> str | None:
+    """The pool of ``pools`` that serves ``pool``: itself, or the one it is a
+    sub-pool of (``<pool>/...``: the fabric pool's per-domain pools, whose
+    devices the node prepares as its own fabric pool's), else None."""
+    pools = set(pools)
+    if pool in pools:
+        return pool
+    above = [p for p in pools if pool.startswith(p + "/")]
+    return max(above, key=len) if above else None
+
+
 class NodeInventory:
     """A snapshot of devices per pool, replaced atomically."""
 
@@ -32,7 +43,8 @@ class NodeInventory:
         return frozenset(self._pools)
 
     def lookup(self, pool: str, device: str) -> Device | None:
-        return self._pools.get(pool, {}).get(device)
+        mine = serving(pool, self._pools)
+        return self._pools[mine].get(device) if mine is not None else None
 
     def devices(self, pool: str) -> list[Device]:
         return list(self._pools.get(pool, {}).values())

@@ -88,6 +88,21 @@ def variant_name(identity: str, node: str, adapter: str, kind: str = "gpu") -> s
     return f"{head}-{_short(f'{node}/{adapter}', 16)}"
 
 
+def device_name(identity: str, kind: str = "gpu") -> str:
+    """The name of a fabric device in a per-domain pool, where it is published
+    once (``driver.controller.pool.domain_pool``): ``fgpu-<16 hex of the
+    identity's hash>`` (``fnic-``, ``fnvme-``, ``fcxl-`` for the other kinds).
+    The node prepares it as its own :func:`variant_name` of the device, which
+    the controller writes into the claim's status (:data:`PREPARED_AS_KEY`)."""
+    return f"{PREFIX[kind]}-{_short(identity, 16)}"
+
+
+def in_fabric_pool(pool: str, fabric_pool: str) -> bool:
+    """Whether ``pool`` is the fabric pool ``fabric_pool`` or one of its
+    per-domain pools (``<fabric_pool>/<domain>``, ``<fabric_pool>/<domain>/<cut>``)."""
+    return pool == fabric_pool or pool.startswith(fabric_pool + "/")
+
+
 def counter_name(device_id: str) -> str:
     """A DNS-label counter name for a fabric device id."""
     name = device_id.lower()

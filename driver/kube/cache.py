@@ -9,7 +9,9 @@ each wait stretched at random by up to ``RELIST_JITTER`` so the nodes of a
 cluster do not re-list in lockstep when an outage ends: a watch is back
 within 5 s of an outage's end); ``on_change`` is
 called on the loop after every listing and every change so the owner can
-mark itself dirty, ``on_listed`` after every (re)listing.
+mark itself dirty, ``on_listed`` after every (re)listing, ``on_event`` with
+each watch event's type and object (a state a later one may replace before
+the owner looks).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class ObjectCache:
         *,
         accept: Callable[[Mapping[str, Any]], bool] | None = None,
         on_listed: Callable[[], None] | None = None,
+        on_event: Callable[[str, Mapping[str, Any]], None] | None = None,
     ) -> None:
         self._api = api
         self._path = path
@@ -52,6 +55,7 @@ class ObjectCache:
         self._on_change = on_change
         self._accept = accept or (lambda _obj: True)
         self._on_listed = on_listed
+        self._on_event = on_event
         self.objects: dict[str, dict[str, Any]] = {}
         self.synced = asyncio.Event()
 
@@ -102,5 +106,7 @@ class ObjectCache:
                 self.objects.pop(self.key(obj), None)
             else:
                 self.objects[self.key(obj)] = obj
+            if self._on_event is not None:
+                self._on_event(str(kind), obj)
             self._on_change()
         return rv

@@ -89,6 +89,14 @@ def diff_pool(
     )
 
 
+def renewal(diff: PoolDiff, desired: Sequence[DesiredSlice], last_written: int = 0) -> PoolDiff:
+    """An in-sync pool written again as it is: every slice updated at a new
+    generation (the write is the point, not a difference)."""
+    assert diff.in_sync
+    names = tuple(d.name for d in desired)
+    return PoolDiff(False, max(diff.generation, last_written) + 1, (), names, ())
+
+
 def _owner_ok(obj: Mapping[str, Any], owner: Mapping[str, Any] | None) -> bool:
     refs = obj.get("metadata", {}).get("ownerReferences") or []
     if owner is None:

@@ -26,7 +26,7 @@ from driver.kube.client import KubeClient
 from driver.kube.events import ObjectEvents
 from driver.metrics import SLICE_FAILURES, SLICE_WRITES
 from driver.slices.build import DesiredSlice, PoolSpec, build_slices, left_out, slice_object
-from driver.slices.diff import diff_pool
+from driver.slices.diff import diff_pool, renewal
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,7 @@ class SlicePublisher:
         *,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rand: Callable[[], float] = random.random,
+        cache: ObjectCache | None = None,
     ) -> None:
         self._api = api
         # The back-offs' waits and their jitter in [0, 1) (a test injects its own).
@@ -62,10 +63,11 @@ class SlicePublisher:
         self._pool_name = pool_name
         self._field_manager = field_manager
         self._dirty = asyncio.Event()
-        # The stored slices of our pool (list+watch), plus what we wrote.
-        self._stored = ObjectCache(
-            api, slice_path(), self._dirty.set, query, accept=self._ours, on_listed=self._listed
-        )
+        # The stored slices of our pool (list+watch), plus what we wrote; or a
+        # cache of several pools' slices that its owner runs and shares
+        # (``driver.slices.pool_set``), which calls :meth:`wake` on a change.
+        self._shared = cache is not None
+        self._stored = cache if cache is not None else self._own_cache(api, query)
         self._desired: PoolSpec | None = None
         self._built: tuple[PoolSpec, list[DesiredSlice]] | None = None
         self._generation = 0
@@ -74,6 +76,7 @@ class SlicePublisher:
         # someone fighting us). We back off instead of writing in a hot loop.
         self._rewrites = 0
         self._last_written: PoolSpec | None = None
+        self._renew = False  # write the pool again as it is (:meth:`renew`)
         self.synced = self._stored.synced  # set once the first listing is in the cache
         self.in_sync = asyncio.Event()
         # Called on the loop after every (re)listing, the first one included:
@@ -82,6 +85,11 @@ class SlicePublisher:
         # Where a device left out or a slice the apiserver refused is an
         # Event (the plugin's Node); None: logged only.
         self.events: ObjectEvents | None = None
+
+    def _own_cache(self, api: KubeClient, query: Mapping[str, str]) -> ObjectCache:
+        return ObjectCache(
+            api, slice_path(), self._dirty.set, query, accept=self._ours, on_listed=self._listed
+        )
 
     def set_pool(self, pool: PoolSpec) -> None:
         """Declare what the pool should hold; the reconcile task does the rest.
@@ -92,15 +100,37 @@ class SlicePublisher:
         self.in_sync.clear()
         self._dirty.set()
 
+    def set_pool_gone(self) -> None:
+        """Stop writing the pool (its owner deletes its slices: ``driver.slices.pool_set``)."""
+        self._desired = None
+        self.in_sync.clear()
+
+    def wake(self) -> None:
+        """Compare again (a shared cache changed)."""
+        self._dirty.set()
+
+    def renew(self) -> None:
+        """Write the pool once more as it is, at a new generation (an Update of
+        each slice): an event for the scheduler where nothing in the pool
+        changed (``driver.controller.requeue``). Nothing without a pool."""
+        if self._desired is not None:
+            self._renew = True
+            self._dirty.set()
+
     @property
     def _cache(self) -> dict[str, dict[str, Any]]:
-        return self._stored.objects
+        if not self._shared:
+            return self._stored.objects
+        return {n: o for n, o in self._stored.objects.items() if self._ours(o)}
 
     def stored(self) -> dict[str, dict[str, Any]]:
         return dict(self._cache)
 
     async def run(self) -> None:
         """Run watch and reconcile until cancelled."""
+        if self._shared:
+            await self._reconcile_loop()
+            return
         async with asyncio.TaskGroup() as group:
             group.create_task(self._stored.run(), name=f"slices-watch-{self._pool_name}")
             group.create_task(self._reconcile_loop(), name=f"slices-reconcile-{self._pool_name}")
@@ -143,10 +173,15 @@ class SlicePublisher:
             self._report_left_out(pool)
         desired = self._built[1]
         diff = diff_pool(desired, self._cache, pool.owner, self._generation)
+        renewing, self._renew = self._renew and diff.in_sync, False
+        if renewing:
+            log.info("pool %s: renewed for the scheduler (nothing in it changed)", pool.pool_name)
+            diff = renewal(diff, desired, self._generation)
         if diff.in_sync:
             self.in_sync.set()
             return
-        self._rewrites = self._rewrites + 1 if pool is self._last_written else 0
+        if not renewing:  # a renewal is asked for, not a drift
+            self._rewrites = self._rewrites + 1 if pool is self._last_written else 0
         self._last_written = pool
         if self._rewrites >= REWRITES_BEFORE_BACKOFF:
             SLICE_FAILURES.labels(reason="diverged").inc()
@@ -189,7 +224,7 @@ class SlicePublisher:
                     self._dirty.set()
                     continue
                 SLICE_WRITES.labels(op="create").inc()
-            self._cache[want.name] = stored
+            self._stored.objects[want.name] = stored
         for name in diff.to_delete:
             try:
                 await self._api.delete(slice_path(name))
@@ -197,7 +232,7 @@ class SlicePublisher:
                 if not exc.not_found:
                     raise
             SLICE_WRITES.labels(op="delete").inc()
-            self._cache.pop(name, None)
+            self._stored.objects.pop(name, None)
         if not self._dirty.is_set():
             self.in_sync.set()
 

@@ -23,6 +23,7 @@ of its hosts hot-removed a GPU still in use meanwhile (issue 34).
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -109,6 +110,17 @@ def no_gpu_removed_in_use(request: pytest.FixtureRequest) -> Iterator[None]:
     assert found == [], f"GPUs hot-removed while in use: {found}"
 
 
+def label(core: client.CoreV1Api, node: str, labels: dict[str, str]) -> bool:
+    """Label ``node`` once its agent registered it (False until then)."""
+    try:
+        core.patch_node(node, {"metadata": {"labels": labels}})
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        return False
+    return True
+
+
 @pytest.fixture(scope="module")
 def env(  # type: ignore[no-untyped-def]
     local_cluster, resource_api, core, tmp_path_factory, fabric_dialect: str,
@@ -144,15 +156,22 @@ def env(  # type: ignore[no-untyped-def]
         *controller_args,
     )
     e = Env(nodes, fabric, ctl, fabric_dialect, fabric_layout)
+    e.per_domain = "--fabric-pool-shape=per-domain" in controller_args
     try:
         for n in nodes:
             n.start()
+        if e.per_domain:  # labelled as provisioning would (docs/fabric.md, "Reach labels")
+            for name, labels in fabric_layout.reach_labels(nodes).items():
+                wait_for(f"{name} labelled", functools.partial(label, core, name, labels))
         fabric.start()
         ctl.start()
         mine = set(names)
 
         def published() -> bool:  # by this module's controller, for these nodes
             pool = fabric_pool(resource_api).values()
+            if e.per_domain:  # each device once, bound to no node
+                return len(pool) == fabric_layout.devices() and all(d.node_name is None
+                                                                   for d in pool)  # fmt: skip
             return len(pool) == e.pool_size and all(d.node_name in mine for d in pool)
 
         wait_for(

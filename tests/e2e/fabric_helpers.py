@@ -6,12 +6,13 @@ Split from tests/e2e/test_fabric_e2e.py to keep each module small.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from driver.controller.pool.domains import LABEL_PREFIX as REACH_LABEL
+from driver.fabric_devices.naming import in_fabric_pool
 from driver.faults import ENV
 from tests.e2e import pods
 from tests.e2e.helpers import wait_for
@@ -35,10 +36,14 @@ class SwitchLayout:
     nics: tuple[str, ...] = ()
     nvmes: tuple[str, ...] = ()
     cxlmems: tuple[str, ...] = ()
+    wired: tuple[int, ...] = ()  # the indexes of the nodes wired to it (none: every node)
 
     @property
     def devices(self) -> tuple[str, ...]:
         return self.gpus + self.nics + self.nvmes + self.cxlmems
+
+    def nodes(self, nodes: list[SimNode]) -> list[SimNode]:
+        return [n for i, n in enumerate(nodes) if not self.wired or i in self.wired]
 
 
 @dataclass(frozen=True)
@@ -51,13 +56,26 @@ class FabricLayout:
 
     def pool_size(self, nodes: int) -> int:
         """Pool variants: each device once per node its switch reaches."""
-        return sum(len(sw.devices) for sw in self.switches) * nodes
+        return sum(len(sw.devices) * len(sw.wired or range(nodes)) for sw in self.switches)
+
+    def devices(self) -> int:
+        return sum(len(sw.devices) for sw in self.switches)
+
+    def reach_labels(self, nodes: list[SimNode]) -> dict[str, dict[str, str]]:
+        """The reach labels provisioning gives each node (docs/fabric.md, "Reach
+        labels"): a switch of its own is a reach domain, ``<fabric>.<switch>``."""
+        fabric = f"{self.type.lower()}0"
+        out: dict[str, dict[str, str]] = {n.name: {} for n in nodes}
+        for sw in self.switches:
+            for n in sw.nodes(nodes):
+                out[n.name][f"{REACH_LABEL}{fabric}.{sw.id}"] = ""
+        return out
 
     def spec(self, nodes: list[SimNode]) -> dict[str, Any]:
         """The FabricService spec, wired to the nodes' simulated hosts."""
         switches = []
         for sw in self.switches:
-            up: list[tuple[str, str, Path]] = [(n.name, sw.adapter, n.host.dir) for n in nodes]
+            up = [(n.name, sw.adapter, n.host.dir) for n in sw.nodes(nodes)]
             switches.append(switch(sw.id, up, sw.gpus, sw.nics, sw.nvmes, sw.cxlmems))
         return {"id": f"{self.type.lower()}0", "type": self.type, "switches": switches}
 
@@ -84,6 +102,7 @@ class Env:
         self.nodes, self.fabric, self.ctl = nodes, fabric, ctl
         self.dialect, self.layout = dialect, layout
         self.pool_size = layout.pool_size(len(nodes))
+        self.per_domain = False  # the controller publishes each device once (per-domain)
 
     def check_alive(self) -> bool:
         for n in self.nodes:
@@ -94,8 +113,9 @@ class Env:
 
 
 def fabric_slices(resource_api: client.ResourceV1Api) -> list[Any]:
+    """The slices of the fabric pool and of its per-domain pools (``fabric/...``)."""
     items = resource_api.list_resource_slice(field_selector="spec.driver=patchbay.dev").items
-    return [s for s in items if s.spec.pool.name == "fabric"]
+    return [s for s in items if in_fabric_pool(s.spec.pool.name, "fabric")]
 
 
 def fabric_pool(resource_api: client.ResourceV1Api) -> dict[str, Any]:
@@ -210,7 +230,7 @@ def detached(env: Env, device: str, once: str, timeout: float) -> None:
 
 def conditions(claim: Any, device: str) -> dict[str, str]:
     for d in claim.status.devices or []:
-        if d.pool == "fabric" and d.device == device:
+        if in_fabric_pool(d.pool, "fabric") and d.device == device:
             return {c.type: c.status for c in d.conditions or []}
     return {}
 

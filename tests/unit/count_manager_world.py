@@ -103,6 +103,7 @@ class Manager(MemoryFabric):
         super().__init__(devices)
         self.world, self.scale_ups, self.lose_answers = world, 0, False
         self.answer: asyncio.Event | None = None
+        self.lost = False  # an answer was lost: the controller is gone from then on
 
     async def attach(self, device_id: str, node: str, adapter: str, key: str = "") -> AttachResult:
         self.scale_ups += 1
@@ -114,6 +115,7 @@ class Manager(MemoryFabric):
         await self.world.report()
         self.world.changed.changed()
         if self.lose_answers:
+            self.lost = True
             await asyncio.Event().wait()  # cancelled: the controller is gone
         if self.answer is not None:
             await self.answer.wait()
@@ -121,6 +123,8 @@ class Manager(MemoryFabric):
         return CountAttachResult(f"/machines/m#res-{picked.id}", None, arrived)
 
     async def detach(self, device_id: str) -> Any:
+        if self.lose_answers and self.lost:
+            await asyncio.Event().wait()  # the controller died with the answer: it asks no more
         task = await super().detach(device_id)
         await self.world.report()
         return task

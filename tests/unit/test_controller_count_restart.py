@@ -13,6 +13,7 @@ workers run on the shipped in-memory API and fabric (docs/fabric.md,
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 import pytest
@@ -27,6 +28,8 @@ from driver.fabricclient.model import (
     FabricInventory,
     HostAdapter,
 )
+from driver.kube.api import slice_path
+from tests.signals import LogSignal
 from tests.unit.controller_world import running, settings
 from tests.unit.count_manager_world import A0, CLAIMS, H100, World, claim, gpu
 
@@ -56,6 +59,41 @@ async def test_a_restart_takes_up_the_device_the_manager_attached(crash: str) ->
         await w.changed.until("the claim Ready", w.ready)
     assert w.fabric.scale_ups == 1 and w.fabric.detached == []
     assert w.entry()["data"]["fabricDevice"] == "gpu-1" and w.entry()["data"]["uuid"] == "GPU-1"
+
+
+async def test_a_restart_withdraws_no_pool_before_its_first_full_pass() -> None:
+    """The new leader lists the stored slices long before it has read the
+    fabric (a slow manager): until its first full pass says which pools it
+    wants, every stored pool stays as it is. Withdrawing the fabric pool
+    then (it wants none yet) unpublished the allocated slot under its claim
+    and lost the device that had arrived: a second scale-up."""
+    w = World([gpu(0), gpu(1)], {"adapter0": "pci0000:15"})
+    w.api.add(CLAIMS, claim())
+    async with running(Reconciler(w.api, w.fabric, settings())):
+        await w.changed.until("the device recorded on the claim", lambda: (
+            w.entry().get("data") == {"fabricDevice": "gpu-1"}
+        ))  # fmt: skip
+    before = {s["metadata"]["name"]: s["metadata"]["uid"] for s in w.api.objects(slice_path())}
+    assert before and not w.ready()
+    w.live = True
+    await w.report()
+    read = w.fabric.pause()  # the restarted controller's first fabric read is slow
+    rec, asked = Reconciler(w.api, w.fabric, settings()), len(w.api.requests)
+    with LogSignal.on("driver.controller.reconciler") as log:
+        async with running(rec):
+            # Claims, Nodes and slices are listed; only the fabric is awaited.
+            await log.until_logged("reconcile waits for: fabric inventory")
+            for _ in range(5):
+                await asyncio.sleep(0)  # the publisher's turn, had it one to take
+            deleted = [p for m, p in w.api.requests[asked:] if m == "DELETE"]
+            assert deleted == [], "a pool was withdrawn before the first full pass"
+            read.set()
+            await w.changed.until("the claim Ready", w.ready)
+    assert [p for m, p in w.api.requests[asked:] if m == "DELETE"] == []
+    after = {s["metadata"]["name"]: s["metadata"]["uid"] for s in w.api.objects(slice_path())}
+    assert after.keys() >= before.keys() and all(after[n] == u for n, u in before.items())
+    assert w.fabric.scale_ups == 1 and w.fabric.detached == []
+    assert w.entry()["data"]["fabricDevice"] == "gpu-1"
 
 
 class Workers:

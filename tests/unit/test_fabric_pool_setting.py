@@ -72,3 +72,14 @@ async def test_plugin_maps_attached_devices_into_the_configured_pool(tmp_path: P
     assert plugin.inventory.pools() == {"node-a", "pool-b"}
     variant = variant_name(UUID, "node-a", "adapter1")
     assert plugin.inventory.lookup("pool-b", variant) is not None
+
+
+def test_the_pool_shape_is_one_setting_and_a_wrong_one_is_named() -> None:
+    env = dict(CONTROLLER_ENV)
+    assert parse_settings(ControllerSettings, [], env).fabric_pool_shape == "per-node"
+    env["FABRIC_POOL_SHAPE"] = "per-domain"
+    assert parse_settings(ControllerSettings, [], env).fabric_pool_shape == "per-domain"
+    flag = ["--fabric-pool-shape=per-node"]
+    assert parse_settings(ControllerSettings, flag, env).fabric_pool_shape == "per-node"
+    with pytest.raises(ConfigError, match="FABRIC_POOL_SHAPE"):
+        parse_settings(ControllerSettings, [], {**env, "FABRIC_POOL_SHAPE": "domain"})

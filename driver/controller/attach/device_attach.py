@@ -18,7 +18,7 @@ from driver.controller.attach.reports import NodeReports
 from driver.controller.attach.serials import serial_data
 from driver.controller.pool.variant import Variant
 from driver.errors import AttachFailed
-from driver.fabric_devices.naming import IDENTITY_ATTRIBUTE
+from driver.fabric_devices.naming import IDENTITY_ATTRIBUTE, PREPARED_AS_KEY, variant_name
 
 
 class DeviceAttach:
@@ -36,6 +36,9 @@ class DeviceAttach:
         served: str,
         arrived: Callable[[str], Awaitable[None]],
     ) -> tuple[str, dict[str, str]]:
+        if not v.adapter:  # a device published once: its node has no adapter that reaches it
+            raise AttachFailed(f"node {v.node or '(none)'} has no reported fabric adapter that "
+                               f"reaches {v.device_id}: check its reach label")  # fmt: skip
         deadline = await self._connector.connect(a, v, deadline)
         if not await self._reports.wait_until(
             lambda: self._reports.sees(v.node, v.kind, v.identity, v.adapter), deadline
@@ -44,6 +47,8 @@ class DeviceAttach:
         message = f"{v.device_id} attached to {v.node} via {v.adapter}"
         key = IDENTITY_ATTRIBUTE[v.kind]
         data = {"fabricDevice": v.device_id, key: v.identity, "adapter": v.adapter}
+        if v.once:  # published once (per-domain): the node prepares it as its own
+            data[PREPARED_AS_KEY] = variant_name(v.identity, v.node, v.adapter, v.kind)
         return message, data | serial_data(self._reports.get(v.node), v.kind, v.identity)
 
     async def attach_spare(

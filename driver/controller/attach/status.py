@@ -47,16 +47,17 @@ class ClaimStatusWriter:
         Raises :class:`driver.errors.ApiError` for a failure other than a conflict.
         """
         path = claim_path(a.namespace, a.name)
+        pool = a.pool or self._pool
         for _ in range(CONFLICT_RETRIES):
             try:
                 claim = await self._api.get(path)
             except ApiError as exc:
                 log.info("claim %s/%s: %s", a.namespace, a.name, exc)
                 return False
-            if not cl.is_allocated_with(claim, a.claim_uid, self._pool, a.device):
+            if not cl.is_allocated_with(claim, a.claim_uid, pool, a.device):
                 log.info("claim %s/%s no longer holds %s", a.namespace, a.name, a.device)
                 return False
-            devices = cl.devices_with_condition(claim, self._pool, a.device, cond, data)
+            devices = cl.devices_with_condition(claim, pool, a.device, cond, data)
             body = {
                 "metadata": {"resourceVersion": claim["metadata"]["resourceVersion"]},
                 "status": {"devices": devices},

@@ -22,6 +22,8 @@ from typing import Any, Protocol
 from driver.controller import claims as cl
 from driver.controller.pool import slot_serving, slot_spares
 from driver.controller.pool.devices import build_pool
+from driver.controller.pool.domain_pool import DomainPool
+from driver.controller.pool.domains import LabelFinding
 from driver.controller.pool.slots import build_count_pool
 from driver.controller.pool.variant import Variant
 from driver.devices.model import Device
@@ -32,14 +34,37 @@ from driver.slices.build import PoolSpec
 Allocations = Iterable[cl.FabricAllocation]
 
 
+Pools = tuple[PoolSpec, ...]
+
+
 class PoolModel(Protocol):
     def build(
         self, pool: str, inventory: FabricInventory, nodes: Mapping[str, NodeFabric],
-        excluded: Collection[str], pinned: Collection[str], carried: Mapping[str, Device],
-        served: Mapping[str, str],
-    ) -> tuple[PoolSpec, dict[str, Variant]]:  # fmt: skip
-        """The pool spec and its variants by name (``devices.build_pool``'s
-        arguments; ``served``: allocated variant -> the device it holds)."""
+        excluded: Collection[str], pinned: Mapping[str, str], carried: Mapping[str, Device],
+        served: Mapping[str, str], node_objects: Iterable[Mapping[str, Any]],
+    ) -> tuple[Pools, dict[str, Variant]]:  # fmt: skip
+        """The pool specs and their variants by name (``devices.build_pool``'s
+        arguments; ``pinned``: allocated variant -> the pool it was allocated
+        from; ``served``: allocated variant -> the device it holds;
+        ``node_objects``: the Nodes, for their labels)."""
+        ...
+
+    def findings(self) -> tuple[LabelFinding, ...]:
+        """The Nodes whose reach label disagrees with their adapters, as of the
+        last build (none for a shape that selects no Node by label)."""
+        ...
+
+    def holds_back(self) -> bool:
+        """Whether the last ``with_spares`` held a ready spare back until the
+        pool without its old publication is stored (a pass is due then)."""
+        ...
+
+    def place(
+        self, v: Variant, a: cl.FabricAllocation, inv: FabricInventory,
+        reports: Mapping[str, NodeFabric],
+    ) -> Variant:  # fmt: skip
+        """``v`` as allocation ``a`` holds it: on its node, through an adapter
+        there (a variant that names them already is returned as it is)."""
         ...
 
     def device_of(self, v: Variant, served: str) -> str:
@@ -69,10 +94,10 @@ class PoolModel(Protocol):
         ...
 
     def with_spares(
-        self, spec: PoolSpec, inv: FabricInventory, reports: Mapping[str, NodeFabric],
+        self, specs: Pools, inv: FabricInventory, reports: Mapping[str, NodeFabric],
         names: Collection[str],
-    ) -> tuple[PoolSpec, dict[str, Variant]]:  # fmt: skip
-        """``spec`` with the ready spares ``names`` published; the variants added."""
+    ) -> tuple[Pools, dict[str, Variant]]:  # fmt: skip
+        """``specs`` with the ready spares ``names`` published; the variants added."""
         ...
 
 
@@ -81,10 +106,23 @@ class DevicePool:
 
     def build(
         self, pool: str, inventory: FabricInventory, nodes: Mapping[str, NodeFabric],
-        excluded: Collection[str], pinned: Collection[str], carried: Mapping[str, Device],
-        served: Mapping[str, str],
-    ) -> tuple[PoolSpec, dict[str, Variant]]:  # fmt: skip
-        return build_pool(pool, inventory, nodes, excluded, pinned, carried)
+        excluded: Collection[str], pinned: Mapping[str, str], carried: Mapping[str, Device],
+        served: Mapping[str, str], node_objects: Iterable[Mapping[str, Any]],
+    ) -> tuple[Pools, dict[str, Variant]]:  # fmt: skip
+        spec, variants = build_pool(pool, inventory, nodes, excluded, mine(pinned, pool), carried)
+        return (spec,), variants
+
+    def findings(self) -> tuple[LabelFinding, ...]:
+        return ()
+
+    def holds_back(self) -> bool:
+        return False
+
+    def place(
+        self, v: Variant, a: cl.FabricAllocation, inv: FabricInventory,
+        reports: Mapping[str, NodeFabric],
+    ) -> Variant:  # fmt: skip
+        return v  # a variant per node and adapter
 
     def device_of(self, v: Variant, served: str) -> str:
         return v.device_id
@@ -107,10 +145,10 @@ class DevicePool:
         return set(), set()  # an allocated variant's device is excluded by name
 
     def with_spares(
-        self, spec: PoolSpec, inv: FabricInventory, reports: Mapping[str, NodeFabric],
+        self, specs: Pools, inv: FabricInventory, reports: Mapping[str, NodeFabric],
         names: Collection[str],
-    ) -> tuple[PoolSpec, dict[str, Variant]]:  # fmt: skip
-        return spec, {}  # a spare's variant is in the pool already
+    ) -> tuple[Pools, dict[str, Variant]]:  # fmt: skip
+        return specs, {}  # a spare's variant is in the pool already
 
 
 class SlotPool:
@@ -118,11 +156,25 @@ class SlotPool:
 
     def build(
         self, pool: str, inventory: FabricInventory, nodes: Mapping[str, NodeFabric],
-        excluded: Collection[str], pinned: Collection[str], carried: Mapping[str, Device],
-        served: Mapping[str, str],
-    ) -> tuple[PoolSpec, dict[str, Variant]]:  # fmt: skip
+        excluded: Collection[str], pinned: Mapping[str, str], carried: Mapping[str, Device],
+        served: Mapping[str, str], node_objects: Iterable[Mapping[str, Any]],
+    ) -> tuple[Pools, dict[str, Variant]]:  # fmt: skip
         # A slot is charged to the switch of the device that arrived for it.
-        return build_count_pool(pool, inventory, nodes, excluded, pinned, carried, served)
+        mine_ = mine(pinned, pool)
+        spec, variants = build_count_pool(pool, inventory, nodes, excluded, mine_, carried, served)
+        return (spec,), variants
+
+    def findings(self) -> tuple[LabelFinding, ...]:
+        return ()
+
+    def holds_back(self) -> bool:
+        return False
+
+    def place(
+        self, v: Variant, a: cl.FabricAllocation, inv: FabricInventory,
+        reports: Mapping[str, NodeFabric],
+    ) -> Variant:  # fmt: skip
+        return v  # a slot per node and adapter
 
     def device_of(self, v: Variant, served: str) -> str:
         return served if v.count else v.device_id
@@ -147,13 +199,23 @@ class SlotPool:
         return slot_spares.shortfall(inv, allocs, variants, served, in_use, leaving)
 
     def with_spares(
-        self, spec: PoolSpec, inv: FabricInventory, reports: Mapping[str, NodeFabric],
+        self, specs: Pools, inv: FabricInventory, reports: Mapping[str, NodeFabric],
         names: Collection[str],
-    ) -> tuple[PoolSpec, dict[str, Variant]]:  # fmt: skip
+    ) -> tuple[Pools, dict[str, Variant]]:  # fmt: skip
         # A count pool has no device variants: a ready spare's is added.
-        return slot_spares.spare_variants(spec, inv, reports, names)
+        spec, shown = slot_spares.spare_variants(specs[0], inv, reports, names)
+        return (spec, *specs[1:]), shown
 
 
-def pool_model(picks_devices: bool) -> PoolModel:
-    """The pool's shape for a fabric whose manager picks the device (or not)."""
-    return SlotPool() if picks_devices else DevicePool()
+def mine(pinned: Mapping[str, str], pool: str) -> set[str]:
+    """The allocated variants of ``pool`` (the others are another shape's)."""
+    return {name for name, p in pinned.items() if p == pool}
+
+
+def pool_model(picks_devices: bool, shape: str = "per-node") -> PoolModel:
+    """The pool's shape for a fabric whose manager picks the device (or not),
+    and the ``fabric_pool_shape`` setting (a count-based manager's slots keep
+    their own shape for now: docs/fabric.md)."""
+    if picks_devices:
+        return SlotPool()
+    return DomainPool() if shape == "per-domain" else DevicePool()

@@ -59,6 +59,10 @@ class Variant:
     # A count-based manager's slot ("one X on node N via adapter A":
     # driver.controller.pool.slots): device_id and identity are the slot id.
     count: bool = False
+    # A device published once (``driver.controller.pool.domain_pool``): node,
+    # adapter and root come from its allocation; the node prepares it under
+    # its own variant's name.
+    once: bool = False
 
     @classmethod
     def of(cls, device: Device) -> Variant | None:
@@ -111,15 +115,16 @@ def offered(device: FabricDevice) -> bool:
     return bool(device.identity) and device.available and device.health != "Critical"
 
 
-def variant_device(device: FabricDevice, v: Variant, counter_set: str) -> Device:
+def fabric_attributes(device: FabricDevice) -> tuple[dict[str, AttributeValue], dict[str, str]]:
+    """The attributes and capacity a fabric device is published with, whichever
+    pool shape: those a node-local device of its kind carries, and where it
+    sits in the fabric (no root and no adapter: those are a variant's)."""
     attrs: dict[str, AttributeValue] = {
         "productName": device.model,
         "serial": device.serial,
         ATTACHMENT: "fabric",
         "fabricDevice": device.id,
         "fabricSwitch": device.switch,
-        "fabricAdapter": v.adapter,
-        PCIE_ROOT: v.root,
         SPARE_ATTRIBUTE: False,
     }
     capacity: dict[str, str] = {}
@@ -142,6 +147,12 @@ def variant_device(device: FabricDevice, v: Variant, counter_set: str) -> Device
             "pfDeviceID": f"{device.device_id:04x}",
             "vfIndex": 0,
         }
+    return attrs, capacity
+
+
+def variant_device(device: FabricDevice, v: Variant, counter_set: str) -> Device:
+    attrs, capacity = fabric_attributes(device)
+    attrs |= {"fabricAdapter": v.adapter, PCIE_ROOT: v.root}
     return Device(
         name=v.name,
         kind=PUBLISHED_TYPE[device.kind],

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Self
+from typing import Literal, Self
 
 from pydantic import ConfigDict, Field, model_validator
 
@@ -59,6 +59,11 @@ class ControllerSettings(
         gt=0,
         description="seconds in a row the fabric may be unreachable (or answer garbage) during "
         "an attach before it fails (FabricDeviceFailed); that time is not attach_timeout's",
+    )
+    fabric_pool_shape: Literal["per-node", "per-domain"] = Field(
+        default="per-node",
+        description="how the fabric pool is published: per-node (a variant per device and "
+        "node) or per-domain (each device once, in a pool per reach domain; docs/fabric.md)",
     )
     failed_device_hold: float = Field(
         default=600.0,
