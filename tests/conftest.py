@@ -15,7 +15,7 @@ import pytest
 
 from tests import figures, machine_load
 
-pytest_plugins = ["tests.cluster_fixtures"]
+pytest_plugins = ["tests.cluster_fixtures", "tests.sigterm"]
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
