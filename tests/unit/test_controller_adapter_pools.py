@@ -11,11 +11,20 @@ in-memory API and fabric (tests/unit/controller_world.py).
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from driver.claims.allocation import parse_allocation
 from driver.controller import claims as cl
-from driver.controller.pool.domain_pool import DomainPool, build_domain_pools, unplaced
+from driver.controller.pool.adapter_pools import adapter_device
+from driver.controller.pool.domain_pool import (
+    DomainPool,
+    build_domain_pools,
+    domain_device,
+    unplaced,
+)
 from driver.controller.reconciler import Reconciler
 from driver.devices.inventory import NodeInventory
 from driver.devices.model import PCIE_ROOT
@@ -133,3 +142,41 @@ def test_the_node_prepares_nothing_for_the_claims_adapter() -> None:
     c = paired("node-a", "adapter0")
     devices = parse_allocation(c, "uid-1", inventory.pools()).devices
     assert [d.request for d in devices] == ["gpu"]
+
+
+EXAMPLES = Path(__file__).parents[2] / "deviceclasses/examples/per-domain"
+
+
+def test_the_per_domain_examples_pair_on_what_the_pools_publish() -> None:
+    """Each pairing example's constraints name attributes that the devices its
+    requests can get carry, with equal values when they sit together: a
+    domain pool's GPU, NVMe drive and CXL memory, the node's adapter (and a
+    local VF's root, the adapter's)."""
+    gpu = reachable_gpu("gpu-0", ("node-a",))
+    kinds = {
+        "gpu.patchbay.dev": gpu,
+        "nvme.patchbay.dev": dataclasses.replace(
+            gpu, id="nvme-0", kind="nvme", uuid="", capacity_bytes=2 << 40
+        ),
+        "cxl-memory.patchbay.dev": dataclasses.replace(
+            gpu, id="cxl-0", kind="cxlmem", uuid="", capacity_bytes=2 << 40
+        ),
+    }
+    published = {c: domain_device(d, "pcie0.sw0").to_json()["attributes"] for c, d in kinds.items()}
+    published["fabric-adapter.patchbay.dev"] = adapter_device(
+        "adapter0", "pci0000:15", "pcie0.sw0"
+    ).to_json()["attributes"]
+    published["vf.patchbay.dev"] = {PCIE_ROOT: {"string": "pci0000:15"}}  # a local VF's root
+    seen = 0
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        (tmpl,) = [d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] ==
+                   "ResourceClaimTemplate"]  # fmt: skip
+        devices = tmpl["spec"]["spec"]["devices"]
+        classes = {r["name"]: r["exactly"]["deviceClassName"] for r in devices["requests"]}
+        assert "fabric-adapter.patchbay.dev" in classes.values(), path.name
+        for c in devices["constraints"]:
+            key = c["matchAttribute"].removeprefix("patchbay.dev/")
+            values = [published[classes[r]].get(key) for r in c["requests"]]
+            assert values[0] is not None and all(v == values[0] for v in values), (path.name, c)
+            seen += 1
+    assert seen == 4  # rdma-job's two, GDS's and CXL memory's one each
