@@ -3,7 +3,9 @@
 The kubelet names a claim only by namespace, name and UID; we GET the object
 and check it is the same claim (a different UID means it was deleted and
 re-created), that it is allocated, and which of its results belong to our
-driver. Results of other drivers are ignored; a result of ours for a pool
+driver. Results of other drivers are ignored, and so are those of the node's
+fabric adapter pool (a pairing's adapter: nothing to prepare, the controller
+attached the claim's fabric devices through it); a result of ours for a pool
 this node does not serve is an error for that claim.
 """
 
@@ -16,7 +18,7 @@ from typing import Any
 from driver import DRIVER_NAME
 from driver.devices.inventory import serving
 from driver.errors import ClaimError
-from driver.fabric_devices.naming import PREPARED_AS_KEY
+from driver.fabric_devices.naming import PREPARED_AS_KEY, is_adapter_pool
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,8 @@ def parse_allocation(
         if result.get("driver") != driver:
             continue
         pool = _text(result.get("pool"), f"{path}.pool", name)
+        if any(is_adapter_pool(pool, p) for p in pools):
+            continue  # the node's fabric adapter: the controller attached through it
         if serving(pool, pools) is None:
             raise ClaimError(
                 f"device {result.get('device')} is allocated from pool {pool}, "

@@ -24,6 +24,7 @@ from driver.fabric_devices.naming import (
     LEGACY_FAILED_CONDITION,
     READY_CONDITION,
     in_fabric_pool,
+    is_adapter_pool,
 )
 
 # The key of ``status.devices[].data`` that holds an attach's operation handle
@@ -61,6 +62,9 @@ class FabricAllocation:
     pool: str = ""
     # The node the scheduler picked (``allocation.nodeSelector``), "" if none.
     node: str = ""
+    # (pool, device) of the claim's results from the nodes' adapter pools
+    # (a pairing: attach through that adapter; driver.controller.pool.adapter_pools).
+    adapters: tuple[tuple[str, str], ...] = ()
 
 
 def _condition_true(entry: Mapping[str, Any], kind: str) -> bool:
@@ -110,9 +114,17 @@ def fabric_allocations(claim: Mapping[str, Any], pool: str) -> list[FabricAlloca
     meta = claim.get("metadata") or {}
     allocation = (claim.get("status") or {}).get("allocation") or {}
     node = allocated_node(allocation)
+    results = [
+        r
+        for r in (allocation.get("devices") or {}).get("results") or ()
+        if r.get("driver") == DRIVER_NAME and in_fabric_pool(str(r.get("pool")), pool)
+    ]
+    adapters = tuple(
+        (str(r["pool"]), str(r["device"])) for r in results if is_adapter_pool(str(r["pool"]), pool)
+    )
     out = []
-    for r in (allocation.get("devices") or {}).get("results") or ():
-        if r.get("driver") != DRIVER_NAME or not in_fabric_pool(str(r.get("pool")), pool):
+    for r in results:
+        if is_adapter_pool(str(r["pool"]), pool):  # the node's adapter: nothing to attach
             continue
         pool_of = str(r["pool"])
         entry = _entry(claim, pool_of, r["device"])
@@ -130,6 +142,7 @@ def fabric_allocations(claim: Mapping[str, Any], pool: str) -> list[FabricAlloca
                 served=_served(entry),
                 pool=pool_of,
                 node=node,
+                adapters=adapters,
             )
         )
     return out

@@ -51,7 +51,7 @@ from driver.controller.spares.keeper import SpareKeeper
 from driver.controller.spares.policy import SpareRules
 from driver.devices.model import Device
 from driver.errors import FabricApiError, FabricUnavailable
-from driver.fabric_devices.naming import NodeFabric, in_fabric_pool
+from driver.fabric_devices.naming import NodeFabric, in_fabric_pool, is_adapter_pool
 from driver.fabricclient.model import FabricInventory
 from driver.fabricclient.protocol import FabricApi
 from driver.kube.api import RESOURCE_V1
@@ -272,7 +272,9 @@ class Reconciler:
         self.variants.update(shown)
         self.published.update({d.name: d for spec in specs for d in spec.devices})
         self.publisher.set_pools([mark_spares(spec, spares.variants) for spec in specs])
-        FABRIC_POOL_DEVICES.set(sum(len(spec.devices) for spec in specs))
+        FABRIC_POOL_DEVICES.set(
+            sum(len(s.devices) for s in specs if not is_adapter_pool(s.pool_name, self.pool))
+        )
         # An attach that ended here is remembered until the cache shows its outcome.
         self.workers.forget({(a.claim_uid, a.device) for a in allocs if not (a.ready or a.failed)})
         needed: set[str] = set()

@@ -103,6 +103,29 @@ def in_fabric_pool(pool: str, fabric_pool: str) -> bool:
     return pool == fabric_pool or pool.startswith(fabric_pool + "/")
 
 
+# A node's fabric adapters, published per node beside the per-domain pools so
+# that a pairing claim can ask for one (docs/fabric.md, "Pairings"): the pool
+# ``<fabric_pool>/adapters/<node>``, devices of this type. The node prepares
+# nothing for one: the controller attaches the claim's fabric devices through it.
+ADAPTERS = "adapters"
+ADAPTER_TYPE = "fabricAdapter"
+
+
+def adapter_pool(fabric_pool: str, node: str) -> str:
+    return f"{fabric_pool}/{ADAPTERS}/{node}"
+
+
+def is_adapter_pool(pool: str, fabric_pool: str) -> bool:
+    """Whether ``pool`` is one of :func:`adapter_pool`'s (of any node)."""
+    return pool.startswith(f"{fabric_pool}/{ADAPTERS}/")
+
+
+def adapter_device_name(adapter: str) -> str:
+    """``adapter-<adapter>`` when that is a DNS label, else ``adapter-<16 hex of its hash>``."""
+    name = f"adapter-{adapter.lower()}"
+    return name if len(name) <= 63 and _LABEL.match(name) else f"adapter-{_short(adapter, 16)}"
+
+
 def counter_name(device_id: str) -> str:
     """A DNS-label counter name for a fabric device id."""
     name = device_id.lower()

@@ -12,7 +12,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from driver.controller.pool.domains import LABEL_PREFIX as REACH_LABEL
-from driver.fabric_devices.naming import in_fabric_pool
+from driver.fabric_devices.naming import in_fabric_pool, is_adapter_pool
 from driver.faults import ENV
 from tests.e2e import pods
 from tests.e2e.helpers import wait_for
@@ -113,9 +113,15 @@ class Env:
 
 
 def fabric_slices(resource_api: client.ResourceV1Api) -> list[Any]:
-    """The slices of the fabric pool and of its per-domain pools (``fabric/...``)."""
+    """The slices of the fabric pool and of its per-domain pools (``fabric/...``),
+    not the nodes' adapter pools (``fabric/adapters/<node>``: no fabric device)."""
     items = resource_api.list_resource_slice(field_selector="spec.driver=patchbay.dev").items
-    return [s for s in items if in_fabric_pool(s.spec.pool.name, "fabric")]
+    return [
+        s
+        for s in items
+        if in_fabric_pool(s.spec.pool.name, "fabric")
+        and not is_adapter_pool(s.spec.pool.name, "fabric")
+    ]
 
 
 def fabric_pool(resource_api: client.ResourceV1Api) -> dict[str, Any]:

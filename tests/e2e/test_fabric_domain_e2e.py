@@ -6,6 +6,8 @@ is a reach domain: sw0 is wired to both nodes, sw1 to the first node only.
 The real scheduler picks the node from the domain pools' node selectors and
 waits in PreBind while the controller attaches through that node's adapter;
 the node agents prepare through our plugins. Once per attach dialect.
+The rdma-job pairing (deviceclasses/examples/per-domain/gpu-vf-pair.yaml)
+asks for the node's fabric adapter beside the fabric GPU and the local VF.
 """
 
 from __future__ import annotations
@@ -16,11 +18,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from driver.controller.pool.domains import LABEL_PREFIX
-from driver.fabric_devices.naming import FAILED_CONDITION, READY_CONDITION
+from driver.fabric_devices.naming import (
+    FAILED_CONDITION,
+    READY_CONDITION,
+    NodeFabric,
+    adapter_device_name,
+)
+from driver.pci.sysfs import pcie_root
 from tests.e2e.fabric_helpers import (
     DIALECTS,
+    ROOT,
     Env,
     FabricLayout,
     SwitchLayout,
@@ -36,9 +46,11 @@ from tests.e2e.fabric_helpers import (
 )
 from tests.e2e.helpers import wait_for
 from tests.e2e.pods import claim_of, gone, pod, refused
+from tests.e2e.tenants import container_record
 from tests.harness.poll import WaitTimedOut
 
 pytestmark = pytest.mark.cluster
+RDMA_JOB = Path(__file__).parents[2] / "deviceclasses/examples/per-domain/gpu-vf-pair.yaml"
 FABRIC_DIALECTS = DIALECTS
 LAYOUT = FabricLayout(
     (
@@ -189,6 +201,50 @@ def test_two_nodes_race_for_the_last_fabric_gpu_and_the_scheduler_decides(
         wait_for(f"{winner}'s claim gone", functools.partial(
             claim_gone_or_free, resource_api, ns, claim.metadata.name), timeout=60)  # fmt: skip
     gone(core, ns, "hold")
+
+
+def test_the_rdma_job_pairs_a_fabric_gpu_with_a_local_vf_through_the_nodes_adapter(
+    env: Env, resource_api: Any, core: Any, namespace: str
+) -> None:
+    """rdma-job's claim (the example's own template): a fabric GPU, the node's
+    fabric adapter and a VF, the adapter's root the VF's and its domain the
+    GPU's. The first node has adapter0 (root 15, the VFs' root, sw0) and
+    adapter1 (root 85, no VF there, sw1): the pair holds only through
+    adapter0, which the controller attaches the GPU through. In the
+    container, the GPU it sees is the one the node reports behind adapter0,
+    and its VF's bus ID is under that adapter's root."""
+    ns, sim = namespace, env.nodes[0]
+    mine = [s for s in resource_api.list_resource_slice().items
+            if s.spec.pool.name == f"fabric/adapters/{sim.name}"]  # fmt: skip
+    adapters = {(s.spec.node_name, d.name, attr(d, "fabricDomain"), attr(d, ROOT))
+                for s in mine for d in s.spec.devices}  # fmt: skip
+    assert adapters == {
+        (sim.name, adapter_device_name("adapter0"), "pcie0.sw0", "pci0000:15"),
+        (sim.name, adapter_device_name("adapter1"), "pcie0.sw1", "pci0000:85"),
+    }
+    (tmpl,) = [d for d in yaml.safe_load_all(RDMA_JOB.read_text())
+               if d and d["kind"] == "ResourceClaimTemplate"]  # fmt: skip
+    resource_api.create_namespaced_resource_claim_template(ns, tmpl)
+    before = attach_requests(env)
+    pod(core, ns, "rdma", sim.name, tmpl["metadata"]["name"])
+    running(env, core, ns, "rdma", timeout=150)
+    claim = claim_of(core, resource_api, ns, "rdma")
+    got = {r.request: (r.pool, r.device) for r in claim.status.allocation.devices.results}
+    assert got["adapter"] == (f"fabric/adapters/{sim.name}", adapter_device_name("adapter0"))
+    assert got["gpu"][0] == "fabric/pcie0.sw0"
+    (gpu,) = [d for d, c in env.fabric.connections().items() if c[0] == sim.name]
+    assert attach_requests(env) - before == Counter({(gpu, f"{sim.name}/adapter0"): 1})
+    meta = core.read_node(sim.name).metadata
+    seen = NodeFabric.from_node({"metadata": {"annotations": meta.annotations}})
+    assert seen is not None
+    given = dict(e.split("=", 1) for e in container_record(sim, ns, "rdma")["env"])
+    assert seen.gpus[given["NVIDIA_VISIBLE_DEVICES"]] == "adapter0"
+    (bdf,) = [
+        v for k, v in given.items() if k.startswith("PATCHBAY_VF_") and k.endswith("_PCI_BUS_ID")
+    ]
+    assert pcie_root(sim.host.sysfs_root, bdf) == seen.adapters["adapter0"] == "pci0000:15"
+    gone(core, ns, "rdma")
+    wait_for(f"{gpu} detached", lambda: gpu not in env.fabric.connections(), timeout=60)
 
 
 def held(resource_api: Any) -> list[tuple[str, str]]:

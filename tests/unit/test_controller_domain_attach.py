@@ -28,47 +28,9 @@ from driver.fabric_devices.naming import (
     device_name,
     variant_name,
 )
-from driver.kube.api import RESOURCE_V1, slice_path
+from driver.kube.api import slice_path
 from tests.unit.controller_world import MODEL, World, running, settings
-
-CLAIMS = f"{RESOURCE_V1}/namespaces/default/resourceclaims"
-POOL = "fabric/pcie0.sw0"
-NAME = device_name("GPU-0")
-
-
-def claim(node: str) -> dict[str, Any]:
-    result = {"request": "gpu", "driver": "patchbay.dev", "pool": POOL, "device": NAME,
-              "bindingConditions": [READY_CONDITION],
-              "bindingFailureConditions": [FAILED_CONDITION]}  # fmt: skip
-    selector = {"nodeSelectorTerms": [{"matchFields": [
-        {"key": "metadata.name", "operator": "In", "values": [node]}]}]}  # fmt: skip
-    return {
-        "metadata": {"name": "claim", "namespace": "default", "uid": "uid-1"},
-        "status": {"allocation": {"devices": {"results": [result]}, "nodeSelector": selector}},
-    }
-
-
-def entry(w: World) -> dict[str, Any]:
-    (stored,) = w.api.objects(CLAIMS)
-    found: dict[str, Any] = next(iter(stored.get("status", {}).get("devices") or ()), {})
-    return found
-
-
-def condition(w: World, kind: str) -> bool:
-    return any(c["type"] == kind and c["status"] == "True" for c in entry(w).get("conditions", ()))
-
-
-class Counting(World):
-    def __init__(self, gpus: int = 1) -> None:
-        super().__init__(gpus)
-        self.asked: list[tuple[str, str, str]] = []
-        attach = self.fabric.attach
-
-        async def counted(device_id: str, node: str, adapter: str, key: str = "") -> Any:
-            self.asked.append((device_id, node, adapter))
-            return await attach(device_id, node, adapter, key)
-
-        self.fabric.attach = counted  # type: ignore[method-assign]
+from tests.unit.domain_claims import ADAPTERS, CLAIMS, NAME, POOL, Counting, claim, condition, entry
 
 
 async def test_the_device_is_attached_once_through_the_picked_nodes_adapter() -> None:
@@ -131,10 +93,12 @@ async def test_an_upgrade_keeps_a_per_node_allocation_until_released() -> None:
     upgraded = Reconciler(w.api, w.fabric, settings(fabric_pool_shape="per-domain"))
     async with running(upgraded):
         await w.changed.until("the claim ready", lambda: condition(w, READY_CONDITION))
-        assert pools(w) == {"fabric": [old]}  # gpu-0 is in no domain pool meanwhile
+        assert pools(w) == {"fabric": [old], **ADAPTERS}  # gpu-0 is in no domain pool meanwhile
         assert entry(w)["pool"] == "fabric" and PREPARED_AS_KEY not in entry(w)["data"]
         await w.api.delete(f"{CLAIMS}/claim")
-        await w.changed.until("the device published once", lambda: pools(w) == {POOL: [NAME]})
+        await w.changed.until(
+            "the device published once", lambda: pools(w) == {POOL: [NAME], **ADAPTERS}
+        )
         await w.changed.until("the detach", lambda: w.fabric.devices["gpu-0"].connection is None)
     assert w.asked == [("gpu-0", "node-a", "adapter0")]
 

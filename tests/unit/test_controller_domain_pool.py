@@ -200,8 +200,15 @@ async def test_the_controller_publishes_domain_pools_names_bad_labels_and_leaves
     async with running(Reconciler(api, fabric, settings(fabric_pool_shape="per-domain"))):
         await changed.until("the domain pool", lambda: stored_pools(api) != {})
         await changed.until("the Event", lambda: api.objects(events) != [])
-    assert stored_pools(api) == {f"fabric/{DOMAIN}": [device_name("GPU-gpu-0")]}
-    (stored,) = api.objects(slice_path())
+    assert stored_pools(api) == {
+        f"fabric/{DOMAIN}": [device_name("GPU-gpu-0")],
+        "fabric/adapters/node-a": ["adapter-adapter0"],  # its adapter, for pairings
+    }
+    (stored,) = [
+        s
+        for s in api.objects(slice_path())
+        if s["spec"]["pool"]["name"] != "fabric/adapters/node-a"
+    ]
     term = stored["spec"]["nodeSelector"]["nodeSelectorTerms"][0]
     assert term["matchFields"][0]["values"] == ["node-x"] and "nodeName" not in stored["spec"]
     (event,) = api.objects(events)

@@ -116,9 +116,10 @@ async def test_the_controller_renews_the_pool_of_an_allocation_deleted_while_it_
 
     rec.requeue.later = captured
 
-    def stored() -> list[tuple[int, list[str]]]:
+    def stored() -> list[tuple[int, list[str]]]:  # the domain pool (not node-a's adapters)
         return [(s["spec"]["pool"]["generation"], [d["name"] for d in s["spec"]["devices"]])
-                for s in w.api.objects(slice_path())]  # fmt: skip
+                for s in w.api.objects(slice_path())
+                if s["spec"]["pool"]["name"] == POOL]  # fmt: skip
 
     async with running(rec):
         await w.changed.until("the domain pool", lambda: stored() != [])

@@ -37,8 +37,9 @@ class DeviceAttach:
         arrived: Callable[[str], Awaitable[None]],
     ) -> tuple[str, dict[str, str]]:
         if not v.adapter:  # a device published once: its node has no adapter that reaches it
-            raise AttachFailed(f"node {v.node or '(none)'} has no reported fabric adapter that "
-                               f"reaches {v.device_id}: check its reach label")  # fmt: skip
+            usual = (f"node {v.node or '(none)'} has no reported fabric adapter that "
+                     f"reaches {v.device_id}: check its reach label")  # fmt: skip
+            raise AttachFailed(v.why or usual)
         deadline = await self._connector.connect(a, v, deadline)
         if not await self._reports.wait_until(
             lambda: self._reports.sees(v.node, v.kind, v.identity, v.adapter), deadline

@@ -34,8 +34,10 @@ from typing import Any
 
 from driver import DRIVER_NAME
 from driver.controller import claims as cl
+from driver.controller.pool.adapter_pools import adapter_pools, claimed_adapters
 from driver.controller.pool.devices import build_pool
 from driver.controller.pool.domains import (
+    DOMAIN_ATTRIBUTE,
     Domain,
     LabelFinding,
     findings,
@@ -60,17 +62,17 @@ from driver.fabric_devices.naming import (
 from driver.fabricclient.model import FabricDevice, FabricInventory
 from driver.slices.build import PoolSpec, slice_name_prefix
 
-DOMAIN_ATTRIBUTE = "fabricDomain"
-
 
 @dataclass(frozen=True)
 class DomainPools:
     """What one build publishes: the pools, their devices as variants (no node
-    yet), and the Nodes whose reach label disagrees with their adapters."""
+    yet), the Nodes whose reach label disagrees with their adapters, and the
+    nodes' adapter pools."""
 
     pools: tuple[PoolSpec, ...]
     variants: dict[str, Variant] = field(default_factory=dict)
     findings: tuple[LabelFinding, ...] = ()
+    adapters: tuple[PoolSpec, ...] = ()  # the nodes' adapter pools (pairings)
 
 
 def pool_name(base: str, domain: str, cut: Collection[str]) -> str:
@@ -131,7 +133,8 @@ def build_domain_pools(
     selectors: dict[str, dict[str, Any]] = {}
     variants: dict[str, Variant] = {}
     found: list[LabelFinding] = []
-    for dom in reach_domains(inventory):
+    domains = reach_domains(inventory)
+    for dom in domains:
         reach = {i: reaching(by_id[i], reports) for i in dom.devices}
         marked = labelled(nodes, dom)
         found += findings(dom, reach, marked)
@@ -167,7 +170,8 @@ def build_domain_pools(
                 devices=tuple(sorted(devices, key=lambda x: str(x.attributes["fabricDevice"]))),
             )
         )
-    return DomainPools(tuple(specs), variants, tuple(found))
+    adapters = adapter_pools(base, inventory, domains, reports)
+    return DomainPools(tuple(specs), variants, tuple(found), adapters)
 
 
 def carried_pool(
@@ -190,24 +194,33 @@ def carried_pool(
 
 
 def placed(
-    v: Variant, node: str, inv: FabricInventory, reports: Mapping[str, NodeFabric]
-) -> Variant:
+    v: Variant, node: str, inv: FabricInventory, reports: Mapping[str, NodeFabric],
+    claimed: Collection[str] = (),
+) -> Variant:  # fmt: skip
     """``v`` on ``node`` (the one the scheduler picked), through the adapter
     there that it is bound to already, else the first of the node's reported
     adapters that reaches it; with no adapter ("") when none does (the
-    attach then fails, naming the node)."""
+    attach then fails, naming the node). ``claimed``: the node's adapters the
+    claim was allocated (a pairing, ``driver.controller.pool.adapter_pools``):
+    then only through one of them, and with none that reaches it the attach
+    fails naming them (``why``)."""
     if v.node:
         return v
     report = reports.get(node) or NodeFabric()
     device = next((d for d in inv.devices if d.id == v.device_id), None)
     conn = device.connection if device is not None else None
     reach = sorted(a.adapter for a in (device.adapters if device else ()) if a.node == node)
-    usable = [x for x in reach if x in report.adapters]
+    usable = [x for x in reach if x in report.adapters and (not claimed or x in claimed)]
     if conn is not None and conn.node == node and conn.adapter in usable:
         adapter = conn.adapter
     else:
         adapter = usable[0] if usable else ""
-    return dataclasses.replace(v, node=node, adapter=adapter, root=report.adapters.get(adapter, ""))
+    why = ""
+    if claimed and not adapter:
+        named = ", ".join(sorted(claimed))
+        why = f"the claim's fabric adapter {named} on node {node} does not reach {v.device_id}"
+    root = report.adapters.get(adapter, "")
+    return dataclasses.replace(v, node=node, adapter=adapter, root=root, why=why)
 
 
 class DomainPool:
@@ -231,7 +244,8 @@ class DomainPool:
         out = set(excluded) | {v.device_id for v in (*kept.values(), *took.values())}
         built = build_domain_pools(pool, inventory, nodes, node_objects, out, pinned, carried)
         self._findings = built.findings
-        return (*legacy, *built.pools, *taken), built.variants | kept | took
+        pools = (*legacy, *built.pools, *taken, *built.adapters)
+        return pools, built.variants | kept | took
 
     def findings(self) -> tuple[LabelFinding, ...]:
         return self._findings
@@ -240,7 +254,10 @@ class DomainPool:
         self, v: Variant, a: cl.FabricAllocation, inv: FabricInventory,
         reports: Mapping[str, NodeFabric],
     ) -> Variant:  # fmt: skip
-        return placed(v, a.node, inv, reports)
+        claimed = claimed_adapters(
+            self._base, a.node, a.adapters, reports.get(a.node) or NodeFabric()
+        )
+        return placed(v, a.node, inv, reports, claimed)
 
     def device_of(self, v: Variant, served: str) -> str:
         return v.device_id

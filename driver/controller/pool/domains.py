@@ -31,6 +31,9 @@ from driver.fabric_devices.naming import NodeFabric
 from driver.fabricclient.model import FabricDevice, FabricInventory
 
 LABEL_PREFIX = "reach.fabric.patchbay.dev/"
+# The attribute that names a device's reach domain (domain pools) or the one an
+# adapter is cabled into (adapter pools): a pairing claim matches them.
+DOMAIN_ATTRIBUTE = "fabricDomain"
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 MAX_NAME = 63  # a label's name part, and a DNS label of the pool's name
 

@@ -63,6 +63,9 @@ class Variant:
     # adapter and root come from its allocation; the node prepares it under
     # its own variant's name.
     once: bool = False
+    # Why a device published once has no adapter on its node, when it is not
+    # the usual (no reported adapter reaches it): the claim's adapter does not.
+    why: str = ""
 
     @classmethod
     def of(cls, device: Device) -> Variant | None:
