@@ -27,10 +27,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from driver.fabric_devices.naming import NodeFabric
+from driver.fabric_devices.naming import REACH_LABEL_PREFIX, NodeFabric
 from driver.fabricclient.model import FabricDevice, FabricInventory
 
-LABEL_PREFIX = "reach.fabric.patchbay.dev/"
+LABEL_PREFIX = REACH_LABEL_PREFIX  # its one owner: driver.fabric_devices.naming
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 MAX_NAME = 63  # a label's name part, and a DNS label of the pool's name
 
