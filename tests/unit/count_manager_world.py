@@ -15,6 +15,7 @@ from driver.controller import claims as cl
 from driver.controller.pool.domain_slots import domain_slot_id
 from driver.controller.pool.domains import LABEL_PREFIX
 from driver.controller.pool.slots import slot_id
+from driver.errors import CountAttachFailed
 from driver.fabric_devices.naming import (
     NODE_ANNOTATION,
     READY_CONDITION,
@@ -126,10 +127,16 @@ class Manager(MemoryFabric):
         self.world, self.scale_ups, self.lose_answers = world, 0, False
         self.answer: asyncio.Event | None = None
         self.lost = False  # an answer was lost: the controller is gone from then on
+        self.wrong_next = 0  # scale-ups still to bring another model (given back at once)
 
     async def attach(self, device_id: str, node: str, adapter: str, key: str = "") -> AttachResult:
         self.scale_ups += 1
         model = self.devices[device_id].model
+        if self.wrong_next:  # as the count dialect tells it (dialect_count.CountDialect.attach)
+            self.wrong_next -= 1
+            raise CountAttachFailed(502, "WrongDevice", f"asked one gpu of model {model} for "
+                                    f"node {node}: gpu OTHER serial X arrived instead; scaled it "
+                                    "down again")  # fmt: skip
         free = [d for _, d in sorted(self.devices.items()) if d.connection is None]
         reached = {d.id: a.adapter for d in free for a in d.adapters if a.node == node}
         picked = [d for d in free if d.model == model and d.id in reached][-1]

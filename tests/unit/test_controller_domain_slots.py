@@ -15,6 +15,7 @@ shipped in-memory API and count manager (tests/unit/count_manager_world.py).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from typing import Any
 
@@ -24,6 +25,7 @@ from driver.controller.pool.slots import build_count_pool
 from driver.controller.reconciler import Reconciler
 from driver.devices.model import Device
 from driver.fabric_devices.naming import (
+    FAILED_CONDITION,
     PREPARED_AS_KEY,
     READY_CONDITION,
     NodeFabric,
@@ -169,3 +171,36 @@ def test_a_taken_spare_holds_a_slot_of_its_group() -> None:
                                {taken.name: "gpu-1"})  # fmt: skip
     (spec,) = built.pools
     assert [d.name for d in spec.devices] == [slot(0)]
+
+
+async def test_another_model_arriving_fails_the_claim_and_holds_its_slot() -> None:
+    """The manager brings another model (the count dialect gives it back and
+    says so): the claim fails naming it, the slot is held out of the domain
+    pool for the hold time (one fewer offered), and nothing is asked again."""
+    w = World([gpu(0), gpu(1)], ROOTS, live=True)
+    w.fabric.wrong_next = 1
+    w.api.add(CLAIMS, claim("per-domain"))
+
+    def failed() -> bool:
+        conds = w.entry().get("conditions") or ()
+        return any(c["type"] == FAILED_CONDITION and c["status"] == "True" for c in conds)
+
+    rec = Reconciler(w.api, w.fabric, settings(fabric_pool_shape="per-domain"))
+    async with running(rec):
+        await w.changed.until("the claim failed", failed)
+        message = next(c["message"] for c in w.entry()["conditions"]
+                       if c["type"] == FAILED_CONDITION)  # fmt: skip
+        assert "arrived instead" in message and "held" in message, message
+        # The failed slot leaves the pool at once (as a failed device does) and
+        # holds its device meanwhile: the other one's slot alone is offered.
+        await w.changed.until("slot 0 dropped", lambda: sorted(devices(w)) == [slot(1)])
+        # Deallocated, its slot stays held out for the hold time: one offered, not two.
+        await w.api.delete(f"{CLAIMS}/claim")
+        async with asyncio.timeout(5.0):
+            while rec.claims.objects:  # the watch brings the deletion
+                await asyncio.sleep(0)
+        rec.reconcile()
+        async with asyncio.timeout(5.0):
+            await rec.publisher.in_sync.wait()
+        assert sorted(devices(w)) == [slot(1)]
+    assert w.fabric.scale_ups == 1 and w.fabric.attached == []
