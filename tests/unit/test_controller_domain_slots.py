@@ -34,6 +34,7 @@ from driver.fabric_devices.naming import (
 )
 from driver.fabricclient.model import FabricInventory, HostAdapter
 from driver.kube.api import slice_path
+from tests.signals import Signal
 from tests.unit.controller_world import running, settings
 from tests.unit.count_manager_world import (
     CLAIMS,
@@ -195,11 +196,15 @@ async def test_another_model_arriving_fails_the_claim_and_holds_its_slot() -> No
         # holds its device meanwhile: the other one's slot alone is offered.
         await w.changed.until("slot 0 dropped", lambda: sorted(devices(w)) == [slot(1)])
         # Deallocated, its slot stays held out for the hold time: one offered, not two.
+        passes, run = Signal(), rec.reconcile
+
+        def noted() -> None:  # each pass wakes the wait below
+            run()
+            passes.changed()
+
+        rec.reconcile = noted  # type: ignore[method-assign]
         await w.api.delete(f"{CLAIMS}/claim")
-        async with asyncio.timeout(5.0):
-            while rec.claims.objects:  # the watch brings the deletion
-                await asyncio.sleep(0)
-        rec.reconcile()
+        await passes.until("a pass without the claim", lambda: not rec.claims.objects)
         async with asyncio.timeout(5.0):
             await rec.publisher.in_sync.wait()
         assert sorted(devices(w)) == [slot(1)]
