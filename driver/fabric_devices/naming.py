@@ -42,6 +42,11 @@ SPARE_ATTRIBUTE = "spare"
 # of the device a count-based manager attached for an allocated slot: the
 # plugin prepares the allocated name as that device (docs/fabric.md).
 PREPARED_AS_KEY = "preparedAs"
+# Per-domain shape (docs/fabric.md, "Pool shapes and reach labels"): the
+# Node label prefix of a reach domain (``<prefix><domain>``, set by
+# provisioning) and the pools of ready warm spares, ``<fabric pool>/spares/<node>``.
+REACH_LABEL_PREFIX = "reach.fabric.patchbay.dev/"
+SPARE_POOLS = "spares"
 
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 

@@ -19,6 +19,11 @@ critical or unavailable, or while no reported adapter reaches it; the
 ``why`` is the failure condition on the claim, else (withheld) the newest
 error Event naming the device. Allocations of variants no longer published (the
 controller drops a failed device at once) are listed by variant name.
+
+In the per-domain shape (each device once, in a pool per reach domain:
+``driver.inspect.fabric_domains``) a device of a domain pool is reachable
+from the Nodes its pool's slices select (no adapter until attached), and
+the view lists the domain pools: their Nodes and devices.
 """
 
 from __future__ import annotations
@@ -33,9 +38,11 @@ from driver.fabric_devices.naming import (
     IDENTITY_ATTRIBUTE,
     SPARE_ATTRIBUTE,
     NodeFabric,
+    in_fabric_pool,
 )
 from driver.inspect.claims import binding, binding_text
 from driver.inspect.events import EventIndex, newest
+from driver.inspect.fabric_domains import domain_pools, selected_nodes
 from driver.inspect.inventory import PCIE_ROOT, JsonObj, build
 from driver.inspect.table import table
 from driver.kube.reservations import reserved_for
@@ -57,14 +64,14 @@ def _allocations(claims: Iterable[JsonObj], pool: str, now: datetime) -> dict[st
     for c in claims:
         meta, status = c.get("metadata") or {}, c.get("status") or {}
         allocation = status.get("allocation") or {}
-        entries = {e.get("device"): e for e in status.get("devices") or () if e.get("pool") == pool}
+        entries = {(e.get("pool"), e.get("device")): e for e in status.get("devices") or ()}
         reservation = reserved_for(c)
         for r in (allocation.get("devices") or {}).get("results") or ():
-            if r.get("pool") != pool:
+            if not in_fabric_pool(str(r.get("pool")), pool):
                 continue
             b = binding(
                 r,
-                entries.get(r.get("device")) or {},
+                entries.get((r.get("pool"), r.get("device"))) or {},
                 str(allocation.get("allocationTimestamp", "")),
                 now,
             )
@@ -81,6 +88,7 @@ def _blank(name: str, holder: dict[str, Any] | None = None) -> dict[str, Any]:
     """A row for a device (or variant) no published variant describes."""
     return {
         "device": name,
+        "pool": None,
         "type": None,
         "switch": None,
         "model": None,
@@ -129,26 +137,36 @@ def fabric_view(
     held = _allocations(claims, pool, now)
     seen = reports(nodes)
     unoffered = _pool_counters(slices, pool)
-    variants = [d for d in build(slices, claims).devices if d.pool == pool]
+    variants = [d for d in build(slices, claims).devices if in_fabric_pool(d.pool, pool)]
+    domains = domain_pools(slices, nodes, pool)
+    selects = selected_nodes(domains)
     by_id: dict[str, dict[str, Any]] = {}
     for v in sorted(variants, key=lambda v: (v.node, str(v.attr("fabricAdapter")))):
         # A count-based manager's model slot stands for no one device (controller.pool.slots).
         dev_id = str(v.attr("fabricDevice") or v.attr("fabricSlot"))
-        adapter = str(v.attr("fabricAdapter"))
+        at = v.attr("fabricAdapter")
+        adapter = None if at is None else str(at)
         d = by_id.setdefault(dev_id, _blank(dev_id))
         d |= {
+            "pool": v.pool,
             "type": v.type,
             "switch": v.attr("fabricSwitch"),
             "model": v.attr("productName"),
             "identity": v.attr(IDENTITY_ATTRIBUTE[FABRIC_KIND.get(v.type, "nic")]),
         }
-        d["reachable"].append(
-            {"node": v.node, "adapter": adapter, "pcieRoot": v.attr(PCIE_ROOT), "variant": v.name}
-        )
+        if v.node:
+            d["reachable"].append(
+                {"node": v.node, "adapter": adapter, "pcieRoot": v.attr(PCIE_ROOT),
+                 "variant": v.name}
+            )  # fmt: skip
+        else:  # published once: any Node its domain pool selects, no adapter until attached
+            d["reachable"] += [{"node": n, "adapter": None, "pcieRoot": None, "variant": v.name}
+                               for n in selects.get(v.pool, ())]  # fmt: skip
         if v.attr(SPARE_ATTRIBUTE) is True:  # published as a warm spare there
             d["spare"] = {"node": v.node, "adapter": adapter, "variant": v.name}
         if v.name in held:
-            d["holder"] = {"variant": v.name, "node": v.node, "adapter": adapter} | held.pop(v.name)
+            d["holder"] = {"variant": v.name, "node": v.node or None, "adapter": adapter}
+            d["holder"] |= held.pop(v.name)
         unoffered -= {counter for _, counter, _ in v.consumes()}
     for node, r in sorted(seen.items()):
         for d in by_id.values():
@@ -180,6 +198,7 @@ def fabric_view(
         "pool": pool,
         "devices": sorted(by_id.values(), key=lambda d: d["device"]),
         "adapters": adapters,
+        "domains": domains,
     }
 
 
@@ -210,7 +229,12 @@ def render_fabric(view: Mapping[str, Any], wide: bool = False) -> str:
             if att
             else "-"
         )
-        reach = ",".join(f"{r['node']}/{r['adapter']}" for r in d["reachable"]) or "-"
+        reach = (
+            ",".join(
+                f"{r['node']}/{r['adapter']}" if r["adapter"] else r["node"] for r in d["reachable"]
+            )
+            or "-"
+        )
         h = d["holder"]
         claim = _holder_text(h) if h else "-"
         why = f"{d['why']['reason']}: {d['why']['message']}" if d["why"] else ""
@@ -221,6 +245,15 @@ def render_fabric(view: Mapping[str, Any], wide: bool = False) -> str:
             row[2:2] = [d["switch"] or "?", d["model"] or "?"]
         rows.append(row)
     text = table(head, rows)
+    if view.get("domains"):
+        text += "\n" + table(
+            ["DOMAIN POOL", "NODES", "CUT", "DEVICES"],
+            [
+                [p["pool"], ",".join(p["nodes"]) or "-", ",".join(p["cut"]) or "-",
+                 ",".join(p["devices"]) or "-"]
+                for p in view["domains"]
+            ],
+        )  # fmt: skip
     if view["adapters"]:
         text += "\n" + table(
             ["NODE", "ADAPTER", "PCIEROOT"],

@@ -32,6 +32,7 @@ from tests.e2e.fabric_helpers import (
     attr,
     conditions,
     fabric_pool,
+    fabric_slices,
     restart,
     running,
     template,
@@ -286,3 +287,46 @@ def test_a_pod_takes_a_spare_and_it_is_replaced(
         env.ctl.extra = plain
         restart(env, "controller-0")  # no spares wanted: they are scaled down
     wait_for("every spare scaled down", lambda: not env.fabric.connections(), timeout=90)
+
+
+def test_per_domain_slots_are_published_once_and_asked_for_the_picked_node(
+    machines: Env, resource_api: Any, core: Any, namespace: str
+) -> None:
+    """``--fabric-pool-shape=per-domain``: each slot once, in its reach
+    domain's pool with no node (sw0's two H100s, sw1's H200), not once per
+    node; a pod runs on what the manager chose with one scale-up through its
+    node's adapter, and is scaled down on release. (Another model arriving
+    is the dialect's check, the same in both shapes: the test above; what
+    the per-domain slot does then: tests/unit/test_controller_domain_slots.py.)"""
+    env, ns = machines, namespace
+    plain = env.ctl.extra
+    for name, labels in env.layout.reach_labels(env.nodes).items():
+        core.patch_node(name, {"metadata": {"labels": labels}})
+    env.ctl.extra = (*plain, "--fabric-pool-shape=per-domain")
+    restart(env, "controller-domain")
+    try:
+
+        def slots() -> list[tuple[str, str, Any]]:
+            found = fabric_slices(resource_api)
+            return sorted((s.spec.pool.name, attr(d, "productName"), d.node_name)
+                          for s in found for d in s.spec.devices or ())  # fmt: skip
+
+        want = [("fabric/pcie0.sw0", H100, None)] * 2 + [("fabric/pcie0.sw1", H200, None)]
+        wait_for("each slot once, per domain", lambda: slots() == want, timeout=60)
+        node = env.nodes[1].name
+        before = scale_ups(env)
+        pod(core, ns, "dom", node, template(resource_api, ns, "dom", [model_request(H100)]))
+        running(env, core, ns, "dom", timeout=150)
+        claim = claim_of(core, resource_api, ns, "dom")
+        (result,) = claim.status.allocation.devices.results
+        assert result.pool == "fabric/pcie0.sw0"
+        (status,) = [d for d in claim.status.devices if d.device == result.device]
+        device, uuid = status.data["fabricDevice"], status.data["uuid"]
+        assert scale_ups(env)[len(before) :] == [(device, f"{node}/adapter0")]
+        assert visible(container_record(env.nodes[1], ns, "dom")) == [uuid]
+        gone(core, ns, "dom")
+        wait_for(f"{device} scaled down", lambda: not env.fabric.connections(), timeout=60)
+        assert len(scale_ups(env)) == len(before) + 1  # one per allocation, none again
+    finally:
+        env.ctl.extra = plain
+        restart(env, "controller-0")

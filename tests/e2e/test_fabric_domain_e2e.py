@@ -292,3 +292,57 @@ def test_an_upgrade_from_per_node_variants_keeps_a_running_pod(
     wait_for("gpu-1 published once, the old pool withdrawn",
              lambda: held(resource_api) == once, timeout=60)  # fmt: skip
     assert attach_requests(env) == before  # nothing attached again
+
+
+# Local GPUs have no such attribute: the expression a class that prefers spares uses.
+SPARE_CEL = (
+    '"spare" in device.attributes["patchbay.dev"] && device.attributes["patchbay.dev"].spare'
+)
+
+
+def test_a_spare_first_claim_takes_the_spare_on_its_node_with_no_attach(
+    env: Env, resource_api: Any, core: Any, namespace: str
+) -> None:
+    """A fixed spare is published once, in its node's own pool (offered on
+    that node only, no binding conditions) and in no domain pool; a claim
+    whose prioritized list puts spares first gets it on that node, Ready at
+    once, with no attach request for it."""
+    if env.dialect != DIALECTS[0]:  # the CI budget: the spare's attach is any attach's
+        pytest.skip("publication and allocation are the scheduler's: one dialect tells it")
+    ns, plain = namespace, env.ctl.extra
+    env.ctl.extra = (*plain, "--spares-fixed=gpu:H100-SXM5-80GB=1", "--spares-cap=0.5")
+    restart(env, "controller-spares")
+    try:
+
+        def spare_slices() -> list[Any]:
+            found = fabric_slices(resource_api)
+            return [s for s in found if s.spec.pool.name.startswith("fabric/spares/")
+                    and s.spec.devices]  # fmt: skip
+
+        (spares, *_) = wait_for("a spare in its node's pool", spare_slices, timeout=90)
+        pool = spares.spec.pool.name
+        node = pool.split("/", 2)[2]
+        (dev, *_) = spares.spec.devices
+        device = attr(dev, "fabricDevice")
+        assert spares.spec.node_name == node and dev.attributes["spare"].bool
+        assert not dev.binding_conditions and env.fabric.connections()[device][0] == node
+        assert all(p == pool for p, d in held(resource_api) if d == device)  # published once
+        before = attach_requests(env)
+        request = {"name": "gpu", "firstAvailable": [
+            {"name": "spare", "deviceClassName": "gpu.patchbay.dev",
+             "selectors": [{"cel": {"expression": SPARE_CEL}}]},
+            {"name": "fabric", "deviceClassName": "gpu.patchbay.dev"},
+        ]}  # fmt: skip
+        pod(core, ns, "first", node, template(resource_api, ns, "spare-first", [request]))
+        running(env, core, ns, "first", timeout=60)
+        claim = claim_of(core, resource_api, ns, "first")
+        (result,) = claim.status.allocation.devices.results
+        assert (result.request, result.pool) == ("gpu/spare", pool), result
+        assert not result.binding_conditions and attr(dev, "fabricDevice") == device
+        assert result.device == dev.name
+        assert [t for t, _ in attach_requests(env) - before if t == device] == []  # no attach
+        gone(core, ns, "first")
+    finally:
+        env.ctl.extra = plain
+        restart(env, "controller-domain")
+    wait_for("every spare detached", lambda: not env.fabric.connections(), timeout=90)

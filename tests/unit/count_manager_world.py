@@ -12,8 +12,17 @@ import asyncio
 from typing import Any
 
 from driver.controller import claims as cl
+from driver.controller.pool.domain_slots import domain_slot_id
+from driver.controller.pool.domains import LABEL_PREFIX
 from driver.controller.pool.slots import slot_id
-from driver.fabric_devices.naming import NODE_ANNOTATION, READY_CONDITION, NodeFabric, variant_name
+from driver.errors import CountAttachFailed
+from driver.fabric_devices.naming import (
+    NODE_ANNOTATION,
+    READY_CONDITION,
+    NodeFabric,
+    device_name,
+    variant_name,
+)
 from driver.fabricclient.dialect_count import (
     CountAttachResult,
     CountResource,
@@ -31,6 +40,10 @@ from tests.signals import Signal
 H100 = "H100-SXM5-80GB"
 A0 = HostAdapter("node-a-a0", "pcie0", "sw0", "node-a", "adapter0")
 SLOT = variant_name(slot_id("sw0", H100, "node-a", "adapter0", 0), "node-a", "adapter0")
+# The per-domain shape: the same slot published once, in sw0's reach domain.
+DOMAIN_POOL = "fabric/pcie0.sw0"
+DOMAIN_SLOT = device_name(domain_slot_id(DOMAIN_POOL, "fabric", "sw0", H100, 0))
+DOMAIN_LABEL = LABEL_PREFIX + "pcie0.sw0"
 CLAIMS = f"{RESOURCE_V1}/namespaces/default/resourceclaims"
 
 
@@ -41,19 +54,28 @@ def gpu(i: int) -> FabricDevice:
     )  # fmt: skip
 
 
-def claim() -> dict[str, Any]:
-    result = {"request": "gpu", "driver": "patchbay.dev", "pool": "fabric", "device": SLOT,
+def claim(shape: str = "per-node", node: str = "node-a") -> dict[str, Any]:
+    """A claim allocated slot 0 of sw0's H100s: the per-node slot of node-a's
+    adapter0, or (``per-domain``) the domain's slot on ``node``, which the
+    allocation's ``nodeSelector`` names as the scheduler writes it."""
+    once = shape == "per-domain"
+    result = {"request": "gpu", "driver": "patchbay.dev",
+              "pool": DOMAIN_POOL if once else "fabric", "device": DOMAIN_SLOT if once else SLOT,
               "bindingConditions": [READY_CONDITION]}  # fmt: skip
+    allocation: dict[str, Any] = {"devices": {"results": [result]}}
+    if once:
+        allocation["nodeSelector"] = {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [node]}]}]}  # fmt: skip
     return {
         "metadata": {"name": "claim", "namespace": "default", "uid": "uid-1"},
-        "status": {"allocation": {"devices": {"results": [result]}}},
+        "status": {"allocation": allocation},
     }
 
 
 class World:
     """The API, a count-based manager, and node-a's plugin (its ``adapters``,
     adapter -> pcieRoot), which reports what is attached once ``live`` (until
-    then it has not seen the device yet)."""
+    then it has not seen the device yet); every Node carries sw0's reach label."""
 
     def __init__(
         self, devices: list[FabricDevice], adapters: dict[str, str], live: bool = False,
@@ -63,8 +85,9 @@ class World:
         self.nodes = {"node-a": adapters, **(more or {})}  # node -> its adapters
         self.fabric = Manager(devices, self)
         for node, ads in self.nodes.items():
-            self.api.add("/api/v1/nodes", {"metadata": {"name": node, "annotations": {
-                NODE_ANNOTATION: NodeFabric(ads).to_annotation()}}})  # fmt: skip
+            self.api.add("/api/v1/nodes", {"metadata": {
+                "name": node, "labels": {DOMAIN_LABEL: ""},
+                "annotations": {NODE_ANNOTATION: NodeFabric(ads).to_annotation()}}})  # fmt: skip
         self.api.on_store = lambda _path, _obj: self.changed.changed()
 
     async def report(self) -> None:
@@ -104,10 +127,16 @@ class Manager(MemoryFabric):
         self.world, self.scale_ups, self.lose_answers = world, 0, False
         self.answer: asyncio.Event | None = None
         self.lost = False  # an answer was lost: the controller is gone from then on
+        self.wrong_next = 0  # scale-ups still to bring another model (given back at once)
 
     async def attach(self, device_id: str, node: str, adapter: str, key: str = "") -> AttachResult:
         self.scale_ups += 1
         model = self.devices[device_id].model
+        if self.wrong_next:  # as the count dialect tells it (dialect_count.CountDialect.attach)
+            self.wrong_next -= 1
+            raise CountAttachFailed(502, "WrongDevice", f"asked one gpu of model {model} for "
+                                    f"node {node}: gpu OTHER serial X arrived instead; scaled it "
+                                    "down again")  # fmt: skip
         free = [d for _, d in sorted(self.devices.items()) if d.connection is None]
         reached = {d.id: a.adapter for d in free for a in d.adapters if a.node == node}
         picked = [d for d in free if d.model == model and d.id in reached][-1]

@@ -36,13 +36,14 @@ from tests.unit.count_manager_world import A0, CLAIMS, H100, World, claim, gpu
 REPORT = NodeFabric({"adapter0": "pci0000:15"}, busy=frozenset({"GPU-0"}))
 
 
+@pytest.mark.parametrize("shape", ["per-node", "per-domain"])
 @pytest.mark.parametrize("crash", ["before the answer is read", "while the node has not seen it"])
-async def test_a_restart_takes_up_the_device_the_manager_attached(crash: str) -> None:
+async def test_a_restart_takes_up_the_device_the_manager_attached(crash: str, shape: str) -> None:
     w = World([gpu(0), gpu(1)], {"adapter0": "pci0000:15"})
     w.fabric.lose_answers = crash == "before the answer is read"
-    w.api.add(CLAIMS, claim())
-    alloc = cl.fabric_allocations(claim(), "fabric")[0]
-    first = Reconciler(w.api, w.fabric, settings())
+    w.api.add(CLAIMS, claim(shape))
+    alloc = cl.fabric_allocations(claim(shape), "fabric")[0]
+    first = Reconciler(w.api, w.fabric, settings(fabric_pool_shape=shape))
     async with running(first):
         if w.fabric.lose_answers:
             await w.changed.until("the manager's attach", lambda: w.fabric.attached != [])
@@ -55,7 +56,7 @@ async def test_a_restart_takes_up_the_device_the_manager_attached(crash: str) ->
     # The restart: the node's plugin sees the device from now on.
     w.fabric.lose_answers, w.live = False, True
     await w.report()
-    async with running(Reconciler(w.api, w.fabric, settings())):
+    async with running(Reconciler(w.api, w.fabric, settings(fabric_pool_shape=shape))):
         await w.changed.until("the claim Ready", w.ready)
     assert w.fabric.scale_ups == 1 and w.fabric.detached == []
     assert w.entry()["data"]["fabricDevice"] == "gpu-1" and w.entry()["data"]["uuid"] == "GPU-1"

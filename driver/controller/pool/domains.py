@@ -27,10 +27,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from driver.fabric_devices.naming import NodeFabric
+from driver.fabric_devices.naming import REACH_LABEL_PREFIX, NodeFabric
 from driver.fabricclient.model import FabricDevice, FabricInventory
 
-LABEL_PREFIX = "reach.fabric.patchbay.dev/"
+LABEL_PREFIX = REACH_LABEL_PREFIX  # its one owner: driver.fabric_devices.naming
 # The attribute that names a device's reach domain (domain pools) or the one an
 # adapter is cabled into (adapter pools): a pairing claim matches them.
 DOMAIN_ATTRIBUTE = "fabricDomain"

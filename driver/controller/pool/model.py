@@ -1,4 +1,4 @@
-"""The fabric pool's shape: the :class:`PoolModel` protocol and its two implementations.
+"""The fabric pool's shape: the :class:`PoolModel` protocol and its implementations.
 
 Why a module: what the pool offers depends on who picks the device. A
 manager that attaches the device it is asked for gets a variant per device
@@ -9,9 +9,12 @@ what follows from that: the device a slot allocation holds is the one that
 arrived for it, what is attached already is taken up
 (``driver.controller.pool.slot_serving``), and warm spares are published as
 device variants that must give way to waiting slots
-(``driver.controller.pool.slot_spares``). The reconciler holds one model
-(:func:`pool_model`, from the fabric client's ``picks_devices``) and never
-asks which. Pure, except ``take_up``, which tells the workers.
+(``driver.controller.pool.slot_spares``). Under ``fabric_pool_shape:
+per-domain`` each device (:class:`~driver.controller.pool.domain_pool.DomainPool`)
+or slot (:class:`~driver.controller.pool.domain_slot_pool.DomainSlotPool`)
+is published once per reach domain instead. The reconciler holds one model
+(:func:`pool_model`, from the fabric client's ``picks_devices`` and the
+setting) and never asks which. Pure, except ``take_up``, which tells the workers.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from driver.controller import claims as cl
 from driver.controller.pool import slot_serving, slot_spares
 from driver.controller.pool.devices import build_pool
 from driver.controller.pool.domain_pool import DomainPool
+from driver.controller.pool.domain_slot_pool import DomainSlotPool
 from driver.controller.pool.domains import LabelFinding
 from driver.controller.pool.slots import build_count_pool
 from driver.controller.pool.variant import Variant
@@ -214,8 +218,7 @@ def mine(pinned: Mapping[str, str], pool: str) -> set[str]:
 
 def pool_model(picks_devices: bool, shape: str = "per-node") -> PoolModel:
     """The pool's shape for a fabric whose manager picks the device (or not),
-    and the ``fabric_pool_shape`` setting (a count-based manager's slots keep
-    their own shape for now: docs/fabric.md)."""
+    and the ``fabric_pool_shape`` setting."""
     if picks_devices:
-        return SlotPool()
+        return DomainSlotPool() if shape == "per-domain" else SlotPool()
     return DomainPool() if shape == "per-domain" else DevicePool()

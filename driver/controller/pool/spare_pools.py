@@ -26,12 +26,13 @@ from driver.fabric_devices.naming import (
     FABRIC_KIND,
     IDENTITY_ATTRIBUTE,
     PUBLISHED_TYPE,
+    SPARE_POOLS,
     NodeFabric,
 )
 from driver.fabricclient.model import FabricDevice, FabricInventory
 from driver.slices.build import PoolSpec, slice_name_prefix
 
-SPARES = "spares"
+SPARES = SPARE_POOLS
 
 
 def spare_pool(base: str, node: str) -> str:
