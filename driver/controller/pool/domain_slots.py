@@ -32,8 +32,9 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from driver import DRIVER_NAME
-from driver.controller.pool.domain_pool import DOMAIN_ATTRIBUTE, pool_name
+from driver.controller.pool.domain_pool import pool_name
 from driver.controller.pool.domains import (
+    DOMAIN_ATTRIBUTE,
     Domain,
     LabelFinding,
     findings,
