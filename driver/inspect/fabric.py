@@ -39,6 +39,7 @@ from driver.fabric_devices.naming import (
     SPARE_ATTRIBUTE,
     NodeFabric,
     in_fabric_pool,
+    is_adapter_pool,
 )
 from driver.inspect.claims import binding, binding_text
 from driver.inspect.events import EventIndex, newest
@@ -137,7 +138,10 @@ def fabric_view(
     held = _allocations(claims, pool, now)
     seen = reports(nodes)
     unoffered = _pool_counters(slices, pool)
-    variants = [d for d in build(slices, claims).devices if in_fabric_pool(d.pool, pool)]
+    variants = [  # a node's adapter pool holds its adapters (pairings), no fabric device
+        d for d in build(slices, claims).devices
+        if in_fabric_pool(d.pool, pool) and not is_adapter_pool(d.pool, pool)
+    ]  # fmt: skip
     domains = domain_pools(slices, nodes, pool)
     selects = selected_nodes(domains)
     by_id: dict[str, dict[str, Any]] = {}

@@ -20,12 +20,15 @@ from typing import Any
 
 from driver.fabric_devices.naming import REACH_LABEL_PREFIX as LABEL_PREFIX
 from driver.fabric_devices.naming import SPARE_POOLS as SPARES
+from driver.fabric_devices.naming import is_adapter_pool
 from driver.inspect.inventory import JsonObj
 
 
 def is_domain_pool(name: str, pool: str) -> bool:
-    """Whether ``name`` is one of ``pool``'s per-domain pools (not a spare pool)."""
-    return name.startswith(pool + "/") and not name.startswith(f"{pool}/{SPARES}/")
+    """Whether ``name`` is one of ``pool``'s per-domain pools (not a spare pool,
+    not a node's adapter pool)."""
+    spare = name.startswith(f"{pool}/{SPARES}/")
+    return name.startswith(pool + "/") and not spare and not is_adapter_pool(name, pool)
 
 
 def _selected(selector: JsonObj, nodes: Iterable[JsonObj]) -> tuple[str, list[str], list[str]]:

@@ -44,7 +44,8 @@ def slices(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     built = build_domain_pools("fabric", FabricInventory(tuple(devices), (A, B)), reports,
                                nodes, (), {}, {})  # fmt: skip
     out = []
-    for spec in built.pools:
+    assert built.adapters  # the nodes' adapter pools, published beside (pairings)
+    for spec in (*built.pools, *built.adapters):
         desired = build_slices(spec)
         out += [slice_object(spec, d, 1, len(desired)) for d in desired]
     return out
