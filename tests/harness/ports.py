@@ -14,6 +14,14 @@ gw1, ...), any other process (a plain pytest run, the demo, a benchmark)
 one chosen by its pid. Within a block ports are taken in turn and never
 twice while unused ones remain; each is checked with a bind first, for a
 port some unrelated program holds.
+
+Two runs on one machine (a CI clone's beside a developer's) have the same
+worker names: both gw0 took the same block, chose the same port and one
+controller failed to bind its metrics port. So a process holds its block
+for its lifetime by binding an abstract Unix socket named after it
+(:data:`LOCK_NAME`: exclusive, no file left behind, released by the kernel
+when the process ends), and takes the next free block when another process
+holds its own.
 """
 
 from __future__ import annotations
@@ -25,8 +33,10 @@ import threading
 
 FIRST = 20000  # the pool: FIRST up to the ephemeral range's start
 BLOCKS = 16  # xdist workers gw0..gw7 and 8 blocks for other processes
+LOCK_NAME = "patchbay-ports"  # abstract socket name prefix: one bound per held block
 _lock = threading.Lock()
 _state: dict[str, itertools.cycle[int]] = {}
+_held: dict[str, socket.socket] = {}  # pid -> the socket holding its block (kept open)
 
 
 def _ephemeral_start() -> int:
@@ -37,19 +47,38 @@ def _ephemeral_start() -> int:
         return 32768
 
 
-def block_index() -> int:
-    """This process's block: its xdist worker number, else one its pid picks."""
+def preferred_block() -> int:
+    """The block this process tries first: its xdist worker number, else one its pid picks."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if worker.startswith("gw") and worker[2:].isdigit() and int(worker[2:]) < BLOCKS // 2:
         return int(worker[2:])
     return BLOCKS // 2 + os.getpid() % (BLOCKS // 2)
 
 
+def claim_block(preferred: int, namespace: str = LOCK_NAME) -> tuple[int, socket.socket | None]:
+    """(the block, the socket that holds it): ``preferred`` unless another
+    process holds it, then the next one free; ``preferred`` unheld (None)
+    when every block is held."""
+    for i in range(BLOCKS):
+        block = (preferred + i) % BLOCKS
+        holder = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            holder.bind(f"\0{namespace}-{block}")
+        except OSError:  # another process holds it
+            holder.close()
+            continue
+        return block, holder
+    return preferred, None
+
+
 def _ports() -> itertools.cycle[int]:
     key = f"{os.getpid()}"  # a forked child starts its own turn
     if key not in _state:
         size = max(16, (_ephemeral_start() - FIRST) // BLOCKS)
-        start = FIRST + block_index() * size
+        block, holder = claim_block(preferred_block())
+        if holder is not None:
+            _held[key] = holder
+        start = FIRST + block * size
         _state[key] = itertools.cycle(range(start, start + size))
     return _state[key]
 
