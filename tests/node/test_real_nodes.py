@@ -208,6 +208,19 @@ def _count_plugin_pods(tier: Tier, node: str, stop: threading.Event, counts: lis
         api.close()
 
 
+def _alone_and_new(tier: Tier, node: str, old: str) -> bool:
+    """The rollout is over on ``node``: one plugin pod there, not ``old``, not
+    leaving. From ONE listing: a DaemonSet's new pod is created unbound and
+    bound a moment later, so two listings can disagree (a first count of 1,
+    then two pods; seen in a clean-clone run)."""
+    pods = [p for p in tier.plugin_pods() if p["spec"].get("nodeName") == node]
+    return (
+        len(pods) == 1
+        and pods[0]["metadata"]["uid"] != old
+        and not pods[0]["metadata"].get("deletionTimestamp")
+    )
+
+
 def test_helm_upgrade_rolls_plugin_pods_overlapping(tier: Tier, namespace: str) -> None:
     tier.apply(namespace, [example("single-gpu.yaml")[0], _gpu_pod("before", "single-gpu")])
     before = tier.running(namespace, "before")
@@ -220,15 +233,16 @@ def test_helm_upgrade_rolls_plugin_pods_overlapping(tier: Tier, namespace: str) 
         target=_count_plugin_pods, args=(tier, node.name, stop, overlap), daemon=True
     )
     watcher.start()
-    # A plugin setting change: the DaemonSet's pod template changes, pods roll.
-    tier.release.upgrade("kubeletPlugin.logLevel=debug")
-    tier.apply(namespace, [_gpu_pod("during", "single-gpu", node.name)])
-    tier.running(namespace, "during", timeout=180)
-    wait_for("the new plugin pod alone on the node", lambda: (
-        len([p for p in tier.plugin_pods() if p["spec"].get("nodeName") == node.name]) == 1
-        and tier.plugin_pod_on(node.name)["metadata"]["uid"] != old), timeout=180)  # fmt: skip
-    stop.set()
-    watcher.join()
+    try:  # the watcher ends with the test, failed or not (it outlived the tier once)
+        # A plugin setting change: the DaemonSet's pod template changes, pods roll.
+        tier.release.upgrade("kubeletPlugin.logLevel=debug")
+        tier.apply(namespace, [_gpu_pod("during", "single-gpu", node.name)])
+        tier.running(namespace, "during", timeout=180)
+        wait_for("the new plugin pod alone on the node",
+                 lambda: _alone_and_new(tier, node.name, old), timeout=180)  # fmt: skip
+    finally:
+        stop.set()
+        watcher.join()
     assert max(overlap) == 2, overlap  # old and new plugin pod served side by side
     after = tier.pod(namespace, "before")
     assert after["status"]["containerStatuses"][0]["containerID"] == cid
