@@ -32,12 +32,13 @@ def server(case: str) -> MockupServer:
     return MockupServer(bodies=two_switch_tree()) if case == "two-switch" else MockupServer(case)
 
 
-async def inventory(case: str) -> FabricInventory:
-    """The inventory with each system's adapters on a node of its own (node-0, ...)."""
+async def inventory(case: str, prefix: str = "node") -> FabricInventory:
+    """The inventory with each system's adapters on a node of its own
+    (``<prefix>-0``, ...)."""
     async with serving(server(case)) as fc:
         first = await fc.inventory()
         uuids = sorted({a.system_uuid.lower() for a in first.adapters if a.system_uuid})
-        fc.set_node_uuids({u: f"node-{i}" for i, u in enumerate(uuids)})
+        fc.set_node_uuids({u: f"{prefix}-{i}" for i, u in enumerate(uuids)})
         return await fc.inventory()
 
 
