@@ -177,7 +177,10 @@ async def _identify(links: Links, ep: wire.Endpoint) -> Identity | None:
     if kind == "nvme":
         nqn = wire.durable(body.identifiers, "NQN") or wire.durable(ep.identifiers, "NQN")
         return replace(ident, capacity_bytes=body.capacity_bytes or 0, nqn=nqn)
-    gcxlid = wire.durable(body.identifiers, "GCXLID") or wire.durable(entity.identifiers, "GCXLID")
+    # The endpoint's own name of the LD first: it names the LD bound at this
+    # endpoint (DMTF's public-cxl: T5's logical device resource repeats T3's
+    # GCXLID, ...:0001, while T5's endpoint names LD 0007); else the resource's.
+    gcxlid = wire.durable(entity.identifiers, "GCXLID") or wire.durable(body.identifiers, "GCXLID")
     size = (body.memory_size_mib or 0) << 20
     return replace(ident, serial=cxl_serial(gcxlid), capacity_bytes=size,
                    logical_device=cxl_logical_device(gcxlid))  # fmt: skip

@@ -95,11 +95,15 @@ class FabricDevice:
 
     @property
     def unique_identity(self) -> str:
-        """:attr:`identity`, with the logical device for CXL memory: distinct for each
-        LD of a multi-logical device (which :attr:`identity`, what is published
-        today, is not; the pool's names move to this with the new pool shape)."""
-        if self.kind == "cxlmem" and self.logical_device:
-            return f"{self.identity}:{self.logical_device}"
+        """What the pool's names are built from, in both shapes: :attr:`identity`,
+        and for CXL memory on a logical device other than 0 of a multi-logical
+        device ``<serial>:<LD id>`` (the LDs share the serial). LD 0 (and a
+        single-logical device, which has no LD id) keeps the bare serial: the
+        names published before the LDs were told apart, and the name a node
+        computes itself from ``memX/serial`` (docs/fabric.md, "Logical devices")."""
+        ld = self.logical_device.strip().lower()
+        if self.kind == "cxlmem" and ld and ld.strip("0"):
+            return f"{self.identity}:{ld}"
         return self.identity
 
     @property

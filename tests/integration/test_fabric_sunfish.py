@@ -25,9 +25,11 @@ from collections.abc import Iterator
 
 import pytest
 
+from driver.controller.pool.devices import build_pool
 from driver.errors import FabricUnreachable
 from driver.fabricclient import FabricClient
 from tests.harness.redfish_servers import sunfish
+from tests.unit.mockup_pools import duplicates, names, per_domain, reports
 
 pytestmark = pytest.mark.integration
 SYSTEMS = {f"CXL-System{i}": f"node-{i}" for i in (1, 2, 3)}
@@ -55,6 +57,23 @@ async def test_memory_targets_have_unique_identities_across_two_switches(service
     assert "GET /redfish/v1/Endpoints: HTTP 404" in broken["/redfish/v1/Endpoints"]
     assert "GET /redfish/v1/Ports: HTTP 404" in broken["/redfish/v1/Ports"]
     assert inv.held_back == ()
+
+
+async def test_every_name_is_unique_in_the_pool_built_in_both_shapes(service: str) -> None:
+    """Sunfish's eight LDs of one memory device: a variant of each per node and
+    adapter (per-node), each once (per-domain), every name once in its pool
+    (before, the eight shared one name per node and adapter)."""
+    async with FabricClient(service, "unused", systems=SYSTEMS) as fc:
+        inv = await fc.inventory()
+    nodes = reports(inv)
+    spec, variants = build_pool("fabric", inv, nodes, (), ())
+    assert duplicates(names([spec])) == {}
+    reach = {(d.id, a.node, a.adapter) for d in inv.devices if d.identity for a in d.adapters}
+    assert {(v.device_id, v.node, v.adapter) for v in variants.values()} == reach
+    pools = names(per_domain("fabric", inv))
+    assert duplicates(pools) == {}
+    published = [n for p, ns in pools.items() if "/adapters/" not in p for n in ns]
+    assert len(published) == len({d.id for d in inv.devices if d.identity and d.available}) >= 8
 
 
 async def test_attach_reads_back_attached_and_the_failed_detach_is_named(service: str) -> None:

@@ -17,6 +17,7 @@ from driver.controller.attach.connect import Connector
 from driver.controller.attach.reports import NodeReports
 from driver.controller.attach.serials import serial_data
 from driver.controller.pool.variant import Variant
+from driver.cxl import KIND as CXL_MEMORY
 from driver.errors import AttachFailed
 from driver.fabric_devices.naming import IDENTITY_ATTRIBUTE, PREPARED_AS_KEY, variant_name
 
@@ -48,8 +49,13 @@ class DeviceAttach:
         message = f"{v.device_id} attached to {v.node} via {v.adapter}"
         key = IDENTITY_ATTRIBUTE[v.kind]
         data = {"fabricDevice": v.device_id, key: v.identity, "adapter": v.adapter}
-        if v.once:  # published once (per-domain): the node prepares it as its own
-            data[PREPARED_AS_KEY] = variant_name(v.identity, v.node, v.adapter, v.kind)
+        # Published once (per-domain), or under a name the node cannot compute (a
+        # CXL logical device other than 0, named with its LD id: the node sees
+        # only the serial, docs/fabric.md "Logical devices"): the node prepares
+        # it as its own name of the device.
+        own = variant_name(v.identity, v.node, v.adapter, v.kind)
+        if v.once or (v.kind == CXL_MEMORY and own != v.name):
+            data[PREPARED_AS_KEY] = own
         return message, data | serial_data(self._reports.get(v.node), v.kind, v.identity)
 
     async def attach_spare(

@@ -107,7 +107,7 @@ def reachable(device: FabricDevice, nodes: Mapping[str, NodeFabric]) -> list[Var
         report = nodes.get(a.node)
         root = report.adapters.get(a.adapter) if report is not None else None
         if root:
-            name = variant_name(device.identity, a.node, a.adapter, device.kind)
+            name = variant_name(device.unique_identity, a.node, a.adapter, device.kind)
             out.append(
                 Variant(name, device.id, device.kind, device.identity, a.node, a.adapter, root)
             )

@@ -190,7 +190,8 @@ class SpareKeeper:
         self._since |= {dev: s.since for dev, s in self._attaching.items()}
         shown = {s.device_id: s for s in p.keep if s.ready and s.device_id in by_id}
         variants = frozenset(
-            variant_name(by_id[i].identity, s.node, s.adapter, s.kind) for i, s in shown.items()
+            variant_name(by_id[i].unique_identity, s.node, s.adapter, s.kind)
+            for i, s in shown.items()
         )
         # A spare published without binding conditions is detached only once
         # the pool without that is stored: no scheduler can take it meanwhile.

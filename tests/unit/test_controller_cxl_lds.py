@@ -1,0 +1,125 @@
+"""The logical devices of one CXL memory device, each its own device (issue 35).
+
+Two LDs of one multi-logical device share the serial, the only key the node
+sees of either (Linux's ``memX/serial``; docs/fabric.md, "Logical devices").
+The pool names each by ``<serial>:<LD id>`` in both shapes, and the claim's
+status tells the node which of its own devices it prepares
+(``PREPARED_AS_KEY``: its own name, from the serial). A claim allocated
+under today's names (the serial alone) keeps running after the upgrade and is
+detached on release. The real reconciler and workers run on the shipped
+in-memory API and fabric (tests/unit/controller_world.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from driver.controller.reconciler import Reconciler
+from driver.fabric_devices.naming import (
+    NODE_ANNOTATION,
+    PREPARED_AS_KEY,
+    READY_CONDITION,
+    NodeFabric,
+    device_name,
+    variant_name,
+)
+from driver.fabricclient.model import FabricDevice
+from tests.unit.controller_world import ADAPTER, running, settings
+from tests.unit.domain_claims import CLAIMS, Counting, claim, condition, entry
+
+SERIAL = "0x4c1d96fffe000001"
+ROOTS = {"adapter0": "pci0000:15"}
+
+
+def ld(n: int, logical: str) -> FabricDevice:
+    """LD ``n`` of the MLD (``logical``: its LD id as the client reads it, "" before)."""
+    return FabricDevice(
+        f"ld-{n}", "pcie0", "sw0", "cxlmem", "CZ120", SERIAL, "", 0x144D, 0xA820,
+        "OK", True, False, (ADAPTER,), None, capacity_bytes=16 << 30, logical_device=logical,
+    )  # fmt: skip
+
+
+class Lds(Counting):
+    """The MLD's LDs in the fabric; the node reports attached CXL memory by serial."""
+
+    def __init__(self, *lds: FabricDevice) -> None:
+        super().__init__(0)
+        self.fabric.devices.update({d.id: d for d in lds})
+
+    async def report(self) -> None:
+        seen = {
+            d.serial: d.connection.adapter
+            for d in self.fabric.devices.values()
+            if d.connection is not None and d.connection.state == "Attached"
+        }
+        ann = {NODE_ANNOTATION: NodeFabric(ROOTS, cxlmem=seen).to_annotation()}
+        await self.api.merge_patch("/api/v1/nodes/node-a", {"metadata": {"annotations": ann}})
+
+
+def allocated(pool: str, name: str) -> dict[str, Any]:
+    out = claim("node-a")
+    out["status"]["allocation"]["devices"]["results"][0] |= {"pool": pool, "device": name}
+    return out
+
+
+OWN = variant_name(SERIAL, "node-a", "adapter0", "cxlmem")  # the node's name of either LD
+
+
+async def test_per_node_each_ld_has_its_own_variant_and_the_node_prepares_its_own() -> None:
+    w = Lds(ld(1, "0001"), ld(2, "0002"))
+    names = [variant_name(f"{SERIAL}:000{i}", "node-a", "adapter0", "cxlmem") for i in (1, 2)]
+    async with running(Reconciler(w.api, w.fabric, settings())):
+        await w.changed.until("both LDs published", lambda: set(names) <= set(w.devices()))
+        assert OWN not in w.devices()
+        w.api.add(CLAIMS, allocated("fabric", names[1]))
+        await w.changed.until("the claim ready", lambda: condition(w, READY_CONDITION))
+        assert entry(w)["data"]["fabricDevice"] == "ld-2"
+        assert entry(w)["data"][PREPARED_AS_KEY] == OWN
+        await w.api.delete(f"{CLAIMS}/claim")
+        await w.changed.until("the detach", lambda: w.fabric.devices["ld-2"].connection is None)
+    assert w.asked == [("ld-2", "node-a", "adapter0")]
+
+
+async def test_per_domain_each_ld_is_published_once_under_its_own_name() -> None:
+    w = Lds(ld(1, "0001"), ld(2, "0002"))
+    names = [device_name(f"{SERIAL}:000{i}", "cxlmem") for i in (1, 2)]
+    labelled = {"metadata": {"labels": {"reach.fabric.patchbay.dev/pcie0.sw0": ""}}}
+    await w.api.merge_patch("/api/v1/nodes/node-a", labelled)
+    async with running(Reconciler(w.api, w.fabric, settings(fabric_pool_shape="per-domain"))):
+        await w.changed.until("both LDs published", lambda: set(names) <= set(w.devices()))
+        w.api.add(CLAIMS, allocated("fabric/pcie0.sw0", names[1]))
+        await w.changed.until("the claim ready", lambda: condition(w, READY_CONDITION))
+        assert entry(w)["data"]["fabricDevice"] == "ld-2"
+        assert entry(w)["data"][PREPARED_AS_KEY] == OWN
+    assert w.asked == [("ld-2", "node-a", "adapter0")]
+
+
+async def test_a_claim_allocated_under_todays_name_runs_on_and_is_detached_on_release() -> None:
+    """Before: the client read no LD id and the pool named LD 2 by the serial
+    alone. After the upgrade the claim holding that name is attached through
+    its variant's adapter, the node prepares that name as it always did (no
+    ``PREPARED_AS_KEY``), and the release detaches the device."""
+    before = Lds(ld(2, ""))
+    async with running(Reconciler(before.api, before.fabric, settings())):
+        await before.changed.until("today's name", lambda: OWN in before.devices())
+    w = Lds(ld(1, "0001"), ld(2, "0002"))
+    w.api = before.api  # the cluster as the old controller left it
+    w.api.on_store = lambda _path, _obj: w.changed.changed()
+    w.api.add(CLAIMS, allocated("fabric", OWN))
+    async with running(Reconciler(w.api, w.fabric, settings())):
+        await w.changed.until("the claim ready", lambda: condition(w, READY_CONDITION))
+        assert entry(w)["data"]["fabricDevice"] == "ld-2"
+        assert PREPARED_AS_KEY not in entry(w)["data"]
+        assert OWN in w.devices()  # still published for the claim
+        await w.api.delete(f"{CLAIMS}/claim")
+        await w.changed.until("the detach", lambda: w.fabric.devices["ld-2"].connection is None)
+        await w.changed.until("today's name withdrawn", lambda: OWN not in w.devices())
+    assert w.asked == [("ld-2", "node-a", "adapter0")]
+
+
+def test_ld_zero_keeps_the_bare_serial() -> None:
+    """A single-logical device (no LD id) and LD 0 are named as before."""
+    assert dataclasses.replace(ld(0, "0000"), id="x").unique_identity == SERIAL
+    assert ld(0, "").unique_identity == SERIAL
+    assert ld(3, "0003").unique_identity == f"{SERIAL}:0003"
