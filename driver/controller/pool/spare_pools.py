@@ -20,16 +20,15 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from driver import DRIVER_NAME
-from driver.controller.pool.variant import Variant, fabric_attributes, reachable
+from driver.controller.pool.variant import Variant, placed_device, reachable
 from driver.devices.model import PCIE_ROOT, Device
 from driver.fabric_devices.naming import (
     FABRIC_KIND,
     IDENTITY_ATTRIBUTE,
-    PUBLISHED_TYPE,
     SPARE_POOLS,
     NodeFabric,
 )
-from driver.fabricclient.model import FabricDevice, FabricInventory
+from driver.fabricclient.model import FabricInventory
 from driver.slices.build import PoolSpec, slice_name_prefix
 
 SPARES = SPARE_POOLS
@@ -43,18 +42,6 @@ def node_of(base: str, pool: str) -> str:
     """The node of a spare pool's name, "" for any other pool."""
     head = f"{base}/{SPARES}/"
     return pool[len(head) :] if pool.startswith(head) else ""
-
-
-def spare_device(device: FabricDevice, v: Variant) -> Device:
-    attrs, capacity = fabric_attributes(device)
-    attrs |= {"fabricAdapter": v.adapter, PCIE_ROOT: v.root}
-    return Device(
-        name=v.name,
-        kind=PUBLISHED_TYPE[device.kind],
-        local_id=device.identity,
-        attributes=attrs,
-        capacity=capacity,
-    )
 
 
 def node_pool(base: str, node: str, devices: Iterable[Device]) -> PoolSpec:
@@ -103,7 +90,7 @@ def spare_pools(
     shown = {n: v for n, v in ready.items() if v.device_id not in in_domains}
     per_node: dict[str, list[Device]] = {}
     for v in shown.values():
-        per_node.setdefault(v.node, []).append(spare_device(by_id[v.device_id], v))
+        per_node.setdefault(v.node, []).append(placed_device(by_id[v.device_id], v))
     merged = {s.pool_name: i for i, s in enumerate(out)}
     for node, devices in sorted(per_node.items()):
         name = spare_pool(base, node)

@@ -11,6 +11,7 @@ offered at all are written here once. Pure functions.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -153,7 +154,9 @@ def fabric_attributes(device: FabricDevice) -> tuple[dict[str, AttributeValue], 
     return attrs, capacity
 
 
-def variant_device(device: FabricDevice, v: Variant, counter_set: str) -> Device:
+def placed_device(device: FabricDevice, v: Variant) -> Device:
+    """``device`` as ``v`` offers it through its adapter (root, adapter), with
+    no counters or binding: what a variant and a ready spare share."""
     attrs, capacity = fabric_attributes(device)
     attrs |= {"fabricAdapter": v.adapter, PCIE_ROOT: v.root}
     return Device(
@@ -162,6 +165,12 @@ def variant_device(device: FabricDevice, v: Variant, counter_set: str) -> Device
         local_id=device.identity,
         attributes=attrs,
         capacity=capacity,
+    )
+
+
+def variant_device(device: FabricDevice, v: Variant, counter_set: str) -> Device:
+    return dataclasses.replace(
+        placed_device(device, v),
         consumes_counters=consumption(device.id, counter_set),
         node_name=v.node,
         binds_to_node=True,
