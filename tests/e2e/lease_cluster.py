@@ -11,7 +11,7 @@ object, whether a claim is gone, a controller metric.
 from __future__ import annotations
 
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +33,14 @@ LEASE_KINDS = {"CustomResourceDefinition", "ValidatingAdmissionPolicy",
                "MutatingAdmissionPolicyBinding"}  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def leases(helm: Path, api_client: client.ApiClient) -> Iterator[Any]:
-    """The chart's lease objects applied; the DeviceLeasePolicy resource."""
-    applier = Applier(api_client)
+def apply_lease_objects(
+    helm: Path, applier: Applier, api_client: client.ApiClient,
+    kinds: Collection[str] = frozenset(LEASE_KINDS),
+) -> Any:  # fmt: skip
+    """The chart's lease objects of ``kinds`` applied (the CRD, the admission
+    policies) and the CRD established; the DeviceLeasePolicy resource."""
     for doc in render(helm, unique("pbx"), "default"):
-        if doc["kind"] in LEASE_KINDS:
+        if doc["kind"] in kinds:
             applier.apply(doc, "default")
     ext = client.ApiextensionsV1Api(api_client)
 
@@ -48,10 +50,17 @@ def leases(helm: Path, api_client: client.ApiClient) -> Iterator[Any]:
                    for c in crd.status.conditions or ())  # fmt: skip
 
     wait_for("the DeviceLeasePolicy CRD established", established, timeout=60)
+    return DynamicClient(api_client).resources.get(
+        api_version="patchbay.dev/v1alpha1", kind="DeviceLeasePolicy"
+    )
+
+
+@pytest.fixture(scope="module")
+def leases(helm: Path, api_client: client.ApiClient) -> Iterator[Any]:
+    """The chart's lease objects applied; the DeviceLeasePolicy resource."""
+    applier = Applier(api_client)
     try:
-        yield DynamicClient(api_client).resources.get(
-            api_version="patchbay.dev/v1alpha1", kind="DeviceLeasePolicy"
-        )
+        yield apply_lease_objects(helm, applier, api_client)
     finally:
         applier.cleanup()
 

@@ -24,6 +24,7 @@ from kubernetes.dynamic import DynamicClient
 
 from tests.e2e.chart import Applier, render
 from tests.e2e.helpers import unique, wait_for
+from tests.e2e.lease_cluster import apply_lease_objects
 
 pytestmark = pytest.mark.cluster
 
@@ -66,21 +67,8 @@ def refusal(fn: Any, *args: Any, **kwargs: Any) -> str:
 @pytest.fixture
 def policy(helm: Path, applier: Applier, api_client: client.ApiClient) -> Iterator[str]:
     """The chart's lease objects applied, and one DeviceLeasePolicy; its name."""
-    for doc in render(helm, unique("pbl"), "default"):
-        if doc["kind"] in LEASE_KINDS:
-            applier.apply(doc, "default")
-    ext = client.ApiextensionsV1Api(api_client)
-
-    def established() -> bool:
-        crd = ext.read_custom_resource_definition("deviceleasepolicies.patchbay.dev")
-        return any(c.type == "Established" and c.status == "True"
-                   for c in crd.status.conditions or ())  # fmt: skip
-
-    wait_for("the DeviceLeasePolicy CRD established", established, timeout=60)
+    policies = apply_lease_objects(helm, applier, api_client, LEASE_KINDS)
     name = unique("notebooks")
-    policies = DynamicClient(api_client).resources.get(
-        api_version="patchbay.dev/v1alpha1", kind="DeviceLeasePolicy"
-    )
     policies.create(body={**POLICY, "metadata": {"name": name}})
     yield name
     policies.delete(name=name)
