@@ -13,6 +13,7 @@ orders the steps, saves and rolls back.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import replace
 
@@ -34,7 +35,8 @@ class Holdings:
     """What the checkpoint's claims hold, by every key a device is known by,
     kept as records come and go (:meth:`add`, :meth:`remove`): a prepare
     looks up its own devices' keys instead of scanning every record, so its
-    cost does not grow with the claims on the node. :meth:`sync` rebuilds it
+    cost does not grow with the claims on the node, and the preparer's
+    ``prepared_devices`` reads :meth:`devices`. :meth:`sync` rebuilds it
     when the checkpoint was replaced (read again from disk) or changed size
     behind its back."""
 
@@ -42,6 +44,10 @@ class Holdings:
         self._kinds = kinds
         self._by_key: dict[tuple[str, ...], dict[str, bool]] = {}  # key -> {claim: a share?}
         self._keys: dict[str, list[tuple[str, ...]]] = {}  # claim -> its keys
+        # (kind, local id) of every recorded device, admin views too -> how many
+        # records name it; and each claim's (for prepared_devices, O(devices))
+        self._devices: Counter[tuple[str, str]] = Counter()
+        self._held: dict[str, list[tuple[str, str]]] = {}
         self._stamp: tuple[int, int] | None = None
 
     @classmethod
@@ -55,6 +61,8 @@ class Holdings:
             return
         self._by_key.clear()
         self._keys.clear()
+        self._devices.clear()
+        self._held.clear()
         for record in checkpoint.claims.values():
             self._index(record)
         self._stamp = (id(checkpoint), len(checkpoint.claims))
@@ -70,6 +78,8 @@ class Holdings:
                 self._by_key.setdefault((h.pool, h.device), {})[h.claim_uid] = False
                 keys.append((h.pool, h.device))
         self._keys[record.uid] = keys
+        held = self._held[record.uid] = [(d.kind, d.local_id) for d in record.devices]
+        self._devices.update(held)
 
     def add(self, checkpoint: Checkpoint, record: ClaimRecord) -> None:
         """``record`` was just put in ``checkpoint`` (a new claim's)."""
@@ -79,6 +89,11 @@ class Holdings:
 
     def remove(self, checkpoint: Checkpoint, uid: str) -> None:
         """Claim ``uid``'s record was just dropped from ``checkpoint``."""
+        for device in self._held.pop(uid, ()):
+            if self._devices[device] > 1:
+                self._devices[device] -= 1
+            else:
+                del self._devices[device]
         for key in self._keys.pop(uid, ()):
             holders = self._by_key.get(key, {})
             holders.pop(uid, None)
@@ -92,6 +107,11 @@ class Holdings:
             self._stamp = None
             self.sync(checkpoint)
             self.remove(checkpoint, uid)
+
+    def devices(self) -> set[tuple[str, str]]:
+        """(kind, local id) of every device a record names (admin-access views
+        too: a container uses the device), without reading any record."""
+        return set(self._devices)
 
     def owner(self, keys: list[tuple[str, ...]], share_id: str | None, uid: str) -> str | None:
         """The claim other than ``uid`` that keeps a device with these keys

@@ -190,8 +190,11 @@ class ClaimPreparer:
         return results
 
     def prepared_devices(self) -> set[tuple[str, str]]:
-        """(kind, local id) of every device some claim holds or is preparing."""
-        return {(d.kind, d.local_id) for c in self.checkpoint.claims.values() for d in c.devices}
+        """(kind, local id) of every device some claim holds or is preparing:
+        read from the holdings index, not from every record (it is asked after
+        every call, for the node's fabric report, and at every metrics scrape)."""
+        self._taken.sync(self.checkpoint)  # rebuilt only if the checkpoint was read again
+        return self._taken.devices()
 
     async def recover(self) -> tuple[int, int]:
         """Start-up: make the CDI directory agree with the checkpoint.
