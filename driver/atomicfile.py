@@ -111,6 +111,24 @@ def retire(path: Path, spare: Path) -> bool:
     return remove_file(path)
 
 
+_pid = os.getpid()
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+def own_pid() -> int:
+    """This process's id, for the names of its temp files and spares: read
+    once (and again in a forked child), as glibc does not cache ``getpid``
+    and a prepare + unprepare pair names such a file at every write."""
+    return _pid
+
+
 def write_atomic(path: Path, data: bytes, mode: int = 0o644, *, keep_spare: bool = False) -> None:
     """Replace ``path`` with ``data`` atomically (not synced to disk).
 
@@ -120,7 +138,7 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o644, *, keep_spare: bool
     ext4 would also flush, ``auto_da_alloc``), so a rewrite creates and
     frees no inode.
     """
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    tmp = path.parent / f".{path.name}.tmp-{_pid}"
     _fill(tmp, data, mode)
     try:
         if exchange(tmp, path):

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import re
 import uuid
 from collections.abc import Mapping, Sequence
@@ -24,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from driver.atomicfile import create_from_spare, remove_stale_temps, retire
+from driver.atomicfile import create_from_spare, own_pid, remove_stale_temps, retire
 from driver.errors import CdiError
 
 CDI_VERSION = "0.6.0"
@@ -112,7 +111,7 @@ class CdiRegistry:
     def _spare(self) -> Path:
         # One file recycled between specs (driver.atomicfile.retire); its name
         # ends in neither .json nor .yaml, so runtimes never read it as a spec.
-        pid = os.getpid()
+        pid = own_pid()
         if self._spare_of is None or self._spare_of[0] != pid:
             self._spare_of = (pid, self.root / f".{VENDOR}-{CLASS}.spare.tmp-{pid}")
         return self._spare_of[1]

@@ -28,13 +28,12 @@ the request, which bind-mounts the file read-only at the upstream path.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from driver.atomicfile import create_from_spare, remove_stale_temps, retire
+from driver.atomicfile import create_from_spare, own_pid, remove_stale_temps, retire
 from driver.cdi import CdiDevice, CdiRegistry, ContainerEdits, canonical_claim_uid
 from driver.checkpoint import DeviceRecord
 from driver.claims.metadata import (
@@ -75,7 +74,7 @@ class MetadataFiles:
         return cls(plugin_dir / SUBDIR)
 
     def _spare(self) -> Path:
-        return self.root / f"{SPARE}-{os.getpid()}"
+        return self.root / f"{SPARE}-{own_pid()}"
 
     def path(self, claim_uid: str, request: str) -> Path:
         return self.root / f"{canonical_claim_uid(claim_uid)}_{base_request(request)}.json"
