@@ -171,10 +171,14 @@ class CheckpointStore:
     is at rest, at start-up and at a graceful stop. A node with fewer than
     :data:`JOURNAL_FROM` claims has every change written to the file."""
 
-    def __init__(self, path: Path, boot_id: str) -> None:
+    def __init__(self, path: Path, boot_id: str, *, shared: bool = True) -> None:
         self.path = path
         self.journal = journal_path(path)
         self.boot_id = boot_id
+        # Whether another process may write the files (a rolling update's
+        # other plugin pod): only then is their identity kept after each
+        # write (a stat per save), for :meth:`changed`.
+        self.shared = shared
         self.moved_aside: Path | None = None
         self._seen: _Identity | None = (None, None)  # the files last read or written
         self._current: Checkpoint | None = None
@@ -203,8 +207,8 @@ class CheckpointStore:
         """Whether the file or the journal is another than this store last read
         or wrote (inode, size, mtime): only then must a shared checkpoint be
         read again. Every save replaces the file, so its inode changes; every
-        entry grows the journal."""
-        return self._identity() != self._seen
+        entry grows the journal. Never, for a store no other process writes."""
+        return self.shared and self._identity() != self._seen
 
     def load(self) -> Checkpoint:
         """The stored checkpoint, an empty one if there is none, read anew
@@ -341,13 +345,15 @@ class CheckpointStore:
             data = record.model_dump_json().encode()
             if record.state is ClaimState.PREPARE_COMPLETED:  # never changed again (encode)
                 self._encoded[uid] = (record, json.dumps(uid).encode() + b":" + data)
+        entry = journal_entry(self.boot_id, uid, data)
         try:
-            st = journal_append(self.journal, journal_entry(self.boot_id, uid, data))
+            st = journal_append(self.journal, entry, status=self.shared)
         except OSError as exc:
             raise CheckpointError(f"cannot write checkpoint journal {self.journal}: {exc}") from exc
         self._entries += 1
-        known = self._seen[0] if self._seen is not None else _stat_identity(self.path)
-        self._seen = (known, (st.st_ino, st.st_size, st.st_mtime_ns))
+        if st is not None:
+            known = self._seen[0] if self._seen is not None else _stat_identity(self.path)
+            self._seen = (known, (st.st_ino, st.st_size, st.st_mtime_ns))
         self._current = checkpoint
 
     def compact(self, checkpoint: Checkpoint) -> bool:
@@ -368,10 +374,11 @@ class CheckpointStore:
                 remove_file(self.journal)
         except OSError as exc:
             raise CheckpointError(f"cannot write checkpoint {self.path}: {exc}") from exc
-        # The journal as this store last saw it (read or written), or gone.
-        journal = None if self._entries or self._seen is None else self._seen[1]
+        if self.shared:
+            # The journal as this store last saw it (read or written), or gone.
+            journal = None if self._entries or self._seen is None else self._seen[1]
+            self._seen = (_stat_identity(self.path), journal)
         self._entries = 0
-        self._seen = (_stat_identity(self.path), journal)
         self._current = checkpoint
 
 

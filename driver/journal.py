@@ -53,8 +53,9 @@ def entry(boot_id: str, uid: str, record_json: bytes | None) -> bytes:
     return head + b',"record":' + (record_json if record_json is not None else b"null") + b"}"
 
 
-def append(path: Path, data: bytes) -> os.stat_result:
-    """Append ``data`` in one write (created if missing); the file's status after."""
+def append(path: Path, data: bytes, *, status: bool = True) -> os.stat_result | None:
+    """Append ``data`` in one write (created if missing); the file's status
+    after (None without ``status``: no ``fstat``)."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
     try:
         fd = os.open(path, flags, 0o600)
@@ -65,7 +66,7 @@ def append(path: Path, data: bytes) -> os.stat_result:
         written = os.write(fd, data)
         if written != len(data):  # a full disk: the rest would glue to a torn line
             raise OSError(f"short write to {path}: {written} of {len(data)} bytes")
-        return os.fstat(fd)
+        return os.fstat(fd) if status else None
     finally:
         os.close(fd)
 

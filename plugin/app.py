@@ -69,7 +69,8 @@ def checkpoint_store(settings: PluginSettings) -> CheckpointStore:
     """The process's one checkpoint store (``driver.checkpoint``): the claim
     preparer and dynamic MIG (``plugin.device_types``) get this one."""
     boot_id = read_boot_id(settings.boot_id_file)
-    return CheckpointStore(checkpoint_file(settings.plugin_dir), boot_id)
+    path = checkpoint_file(settings.plugin_dir)
+    return CheckpointStore(path, boot_id, shared=settings.rolling_update)
 
 
 class NodePlugin:
