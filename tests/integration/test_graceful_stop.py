@@ -8,8 +8,10 @@ not know. So the plugin compacts the journal when it stops on SIGTERM, after
 the calls in flight. This runs the real plugin process, prepares claims until
 the journal is in use, and sends SIGTERM while the last prepare is in flight
 (held on the cross-process prepare lock, which the test takes as a rolling
-update's other plugin pod would): no compaction at rest can run before the
-stop, so only the stop's compaction can leave the file current.
+update's other plugin pod would). The plugin runs its real entry point with
+the compaction at rest put an hour off (``COMPACT_AT_REST_S``, one second,
+would otherwise race the shutdown, which can take as long): only the stop's
+compaction can leave the file current.
 """
 
 from __future__ import annotations
@@ -31,11 +33,25 @@ from fabric.simhost.topologies import TOPOLOGIES
 from plugin.sockets import LOCK_FILE_NAME, checkpoint_file
 from tests.e2e.helpers import wait_for
 from tests.harness.cluster import LocalCluster
+from tests.harness.simnode import PluginProcess
 from tests.integration.kubelet import our_slices, wait_registered
 from tests.integration.own_node import own_node
 from tests.kube.claims import allocated_claim
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+
+# plugin.main's entry point, with no compaction at rest within the test.
+NO_REST_COMPACTION = (
+    "import sys; from driver.claims import compaction; compaction.COMPACT_AT_REST_S = 3600.0; "
+    "from plugin.main import main; sys.exit(main(sys.argv[1:]))"
+)
+_argv = PluginProcess.argv
+
+
+def argv_without_rest_compaction(self: PluginProcess) -> list[str]:
+    python, module_flag, module, *args = _argv(self)
+    assert (module_flag, module) == ("-m", "plugin.main")
+    return [python, "-c", NO_REST_COMPACTION, *args]
 
 
 def lock_waiter(lock: Path, pid: int) -> bool:
@@ -57,7 +73,9 @@ def test_sigterm_compacts_the_journal(
     core: client.CoreV1Api,
     resource_api: client.ResourceV1Api,
     namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(PluginProcess, "argv", argv_without_rest_compaction)
     # 4 GPUs and 16 VFs: a claim each for JOURNAL_FROM + 1 of them.
     with own_node(local_cluster, core, "stop-node", TOPOLOGIES["2x-h100-nic"]()) as own:
         vf_config = own.base / "vf.yaml"
@@ -76,8 +94,7 @@ def test_sigterm_compacts_the_journal(
             (namespace, f"c{i}", allocated_claim(resource_api, namespace, f"c{i}", own.name, [n]))
             for i, n in enumerate(names)
         ]
-        # Below JOURNAL_FROM claims every change writes the whole file: nothing
-        # is pending, so no compaction at rest is due after this call.
+        # Below JOURNAL_FROM claims every change writes the whole file.
         first = kubelet.prepare(endpoint, claims[: JOURNAL_FROM - 1])
         assert [r.error for r in first.values()] == [""] * (JOURNAL_FROM - 1)
         path = checkpoint_file(plugin.plugin_dir)
