@@ -66,6 +66,12 @@ class Memdevs(Lds):
     def __init__(self, *lds: FabricDevice) -> None:
         super().__init__(*lds)
         self.bdfs: dict[str, str] = {}
+        self.prepared: set[str] = set()  # the LDs a claim holds prepared on the node
+
+    def busy(self) -> frozenset[str]:
+        """By memdev, and by the serial too (as the plugin reports it)."""
+        keys = {cxl_key(SERIAL, self.bdfs[d]) for d in self.prepared}
+        return frozenset(keys | ({SERIAL} if keys else set()))
 
     async def report(self) -> None:
         seen = {}
@@ -73,7 +79,8 @@ class Memdevs(Lds):
             if d.connection is not None and d.connection.state == "Attached":
                 bdf = self.bdfs.setdefault(d.id, f"0000:16:00.{len(self.bdfs)}")
                 seen[cxl_key(SERIAL, bdf)] = d.connection.adapter
-        ann = {NODE_ANNOTATION: NodeFabric(ROOTS, cxlmem=seen).to_annotation()}
+        report = NodeFabric(ROOTS, cxlmem=seen, busy=self.busy())
+        ann = {NODE_ANNOTATION: report.to_annotation()}
         await self.api.merge_patch("/api/v1/nodes/node-a", {"metadata": {"annotations": ann}})
 
 
@@ -175,3 +182,26 @@ async def test_two_lds_on_one_node_each_prepared_as_the_memdev_that_arrived() ->
             assert data[PREPARED_AS_KEY] == variant_name(key, "node-a", "adapter0", "cxlmem")
         assert w.bdfs["ld-1"] != w.bdfs["ld-2"]
     assert sorted(w.asked) == [("ld-1", "node-a", "adapter0"), ("ld-2", "node-a", "adapter0")]
+
+
+async def test_one_ld_released_is_detached_while_the_other_stays_prepared() -> None:
+    """The node reports prepared memory by memdev (and by the serial, for
+    controllers from before): the released LD's memdev is not busy, the busy
+    one is the other claim's (its ``pciBusID``), so the released LD leaves at
+    once. Before, the shared serial kept it until the other claim was gone."""
+    w = Memdevs(ld(1, "0001"), ld(2, "0002"))
+    names = [variant_name(f"{SERIAL}:000{i}", "node-a", "adapter0", "cxlmem") for i in (1, 2)]
+    async with running(Reconciler(w.api, w.fabric, settings())):
+        await w.changed.until("both LDs published", lambda: set(names) <= set(w.devices()))
+        w.api.add(CLAIMS, allocated("fabric", names[0], 1))
+        w.api.add(CLAIMS, allocated("fabric", names[1], 2))
+        await w.changed.until(
+            "both claims ready", lambda: all(data_of(w, c) for c in ("claim", "claim-2"))
+        )
+        w.prepared = {"ld-1", "ld-2"}
+        await w.report()
+        await w.api.delete(f"{CLAIMS}/claim")  # the kubelet unprepared it first
+        w.prepared = {"ld-2"}
+        await w.report()
+        await w.changed.until("ld-1 detached", lambda: w.fabric.devices["ld-1"].connection is None)
+        assert w.fabric.devices["ld-2"].connection is not None

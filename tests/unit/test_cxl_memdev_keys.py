@@ -24,6 +24,7 @@ from driver.devices.inventory import ALIAS, NodeInventory
 from driver.devices.model import Device
 from driver.fabric_devices.naming import NODE_ANNOTATION, NodeFabric, cxl_key, variant_name
 from driver.fabric_devices.node import FabricNodeView
+from driver.fabricclient.model import FabricDevice
 from fabric.simhost import TOPOLOGIES, CxlMemory, SimHost
 
 ADAPTERS = {"adapter0": "0000:15:02.0", "adapter1": "0000:85:02.0"}
@@ -136,3 +137,21 @@ def test_the_memdev_that_arrived() -> None:
     assert memdevs.arrived(alone, SERIAL, "adapter1", None) == ""
     old = NodeFabric(cxlmem={SERIAL: "adapter0"})  # an older plugin: by serial
     assert memdevs.arrived(old, SERIAL, "adapter0", None) == ""
+
+
+def test_a_released_ld_waits_only_for_its_own_memdev() -> None:
+    """A busy memdev of the serial that no live allocation names keeps a
+    released LD attached; one a live allocation names does not."""
+    one, two = cxl_key(SERIAL, "0000:16:00.0"), cxl_key(SERIAL, "0000:16:00.1")
+    ld = FabricDevice(
+        "ld-1", "cxl0", "sw0", "cxlmem", "M", SERIAL, "", 0, 0, "OK", True, True, (), None,
+        logical_device="0001",
+    )  # fmt: skip
+    kept = frozenset({("node-a", "0000:16:00.1")})  # the other claim's LD
+    busy_two = NodeFabric(busy=frozenset({two, SERIAL}))
+    assert not memdevs.still_prepared(busy_two, ld, "node-a", kept)
+    busy_both = NodeFabric(busy=frozenset({one, two, SERIAL}))
+    assert memdevs.still_prepared(busy_both, ld, "node-a", kept)
+    old = NodeFabric(busy=frozenset({SERIAL}))  # an older plugin: by serial alone
+    assert memdevs.still_prepared(old, ld, "node-a", kept)
+    assert not memdevs.still_prepared(NodeFabric(), ld, "node-a", kept)

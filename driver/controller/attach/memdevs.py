@@ -14,6 +14,11 @@ the request), a memdev alone with its serial there is the LD; with two or
 more there, which one is this LD cannot be told, and the attach fails
 naming them.
 
+A released LD is detached only once the node no longer holds it prepared;
+the node reports that by memdev (``busy``), so :func:`still_prepared` counts
+a busy memdev of the LD's serial as this LD's unless a live allocation on
+that node names it (its ``pciBusID``).
+
 Concurrency: used on the controller's asyncio loop only.
 """
 
@@ -23,7 +28,9 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from driver.fabric_devices.naming import NodeFabric
+from driver.cxl import KIND as CXL_MEMORY
+from driver.fabric_devices.naming import NodeFabric, cxl_bdf_of, cxl_serial_of
+from driver.fabricclient.model import FabricDevice
 
 
 class MemdevArrivals:
@@ -70,3 +77,18 @@ def arrived(
 def undecided(report: NodeFabric | None, serial: str, adapter: str) -> list[str]:
     """What the node shows of ``serial`` behind ``adapter`` (for the error)."""
     return report.memdevs(serial, adapter) if report is not None else []
+
+
+def still_prepared(
+    report: NodeFabric, device: FabricDevice, node: str, kept: frozenset[tuple[str, str]]
+) -> bool:
+    """Whether ``node`` may still hold ``device`` (attached there, needed by no
+    allocation) prepared: its identity is busy there; for CXL memory reported
+    by memdev, a busy memdev of its serial that no live allocation's memdev
+    (``kept``: (node, BDF)) explains."""
+    if device.kind != CXL_MEMORY:
+        return device.identity in report.busy
+    keyed = [k for k in report.busy if cxl_bdf_of(k) and cxl_serial_of(k) == device.identity]
+    if not keyed:  # nothing of it busy, or an older plugin's report by serial
+        return device.identity in report.busy
+    return any((node, cxl_bdf_of(k)) not in kept for k in keyed)
