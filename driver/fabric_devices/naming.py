@@ -8,8 +8,9 @@ fabric reports and the node sees once the device is attached, plus node and
 adapter) lets the plugin compute the same name without reading the fabric
 pool. The plugin tells the controller what it sees through one Node
 annotation (adapter roots, attached GPU UUIDs and their board serials, NIC
-MACs, NVMe serials and CXL memory serials, and which of them a claim holds prepared, so the
-controller detaches only what the node has unprepared). Identities are
+MACs, NVMe serials and CXL memdevs (:func:`cxl_key`), and which of them a
+claim holds prepared, so the controller detaches only what the node has
+unprepared). Identities are
 compared in one canonical form per kind (:func:`identity`), whatever form
 the fabric or sysfs wrote them in. Pure functions, no I/O.
 """

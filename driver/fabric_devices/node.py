@@ -7,12 +7,14 @@ the plugin keeps it in the (unpublished) fabric pool of its inventory under
 the variant name the controller published, and prepares it like a local
 device: a GPU as a GPU, a NIC as its VF 0 (the controller offers a fabric
 NIC as one VF; its other VFs stay unused until it is detached), an NVMe
-drive or CXL memory device as itself, named by its serial. The adapters
+drive as itself, named by its serial, a CXL memory device as itself, named
+by its memdev (``<serial>@<BDF>``: the logical devices of one CXL MLD share
+the serial; docs/fabric.md, "Logical devices"). The adapters
 come from the ``--fabric-adapters`` setting (``name=portBDF``); their root
 complexes are read from sysfs and reported to the controller in the Node
 annotation, together with the UUIDs of the attached GPUs, the permanent
-MAC addresses of the attached NICs' PFs and the serials of the attached
-NVMe drives and CXL memory devices, and each attached GPU's board serial
+MAC addresses of the attached NICs' PFs, the serials of the attached
+NVMe drives and the memdev keys of the attached CXL memory, and each attached GPU's board serial
 (NVML's, the only name a count-based fabric manager gives what it attached).
 A GPU is busy in that report while a claim holds it or any part of it (a
 MIG placement, a share), or while NVML shows a MIG instance or a process on
@@ -46,7 +48,7 @@ from driver.pci import sysfs
 
 log = logging.getLogger(__name__)
 
-IDENTITY = "fabricIdentity"  # GPU UUID, NIC MAC or serial, on the unpublished fabric devices
+IDENTITY = "fabricIdentity"  # GPU UUID, NIC MAC, NVMe serial or CXL memdev key (unpublished)
 # Device kinds offered as themselves when behind an adapter, named by their serial attribute.
 BY_SERIAL = (NVME, CXL_MEMORY)
 # Kinds that hold a GPU whole or in part ("mig": driver.mig.layout.KIND, a layer above).
