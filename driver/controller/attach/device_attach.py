@@ -98,8 +98,8 @@ class DeviceAttach:
             if len(shown) > 1:
                 raise AttachFailed(
                     f"node {v.node} shows {len(shown)} CXL memdevs of serial {v.identity} "
-                    f"behind {v.adapter} ({', '.join(shown)}) and cannot tell which one is "
-                    f"{v.device_id}, none of them alone new since its attach was asked"
+                    f"behind {v.adapter} ({', '.join(shown)}): which one is {v.device_id} "
+                    "cannot be told (no one of them alone arrived since its attach was asked)"
                 )
             raise AttachFailed(f"node {v.node} did not report {v.kind} {v.identity} in time")
         return memdevs.arrived(self._reports.get(v.node), v.identity, v.adapter, seen)
