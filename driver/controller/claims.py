@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from driver import DRIVER_NAME
+from driver.devices.model import PCI_BUS_ID
 from driver.fabric_devices.naming import (
     FAILED_CONDITION,
     LEGACY_FAILED_CONDITION,
@@ -65,6 +66,9 @@ class FabricAllocation:
     # (pool, device) of the claim's results from the nodes' adapter pools
     # (a pairing: attach through that adapter; driver.controller.pool.adapter_pools).
     adapters: tuple[tuple[str, str], ...] = ()
+    # CXL memory: the PCI function of the memdev its LD arrived as on the node
+    # (status data ``pciBusID``; driver.controller.attach.memdevs), "" if none.
+    memdev: str = ""
 
 
 def _condition_true(entry: Mapping[str, Any], kind: str) -> bool:
@@ -91,9 +95,9 @@ def _operation(entry: Mapping[str, Any]) -> str:
     return op if isinstance(op, str) else ""
 
 
-def _served(entry: Mapping[str, Any]) -> str:
+def _served(entry: Mapping[str, Any], key: str = "fabricDevice") -> str:
     data = entry.get("data")
-    served = data.get("fabricDevice") if isinstance(data, Mapping) else None
+    served = data.get(key) if isinstance(data, Mapping) else None
     return served if isinstance(served, str) else ""
 
 
@@ -143,6 +147,7 @@ def fabric_allocations(claim: Mapping[str, Any], pool: str) -> list[FabricAlloca
                 pool=pool_of,
                 node=node,
                 adapters=adapters,
+                memdev=_served(entry, PCI_BUS_ID),
             )
         )
     return out

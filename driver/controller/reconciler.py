@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 from driver.backoff import Backoff
 from driver.controller import claims as cl
+from driver.controller.attach import memdevs
 from driver.controller.attach.holds import FailedHolds
 from driver.controller.attach.reports import NodeReports
 from driver.controller.attach.status import ClaimStatusWriter
@@ -294,6 +295,7 @@ class Reconciler:
         # would drop the rest of its work (the Attached Event, its figures).
         self.workers.cancel_unneeded({(a.claim_uid, a.device) for a in allocs})
         in_doubt = {ident for ident, _ in inv.held_back}  # seen as last read: never detached
+        memdevs_kept = frozenset((a.node, a.memdev) for a in allocs if a.memdev and not a.failed)
         for device in inv.devices:
             conn = device.connection
             if conn is None or device.id in needed or device.id in spares.keep:
@@ -309,7 +311,9 @@ class Reconciler:
                 self._when_stored()  # published as a spare: detached once it is not
                 continue
             report = reports.get(conn.node)
-            if report is not None and device.identity in report.busy:
+            if report is not None and memdevs.still_prepared(
+                report, device, conn.node, memdevs_kept
+            ):
                 # Released, but the kubelet has not unprepared it yet (e.g. a
                 # force-deleted pod): its node's next report brings us back.
                 log.debug("%s still prepared on %s: detach waits", device.id, conn.node)

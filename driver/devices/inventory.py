@@ -8,9 +8,15 @@ scheduler sees and what prepare accepts never disagree.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 
 from driver.devices.model import Device
+
+# An attribute of an unpublished device: another name it answers to when no
+# device has that name (a fabric CXL memdev's name from before LDs were told
+# apart: driver.fabric_devices.node); looked up under the name asked.
+ALIAS = "alias"
 
 
 def serving(pool: str, pools: Iterable[str]) -> str | None:
@@ -43,8 +49,15 @@ class NodeInventory:
         return frozenset(self._pools)
 
     def lookup(self, pool: str, device: str) -> Device | None:
+        """``device`` of ``pool``, or the one device there whose :data:`ALIAS` it
+        is, under the name asked; None otherwise."""
         mine = serving(pool, self._pools)
-        return self._pools[mine].get(device) if mine is not None else None
+        devices = self._pools[mine] if mine is not None else {}
+        found = devices.get(device)
+        if found is not None:
+            return found
+        aka = [d for d in devices.values() if d.attributes.get(ALIAS) == device]
+        return dataclasses.replace(aka[0], name=device) if len(aka) == 1 else None
 
     def devices(self, pool: str) -> list[Device]:
         return list(self._pools.get(pool, {}).values())

@@ -8,8 +8,9 @@ fabric reports and the node sees once the device is attached, plus node and
 adapter) lets the plugin compute the same name without reading the fabric
 pool. The plugin tells the controller what it sees through one Node
 annotation (adapter roots, attached GPU UUIDs and their board serials, NIC
-MACs, NVMe serials and CXL memory serials, and which of them a claim holds prepared, so the
-controller detaches only what the node has unprepared). Identities are
+MACs, NVMe serials and CXL memdevs (:func:`cxl_key`), and which of them a
+claim holds prepared, so the controller detaches only what the node has
+unprepared). Identities are
 compared in one canonical form per kind (:func:`identity`), whatever form
 the fabric or sysfs wrote them in. Pure functions, no I/O.
 """
@@ -73,6 +74,27 @@ def identity(kind: str, raw: str) -> str:
     if kind == "nic":
         return raw.strip().lower()
     return raw.strip()
+
+
+# A node's key of fabric CXL memory: ``<serial>@<memdev BDF>``. The LDs of one
+# multi-logical device share the serial; on a host each is its own PCI function
+# (docs/fabric.md, "Logical devices"). A key without ``@`` is an older plugin's.
+CXL_KEY_SEP = "@"
+
+
+def cxl_key(serial: str, bdf: str) -> str:
+    """The node's key of the CXL memdev at ``bdf`` (``0x4c1d...@0000:87:00.0``)."""
+    return f"{cxl_identity(serial)}{CXL_KEY_SEP}{bdf.strip().lower()}"
+
+
+def cxl_serial_of(key: str) -> str:
+    """The serial part of a node's CXL key (an older plugin's key is the serial)."""
+    return key.partition(CXL_KEY_SEP)[0]
+
+
+def cxl_bdf_of(key: str) -> str:
+    """The memdev's BDF in a node's CXL key ("" for an older plugin's serial key)."""
+    return key.partition(CXL_KEY_SEP)[2]
 
 
 def variant_name(identity: str, node: str, adapter: str, kind: str = "gpu") -> str:
@@ -149,19 +171,39 @@ class NodeFabric:
     # Identities of attached devices a claim holds prepared: not to be detached yet.
     busy: frozenset[str] = frozenset()
     nvme: Mapping[str, str] = field(default_factory=dict)  # attached NVMe serial -> adapter
-    cxlmem: Mapping[str, str] = field(default_factory=dict)  # attached CXL serial -> adapter
+    # Attached CXL memory: the node's key (:func:`cxl_key`, or an older plugin's
+    # bare serial) -> adapter.
+    cxlmem: Mapping[str, str] = field(default_factory=dict)
     # Attached GPUs' board serials (NVML's) -> their UUID: a count-based manager names
     # what it attached by that serial only (docs/fabric.md, "Count-based managers").
     serials: Mapping[str, str] = field(default_factory=dict)
 
     def sees(self, kind: str, identity: str, adapter: str) -> bool:
-        """Whether the node has the ``kind`` device ``identity`` behind ``adapter``."""
-        return self.attached(kind).get(identity) == adapter
+        """Whether the node has the ``kind`` device ``identity`` behind ``adapter``
+        (CXL memory: a serial sees any of its memdevs there, a key that one)."""
+        return self.attached(kind).get(identity) == adapter or (
+            kind == CXL_MEMORY and bool(self.memdevs(identity, adapter))
+        )
 
     def attached(self, kind: str) -> Mapping[str, str]:
-        """Identity -> adapter of the attached devices of ``kind``."""
-        seen = {"gpu": self.gpus, "nic": self.nics, NVME: self.nvme, CXL_MEMORY: self.cxlmem}
+        """Identity -> adapter of the attached devices of ``kind``; CXL memory
+        by the node's keys and by serial too (an MLD's LDs behind several
+        adapters: the first adapter in order)."""
+        if kind == CXL_MEMORY:
+            serials: dict[str, str] = {}
+            for key, adapter in sorted(self.cxlmem.items(), key=lambda kv: kv[1]):
+                serials.setdefault(cxl_serial_of(key), adapter)
+            return {**serials, **self.cxlmem}
+        seen = {"gpu": self.gpus, "nic": self.nics, NVME: self.nvme}
         return seen.get(kind, {})
+
+    def memdevs(self, serial: str, adapter: str) -> list[str]:
+        """The node's keys (:func:`cxl_key`) of the CXL memdevs with ``serial``
+        behind ``adapter``, in order; none from an older plugin (bare serials)."""
+        return sorted(
+            k for k, a in self.cxlmem.items()
+            if a == adapter and cxl_bdf_of(k) and cxl_serial_of(k) == serial
+        )  # fmt: skip
 
     def by_serial(self, serial: str) -> tuple[str, str] | None:
         """(GPU UUID, adapter) of the attached GPU whose board serial is ``serial``."""
@@ -171,7 +213,7 @@ class NodeFabric:
     def to_annotation(self) -> str:
         data = {"adapters": self.adapters, "gpus": self.gpus}
         # Omitted when empty: older controllers read the same text.
-        more = (("nics", self.nics), (NVME, self.nvme), (CXL_MEMORY, self.cxlmem))
+        more = (("nics", self.nics), (NVME, self.nvme), (CXL_MEMORY, self._cxl_with_serials()))
         for key, seen in (*more, ("serials", self.serials)):
             if seen:
                 data[key] = seen
@@ -179,6 +221,19 @@ class NodeFabric:
         if self.busy:
             body["busy"] = sorted(self.busy)
         return json.dumps(body, separators=(",", ":"))
+
+    def _cxl_with_serials(self) -> dict[str, str]:
+        """The CXL keys, and the bare serial of a memdev alone with its serial on
+        the node: what a controller from before the keys looks for (it reads
+        the serial alone; :meth:`from_node` drops it again)."""
+        out = dict(self.cxlmem)
+        by_serial: dict[str, list[str]] = {}
+        for key in self.cxlmem:
+            by_serial.setdefault(cxl_serial_of(key), []).append(key)
+        for serial, keys in by_serial.items():
+            if len(keys) == 1 and serial not in out:
+                out[serial] = self.cxlmem[keys[0]]
+        return out
 
     @classmethod
     def from_node(cls, node: Mapping[str, Any]) -> NodeFabric | None:
@@ -193,6 +248,8 @@ class NodeFabric:
             nics = {str(k): str(v) for k, v in (data.get("nics") or {}).items()}
             nvme = {str(k): str(v) for k, v in (data.get(NVME) or {}).items()}
             cxlmem = {str(k): str(v) for k, v in (data.get(CXL_MEMORY) or {}).items()}
+            keyed = {cxl_serial_of(k) for k in cxlmem if cxl_bdf_of(k)}
+            cxlmem = {k: v for k, v in cxlmem.items() if cxl_bdf_of(k) or k not in keyed}
             busy = frozenset(str(i) for i in data.get("busy") or ())
             serials = {str(k): str(v) for k, v in (data.get("serials") or {}).items()}
         except (ValueError, AttributeError, TypeError):

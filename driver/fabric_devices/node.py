@@ -7,12 +7,14 @@ the plugin keeps it in the (unpublished) fabric pool of its inventory under
 the variant name the controller published, and prepares it like a local
 device: a GPU as a GPU, a NIC as its VF 0 (the controller offers a fabric
 NIC as one VF; its other VFs stay unused until it is detached), an NVMe
-drive or CXL memory device as itself, named by its serial. The adapters
+drive as itself, named by its serial, a CXL memory device as itself, named
+by its memdev (``<serial>@<BDF>``: the logical devices of one CXL MLD share
+the serial; docs/fabric.md, "Logical devices"). The adapters
 come from the ``--fabric-adapters`` setting (``name=portBDF``); their root
 complexes are read from sysfs and reported to the controller in the Node
 annotation, together with the UUIDs of the attached GPUs, the permanent
-MAC addresses of the attached NICs' PFs and the serials of the attached
-NVMe drives and CXL memory devices, and each attached GPU's board serial
+MAC addresses of the attached NICs' PFs, the serials of the attached
+NVMe drives and the memdev keys of the attached CXL memory, and each attached GPU's board serial
 (NVML's, the only name a count-based fabric manager gives what it attached).
 A GPU is busy in that report while a claim holds it or any part of it (a
 MIG placement, a share), or while NVML shows a MIG instance or a process on
@@ -35,9 +37,10 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from driver.cxl import KIND as CXL_MEMORY
+from driver.devices.inventory import ALIAS
 from driver.devices.model import ATTACHMENT, PCI_BUS_ID, Device
 from driver.errors import ConfigError
-from driver.fabric_devices.naming import NodeFabric, identity, variant_name
+from driver.fabric_devices.naming import NodeFabric, cxl_key, identity, variant_name
 from driver.fabric_devices.usage import FabricUsage
 from driver.gpu.fraction import KIND as SHARED_GPU
 from driver.nvme import KIND as NVME
@@ -45,7 +48,7 @@ from driver.pci import sysfs
 
 log = logging.getLogger(__name__)
 
-IDENTITY = "fabricIdentity"  # GPU UUID, NIC MAC or serial, on the unpublished fabric devices
+IDENTITY = "fabricIdentity"  # GPU UUID, NIC MAC, NVMe serial or CXL memdev key (unpublished)
 # Device kinds offered as themselves when behind an adapter, named by their serial attribute.
 BY_SERIAL = (NVME, CXL_MEMORY)
 # Kinds that hold a GPU whole or in part ("mig": driver.mig.layout.KIND, a layer above).
@@ -159,6 +162,12 @@ class FabricNodeView:
         if device.kind == "gpu":
             return variant_name(device.local_id, self.node_name, adapter), device.local_id
         serial = device.attributes.get("serial")
+        bdf = device.attributes.get(PCI_BUS_ID)
+        if device.kind == CXL_MEMORY and isinstance(serial, str) and serial.strip():
+            if not isinstance(bdf, str):
+                return None
+            ident = cxl_key(serial, bdf)  # the LDs of one MLD share the serial
+            return variant_name(ident, self.node_name, adapter, device.kind), ident
         if device.kind in BY_SERIAL and isinstance(serial, str) and serial.strip():
             ident = identity(device.kind, serial)
             return variant_name(ident, self.node_name, adapter, device.kind), ident
@@ -215,11 +224,31 @@ class FabricNodeView:
                 fabric.append(dataclasses.replace(device, name=named[0], attributes=attrs))
             else:
                 log.debug("%s is behind fabric adapter %s: not offered", device.name, adapter)
+        fabric = self._with_serial_names(fabric)
         local = [d for d in kept if gpu_of(d) not in not_local]
         if len(local) < len(kept):
             log.debug("%d MIG placements or shares of fabric GPUs not offered",
                       len(kept) - len(local))  # fmt: skip
         return local, fabric
+
+    def _with_serial_names(self, fabric: list[Device]) -> list[Device]:
+        """CXL memory alone with its serial behind its adapter also answers to
+        the name from the serial (:data:`ALIAS`): the name published for it,
+        and allocated, before the node told the LDs of one MLD apart; a claim
+        allocated then, with no ``preparedAs``, is prepared as it was."""
+        by_serial: dict[tuple[str, str], list[int]] = {}
+        for i, d in enumerate(fabric):
+            if d.kind == CXL_MEMORY:
+                where = (str(d.attributes["serial"]), str(d.attributes["fabricAdapter"]))
+                by_serial.setdefault(where, []).append(i)
+        out = list(fabric)
+        for (serial, adapter), at in by_serial.items():
+            if len(at) == 1:
+                old = variant_name(identity(CXL_MEMORY, serial), self.node_name, adapter,
+                                   CXL_MEMORY)  # fmt: skip
+                d = out[at[0]]
+                out[at[0]] = dataclasses.replace(d, attributes={**d.attributes, ALIAS: old})
+        return out
 
     def report(
         self,
@@ -250,6 +279,8 @@ class FabricNodeView:
             )
             if (d.kind, d.local_id) in held or (d.kind == "gpu" and d.local_id in gpus_in_use):
                 busy.add(ident)
+                if d.kind == CXL_MEMORY:  # by serial too: what a controller compares
+                    busy.add(str(d.attributes["serial"]))
         # The roots of the last scan: a report after each prepare reads no sysfs.
         roots = self._roots if self._roots is not None else self.adapter_roots()
         return NodeFabric(

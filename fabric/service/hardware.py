@@ -142,16 +142,27 @@ def _chassis(out: dict[str, Json], ch: str, targets: list[Target]) -> None:
             ids = sorted(t.id for t in targets if t.kind == kind)
             _collection(out, f"{uri}/{prop}", schema, [member(ch, d) for d in ids])
     out[uri] = body
-    ids = sorted(t.id for t in targets)
+    # One PCIeDevice per physical device: the LDs of an MLD share theirs.
+    physical = {t.pcie_id: t for t in sorted(targets, key=lambda t: t.id, reverse=True)}
+    ids = sorted(physical)
     _collection(out, f"{uri}/PCIeDevices", "PCIeDevice", [uris.pcie_device_uri(ch, d) for d in ids])
+    for d in ids:
+        out.update(_pcie(physical[d]))
     for t in sorted(targets, key=lambda t: t.id):
-        out.update(_pcie(t))
         out.update(_function_of(t))
+    for d in ids:
+        if physical[d].kind == "cxlmem":
+            lds = sorted(t.ld for t in targets if t.pcie_id == d)
+            members = [uris.cxl_device_uri(ch, d, k) for k in lds]
+            logical = f"{uris.pcie_device_uri(ch, d)}/CXLLogicalDevices"
+            _collection(out, logical, "CXLLogicalDevice", members)
 
 
 def _pcie(t: Target) -> dict[str, Json]:
-    ch, uri = t.chassis, uris.pcie_device_uri(t.chassis, t.id)
-    f_uri = uris.pcie_function_uri(ch, t.id)
+    """The PCIeDevice (and its function) of ``t``'s physical device: for the LDs
+    of an MLD, the one they share (``t`` is LD 0, naming the whole device)."""
+    ch, uri = t.chassis, uris.pcie_device_uri(t.chassis, t.pcie_id)
+    f_uri = uris.pcie_function_uri(ch, t.pcie_id)
     links: Json = {}
     if t.kind == "gpu":
         links["Processor"] = link(uris.processor_uri(ch, t.id))
@@ -160,12 +171,13 @@ def _pcie(t: Target) -> dict[str, Json]:
     elif t.kind == "nvme":
         links["Drives"] = [link(uris.drive_uri(ch, t.id))]
     elif t.kind == "cxlmem":
-        links["CXLLogicalDevice"] = link(uris.cxl_device_uri(ch, t.id))
+        lds = [uris.cxl_device_uri(ch, t.pcie_id, k) for k in range(t.lds)]
+        links["CXLLogicalDevice"] = link(lds[0])
         links["MemoryDomains"] = [link(uris.memory_domain_uri(ch, t.id))]
     device: Json = {
         "@odata.id": uri,
         "@odata.type": "#PCIeDevice.v1_21_0.PCIeDevice",
-        "Id": t.id,
+        "Id": t.pcie_id,
         "Name": f"{t.model} in {ch}",
         "Manufacturer": MANUFACTURER[t.kind],
         "Model": t.model,
@@ -175,13 +187,13 @@ def _pcie(t: Target) -> dict[str, Json]:
         "PCIeFunctions": link(f"{uri}/PCIeFunctions"),
     }
     if t.kind == "cxlmem":
-        device["CXLDevice"] = {"DeviceType": "Type3"}
+        device["CXLDevice"] = {"DeviceType": "Type3", "MaxNumberLogicalDevices": t.lds}
         device["CXLLogicalDevices"] = link(f"{uri}/CXLLogicalDevices")
     function: Json = {
         "@odata.id": f_uri,
         "@odata.type": "#PCIeFunction.v1_7_0.PCIeFunction",
         "Id": "0",
-        "Name": f"{t.id} function 0",
+        "Name": f"{t.pcie_id} function 0",
         "FunctionId": 0,
         "FunctionType": "Physical",
         "DeviceClass": DEVICE_CLASS[t.kind],
@@ -199,8 +211,8 @@ def _pcie(t: Target) -> dict[str, Json]:
 def _function_of(t: Target) -> dict[str, Json]:
     """The resource that carries the device's identity, by kind (issue 22's contract)."""
     ch = t.chassis
-    pcie = link(uris.pcie_device_uri(ch, t.id))
-    functions = [link(uris.pcie_function_uri(ch, t.id))]
+    pcie = link(uris.pcie_device_uri(ch, t.pcie_id))
+    functions = [link(uris.pcie_function_uri(ch, t.pcie_id))]
     base = {"Name": f"{t.model} {t.serial}", "Status": OK}
     out: dict[str, Json] = {}
     if t.kind == "gpu":
@@ -245,7 +257,7 @@ def _function_of(t: Target) -> dict[str, Json]:
 def _cxl(t: Target, functions: list[Json]) -> dict[str, Json]:
     ch = t.chassis
     ld, dom, chunk = (
-        uris.cxl_device_uri(ch, t.id),
+        uris.cxl_device_uri(ch, t.pcie_id, t.ld),
         uris.memory_domain_uri(ch, t.id),
         uris.memory_chunk_uri(ch, t.id),
     )
@@ -253,7 +265,7 @@ def _cxl(t: Target, functions: list[Json]) -> dict[str, Json]:
     out: dict[str, Json] = {
         ld: {
             "@odata.id": ld, "@odata.type": "#CXLLogicalDevice.v1_3_0.CXLLogicalDevice",
-            "Id": "0", "Name": f"{t.id} logical device 0", "Status": OK,
+            "Id": str(t.ld), "Name": f"{t.pcie_id} logical device {t.ld}", "Status": OK,
             "Identifiers": [{"DurableNameFormat": "GCXLID", "DurableName": gcxlid(t)}],
             "SemanticsSupported": ["CXLio", "CXLmem"], "MemorySizeMiB": mib,
             "Links": {
@@ -273,23 +285,19 @@ def _cxl(t: Target, functions: list[Json]) -> dict[str, Json]:
             "MediaLocation": "Remote", "Links": {"CXLLogicalDevices": [link(ld)]},
         },
     }  # fmt: skip
-    _collection(
-        out, f"{uris.pcie_device_uri(ch, t.id)}/CXLLogicalDevices", "CXLLogicalDevice", [ld]
-    )
     _collection(out, f"{dom}/MemoryChunks", "MemoryChunks", [chunk])
     return out
 
 
 def gcxlid(t: Target) -> str:
-    """The logical device's GCXLID: the device serial (EUI-64) and LD id 0."""
-    return f"{t.serial}:0000"
+    """The logical device's GCXLID: the device serial (EUI-64) and its LD id
+    (0 for a single-logical device), four hex digits."""
+    return f"{t.serial}:{t.ld:04X}"
 
 
 def entity_link(t: Target) -> str:
     """The resource a target endpoint's ``ConnectedEntities[0].EntityLink`` names."""
-    return {
-        "gpu": uris.processor_uri,
-        "nic": uris.network_adapter_uri,
-        "nvme": uris.drive_uri,
-        "cxlmem": uris.cxl_device_uri,
-    }[t.kind](t.chassis, t.id)
+    if t.kind == "cxlmem":  # the endpoint's own LD
+        return uris.cxl_device_uri(t.chassis, t.pcie_id, t.ld)
+    by_kind = {"gpu": uris.processor_uri, "nic": uris.network_adapter_uri, "nvme": uris.drive_uri}
+    return by_kind[t.kind](t.chassis, t.id)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import uuid as uuidlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -78,6 +78,10 @@ class CxlMemSlot(_Strict):
     model: str = "CXL Type 3 memory expander"
     serial: int = Field(default=0, ge=0, lt=1 << 64)  # device serial (EUI-64); 0: derived
     memory_mib: int = Field(default=256 * 1024, gt=0, alias="memoryMiB")
+    # A multi-logical device (MLD) when above 1: that many LDs (ids 0..n-1), each
+    # its own endpoint ``<id>-ld<n>`` with an equal share of the memory, attached
+    # on its own; all share the serial (CXL 2.0 allows up to 16 LDs).
+    logical_devices: int = Field(default=1, ge=1, le=16, alias="logicalDevices")
 
 
 Slot = GpuSlot | NicSlot | NvmeSlot | CxlMemSlot
@@ -145,6 +149,17 @@ class Target:
     capacity_bytes: int = 0  # nvme, cxlmem
     nqn: str = ""  # nvme: the subsystem NQN
     serial_number: int = 0  # cxlmem: the device serial as the host's memX/serial holds it
+    # cxlmem: the logical device (the GCXLID's LD id) and how many the physical
+    # device has (1: a single-logical device); ``pcie`` is that device's id
+    # (the PCIeDevice every LD of one MLD shares; "": the endpoint's own id).
+    ld: int = 0
+    lds: int = 1
+    pcie: str = ""
+
+    @property
+    def pcie_id(self) -> str:
+        """The id of the PCIeDevice behind the endpoint (an MLD's, for its LDs)."""
+        return self.pcie or self.id
 
     @property
     def class_code(self) -> int:
@@ -173,14 +188,22 @@ def eui64(serial: int) -> str:
     return "-".join(f"{b:02X}" for b in serial.to_bytes(8, "big"))
 
 
-def _target(fabric: str, switch: str, port: str, d: Slot) -> Target:
+def mld_targets(fabric: str, switch: str, port: str, d: CxlMemSlot) -> list[Target]:
+    """The endpoints of a CXL memory device: itself, or one per LD of an MLD
+    (``<id>-ld<n>``, the memory split evenly, one serial)."""
+    number = d.serial or uuidlib.uuid5(_NS, f"{fabric}/{d.id}").int >> 64
+    n = d.logical_devices
+    one = Target(
+        d.id, fabric, switch, port, "cxlmem", d.model, eui64(number), "", SAMSUNG, CMM_D,
+        capacity_bytes=(d.memory_mib // n) << 20, serial_number=number, lds=n,
+    )  # fmt: skip
+    if n == 1:
+        return [one]
+    return [replace(one, id=f"{d.id}-ld{k}", ld=k, pcie=d.id) for k in range(n)]
+
+
+def _target(fabric: str, switch: str, port: str, d: GpuSlot | NicSlot | NvmeSlot) -> Target:
     ident = uuidlib.uuid5(_NS, f"{fabric}/{d.id}")
-    if isinstance(d, CxlMemSlot):
-        number = d.serial or ident.int >> 64
-        return Target(
-            d.id, fabric, switch, port, "cxlmem", d.model, eui64(number), "", SAMSUNG, CMM_D,
-            capacity_bytes=d.memory_mib << 20, serial_number=number,
-        )  # fmt: skip
     serial = d.serial or f"FAB{ident.int % 10**10:010d}"
     if isinstance(d, NvmeSlot):
         nqn = d.nqn or f"nqn.1994-11.com.samsung:nvme:PM1733:2.5-inch:{serial}"
@@ -231,7 +254,13 @@ def build(spec: TopologyFile, base: Path) -> Inventory:
                         f"fabrics[{f.id}].switches[{sw.id}].slots[{s.port}]: CXL memory "
                         f"{s.device.id!r} needs a fabric of type CXL, not {f.type}"
                     )
-                targets[s.device.id] = _target(f.id, sw.id, s.port, s.device)
+                if isinstance(s.device, CxlMemSlot):
+                    for t in mld_targets(f.id, sw.id, s.port, s.device):
+                        if t.id in targets or t.id in initiators:
+                            raise ConfigError(f"device id {t.id!r} used twice")
+                        targets[t.id] = t
+                else:
+                    targets[s.device.id] = _target(f.id, sw.id, s.port, s.device)
     return Inventory(fabrics, switches, initiators, targets)
 
 

@@ -122,8 +122,9 @@ def drive_uri(chassis: str, device: str) -> str:
     return f"{chassis_uri(chassis)}/Drives/{device}"
 
 
-def cxl_device_uri(chassis: str, device: str) -> str:
-    return f"{pcie_device_uri(chassis, device)}/CXLLogicalDevices/0"
+def cxl_device_uri(chassis: str, device: str, ld: int = 0) -> str:
+    """LD ``ld`` of the CXL device ``device`` (the PCIeDevice's id)."""
+    return f"{pcie_device_uri(chassis, device)}/CXLLogicalDevices/{ld}"
 
 
 def memory_domain_uri(chassis: str, device: str) -> str:

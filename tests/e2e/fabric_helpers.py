@@ -37,10 +37,15 @@ class SwitchLayout:
     nvmes: tuple[str, ...] = ()
     cxlmems: tuple[str, ...] = ()
     wired: tuple[int, ...] = ()  # the indexes of the nodes wired to it (none: every node)
+    lds: int = 1  # above 1: each CXL memory device an MLD of that many LDs (<id>-ld<k>)
 
     @property
     def devices(self) -> tuple[str, ...]:
-        return self.gpus + self.nics + self.nvmes + self.cxlmems
+        """The fabric's devices (endpoints): an MLD's LDs each."""
+        mems = self.cxlmems
+        if self.lds > 1:
+            mems = tuple(f"{m}-ld{k}" for m in mems for k in range(self.lds))
+        return self.gpus + self.nics + self.nvmes + mems
 
     def nodes(self, nodes: list[SimNode]) -> list[SimNode]:
         return [n for i, n in enumerate(nodes) if not self.wired or i in self.wired]
@@ -76,7 +81,7 @@ class FabricLayout:
         switches = []
         for sw in self.switches:
             up = [(n.name, sw.adapter, n.host.dir) for n in sw.nodes(nodes)]
-            switches.append(switch(sw.id, up, sw.gpus, sw.nics, sw.nvmes, sw.cxlmems))
+            switches.append(switch(sw.id, up, sw.gpus, sw.nics, sw.nvmes, sw.cxlmems, sw.lds))
         return {"id": f"{self.type.lower()}0", "type": self.type, "switches": switches}
 
 

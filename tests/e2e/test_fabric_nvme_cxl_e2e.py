@@ -7,9 +7,10 @@ behind adapter1 (root pci0000:85). A pod asking for ``nvme.patchbay.dev`` or
 ``cxl-memory.patchbay.dev`` gets the device attached to its node with one
 attach request; the node agent's CDI resolution gives the container the
 namespace's block and generic devices or the devdax device, with their env;
-the claim names the device by its serial, the one the node reports. A detach
-the host refuses (CXL memory in use) keeps the device attached and says why
-until the memory is released. Each attach dialect: a CXL attach is a Memory
+the claim names the device by its serial and, for CXL memory, by the memdev
+the node reports (its BDF, and the node's name of it). A detach the host
+refuses (CXL memory in use) keeps the device attached and says why until
+the memory is released. Each attach dialect: a CXL attach is a Memory
 Connection in one and a Zone PATCH in the other.
 """
 
@@ -22,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from driver.fabric_devices.naming import NodeFabric
+from driver.fabric_devices.naming import NodeFabric, cxl_bdf_of, cxl_serial_of, variant_name
 from tests.e2e.fabric_helpers import (
     DIALECTS,
     Env,
@@ -157,9 +158,12 @@ def test_cxl_memory_from_the_fabric(env: Env, resource_api: Any, core: Any, name
         env, resource_api, core, namespace, "tier", "cxl-memory.patchbay.dev", sim
     )
     assert env.fabric.connections()["cxl-0"][:2] == (sim.name, "adapter1")
-    (serial,) = report(core, sim.name).cxlmem
+    (key,) = report(core, sim.name).cxlmem  # the node's key: <serial>@<memdev BDF>
+    serial, bdf = cxl_serial_of(key), cxl_bdf_of(key)
     assert ready_entry(claim).data == {
         "fabricDevice": "cxl-0", "serial": serial, "adapter": "adapter1",
+        "resource.kubernetes.io/pciBusID": bdf,
+        "preparedAs": variant_name(key, sim.name, "adapter1", "cxlmem"),
     }  # fmt: skip
     (dax,) = [n["path"] for n in container["deviceNodes"]]
     assert re.fullmatch(r"/dev/dax\d+\.0", dax), dax

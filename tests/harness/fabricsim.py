@@ -39,11 +39,14 @@ def switch(
     nics: Sequence[str] = (),
     nvmes: Sequence[str] = (),
     cxlmems: Sequence[str] = (),
+    lds: int = 1,
 ) -> dict[str, Any]:
     """One switch: upstream (node, adapter, host dir) ports, then slots for GPUs,
     NICs (ConnectX PFs with 4 VFs), NVMe drives (3.84 TB) and CXL Type 3 memory
     (64 GiB; only on a fabric of type CXL, :class:`FabricService`'s ``spec``
-    sets it). Serials derive from the device ids (the simulator's defaults)."""
+    sets it; ``lds`` above 1: each a multi-logical device of that many LDs,
+    endpoints ``<id>-ld<k>``). Serials derive from the device ids (the
+    simulator's defaults)."""
     devices: list[dict[str, Any]] = [
         {"kind": "gpu", "id": g, "model": "H100-SXM5-80GB"} for g in gpus
     ]
@@ -52,7 +55,9 @@ def switch(
         for i, n in enumerate(nics)
     ]
     devices += [{"kind": "nvme", "id": d} for d in nvmes]
-    devices += [{"kind": "cxlmem", "id": m, "memoryMiB": 64 * 1024} for m in cxlmems]
+    devices += [
+        {"kind": "cxlmem", "id": m, "memoryMiB": 64 * 1024, "logicalDevices": lds} for m in cxlmems
+    ]
     return {
         "id": ident,
         "upstream": [

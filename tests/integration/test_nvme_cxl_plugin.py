@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from driver.fabric_devices.naming import FABRIC_POOL, NodeFabric, variant_name
+from driver.fabric_devices.naming import FABRIC_POOL, NodeFabric, cxl_key, variant_name
 from fabric.simhost.devnodes import NVME_BLOCK_MAJOR
 from fabric.simhost.topologies import TOPOLOGIES
 from fabric.simhost.topology import CxlMemory, Nvme
@@ -67,8 +67,10 @@ def test_drives_and_cxl_memory_end_to_end_on_the_node(
 
     nvme_bdf = host.free_bdf("adapter0")
     host.hot_add("adapter0", Nvme(nvme_bdf, serial="FAB001"))
-    host.hot_add("adapter1", CxlMemory(host.free_bdf("adapter1"), CXL_SERIAL, 64 << 30))
+    cxl_bdf = host.free_bdf("adapter1")
+    host.hot_add("adapter1", CxlMemory(cxl_bdf, CXL_SERIAL, 64 << 30))
     cxl_id = f"{CXL_SERIAL:#x}"
+    cxl_memdev = cxl_key(cxl_id, cxl_bdf)  # the node's key: an MLD's LDs share the serial
 
     def attached() -> bool:
         seen = report(core, node)
@@ -76,7 +78,7 @@ def test_drives_and_cxl_memory_end_to_end_on_the_node(
 
     wait_for("attached devices in the Node report", attached, timeout=30)
     seen = report(core, node)
-    assert seen is not None and seen.cxlmem == {cxl_id: "adapter1"}
+    assert seen is not None and seen.cxlmem == {cxl_memdev: "adapter1"}
     # Never offered as free local devices.
     assert {d.attributes["resource.kubernetes.io/pciBusID"].string for d in drives} == {
         d.attributes["resource.kubernetes.io/pciBusID"].string
@@ -84,6 +86,8 @@ def test_drives_and_cxl_memory_end_to_end_on_the_node(
     }
     assert published(resource_api, node, "cxlmem") == []
 
+    # The CXL memory by the name from its serial, as allocated before the node
+    # keyed it by memdev (issue 35): alone with its serial, it still answers to it.
     names = [
         variant_name("FAB001", node, "adapter0", "nvme"),
         variant_name(cxl_id, node, "adapter1", "cxlmem"),
@@ -109,7 +113,8 @@ def test_drives_and_cxl_memory_end_to_end_on_the_node(
         seen = report(core, node)
         return seen is not None and set(seen.busy) == want
 
-    wait_for("held devices reported busy", lambda: busy({"FAB001", cxl_id}), timeout=30)
+    held = {"FAB001", cxl_memdev, cxl_id}  # CXL memory by memdev, and serial for controllers before
+    wait_for("held devices reported busy", lambda: busy(held), timeout=30)
     assert kubelet.unprepare(endpoint, claim)[uid].error == ""
     assert list(plugin.cdi_root.glob("*.json")) == []
     wait_for("released devices no longer busy", lambda: busy(set()), timeout=30)

@@ -71,6 +71,8 @@ def fabric(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FabricService]:
         {"kind": "cxlmem", "id": "cxl-0", "memoryMiB": 65536},
         {"kind": "gpu", "id": "gpu-1"},
         None,
+        # A multi-logical device: two LDs, both attached to node-a (issue 35).
+        {"kind": "cxlmem", "id": "mld-0", "memoryMiB": 65536, "logicalDevices": 2},
     ]
     slots = [_slot(f"slot{i}", d) for i, d in enumerate(devices)]
     spec = {
@@ -86,6 +88,10 @@ def fabric(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FabricService]:
         assert follow(svc, headers["Location"])[0] == 201
     for device in ("nic-0", "cxl-0"):
         status, headers, _ = zone_patch(svc, "node-b-adapter0", add=device)
+        assert status == 202
+        assert follow(svc, headers["Location"])[0] == 201
+    for device in ("mld-0-ld0", "mld-0-ld1"):  # Connections 5 and 6
+        status, headers, _ = call(svc, "POST", f"{F}/Connections", attach_body("node-a", device))
         assert status == 202
         assert follow(svc, headers["Location"])[0] == 201
     yield svc
@@ -279,6 +285,14 @@ def test_identities_agree_with_what_the_nodes_see(fabric: FabricService) -> None
     mac = nic_fn["Ethernet"]["PermanentMACAddress"]
     macs = node_b.sysfs_root.glob("bus/pci/devices/*/net/*/address")
     assert mac in {p.read_text().strip() for p in macs}
+    # Each LD of the MLD: its own memdev on node-a, with its share, the serial shared.
+    mld = [call(fabric, "GET", f"{chassis}/PCIeDevices/mld-0/CXLLogicalDevices/{k}")[2]
+           for k in (0, 1)]  # fmt: skip
+    ids = [m["Identifiers"][0]["DurableName"] for m in mld]
+    assert [i.split(":")[1] for i in ids] == ["0000", "0001"] and ids[0][:23] == ids[1][:23]
+    serial = int(ids[0].split(":")[0].replace("-", ""), 16)
+    mem_a = [int(p.read_text(), 16) for p in node_a.sysfs_root.glob("bus/cxl/devices/mem*/serial")]
+    assert mem_a == [serial, serial] and {m["MemorySizeMiB"] for m in mld} == {32768}
     function = call(fabric, "GET", f"{chassis}/PCIeDevices/nvme-0/PCIeFunctions/0")[2]
     assert (function["ClassCode"], function["DeviceClass"]) == ("0x010802", "MassStorageController")
 

@@ -16,11 +16,13 @@ import dataclasses
 from typing import Any
 
 from driver.controller.reconciler import Reconciler
+from driver.devices.model import PCI_BUS_ID
 from driver.fabric_devices.naming import (
     NODE_ANNOTATION,
     PREPARED_AS_KEY,
     READY_CONDITION,
     NodeFabric,
+    cxl_key,
     device_name,
     variant_name,
 )
@@ -57,10 +59,44 @@ class Lds(Counting):
         await self.api.merge_patch("/api/v1/nodes/node-a", {"metadata": {"annotations": ann}})
 
 
-def allocated(pool: str, name: str) -> dict[str, Any]:
+class Memdevs(Lds):
+    """The node reports each attached LD by its memdev (``<serial>@<BDF>``), as
+    the plugin does now; each LD gets the next BDF behind the adapter as it arrives."""
+
+    def __init__(self, *lds: FabricDevice) -> None:
+        super().__init__(*lds)
+        self.bdfs: dict[str, str] = {}
+        self.prepared: set[str] = set()  # the LDs a claim holds prepared on the node
+
+    def busy(self) -> frozenset[str]:
+        """By memdev, and by the serial too (as the plugin reports it)."""
+        keys = {cxl_key(SERIAL, self.bdfs[d]) for d in self.prepared}
+        return frozenset(keys | ({SERIAL} if keys else set()))
+
+    async def report(self) -> None:
+        seen = {}
+        for d in sorted(self.fabric.devices.values(), key=lambda d: d.id):
+            if d.connection is not None and d.connection.state == "Attached":
+                bdf = self.bdfs.setdefault(d.id, f"0000:16:00.{len(self.bdfs)}")
+                seen[cxl_key(SERIAL, bdf)] = d.connection.adapter
+        report = NodeFabric(ROOTS, cxlmem=seen, busy=self.busy())
+        ann = {NODE_ANNOTATION: report.to_annotation()}
+        await self.api.merge_patch("/api/v1/nodes/node-a", {"metadata": {"annotations": ann}})
+
+
+def allocated(pool: str, name: str, n: int = 1) -> dict[str, Any]:
     out = claim("node-a")
+    out["metadata"] |= {"name": f"claim-{n}", "uid": f"uid-{n}"} if n > 1 else {}
     out["status"]["allocation"]["devices"]["results"][0] |= {"pool": pool, "device": name}
     return out
+
+
+def data_of(w: Lds, name: str) -> dict[str, Any]:
+    """The status data of claim ``name``'s device ({} before it is written)."""
+    stored = {c["metadata"]["name"]: c for c in w.api.objects(CLAIMS)}
+    entries = stored[name].get("status", {}).get("devices") or [{}]
+    ready = any(c["type"] == READY_CONDITION for c in entries[0].get("conditions", ()))
+    return dict(entries[0].get("data") or {}) if ready else {}
 
 
 OWN = variant_name(SERIAL, "node-a", "adapter0", "cxlmem")  # the node's name of either LD
@@ -123,3 +159,49 @@ def test_ld_zero_keeps_the_bare_serial() -> None:
     assert dataclasses.replace(ld(0, "0000"), id="x").unique_identity == SERIAL
     assert ld(0, "").unique_identity == SERIAL
     assert ld(3, "0003").unique_identity == f"{SERIAL}:0003"
+
+
+async def test_two_lds_on_one_node_each_prepared_as_the_memdev_that_arrived() -> None:
+    """Two LDs of one MLD attached to one node through one adapter: the node
+    names them by memdev; each claim's status names the memdev its own LD
+    brought (asked one at a time, the new one after each), by which the node
+    prepares it. Before the keys, both claims named the same node device."""
+    w = Memdevs(ld(1, "0001"), ld(2, "0002"))
+    names = [variant_name(f"{SERIAL}:000{i}", "node-a", "adapter0", "cxlmem") for i in (1, 2)]
+    async with running(Reconciler(w.api, w.fabric, settings())):
+        await w.changed.until("both LDs published", lambda: set(names) <= set(w.devices()))
+        w.api.add(CLAIMS, allocated("fabric", names[0], 1))
+        w.api.add(CLAIMS, allocated("fabric", names[1], 2))
+        await w.changed.until(
+            "both claims ready", lambda: all(data_of(w, c) for c in ("claim", "claim-2"))
+        )
+        for claim_name, device in (("claim", "ld-1"), ("claim-2", "ld-2")):
+            data, bdf = data_of(w, claim_name), w.bdfs[device]
+            assert data["fabricDevice"] == device and data[PCI_BUS_ID] == bdf
+            key = cxl_key(SERIAL, bdf)
+            assert data[PREPARED_AS_KEY] == variant_name(key, "node-a", "adapter0", "cxlmem")
+        assert w.bdfs["ld-1"] != w.bdfs["ld-2"]
+    assert sorted(w.asked) == [("ld-1", "node-a", "adapter0"), ("ld-2", "node-a", "adapter0")]
+
+
+async def test_one_ld_released_is_detached_while_the_other_stays_prepared() -> None:
+    """The node reports prepared memory by memdev (and by the serial, for
+    controllers from before): the released LD's memdev is not busy, the busy
+    one is the other claim's (its ``pciBusID``), so the released LD leaves at
+    once. Before, the shared serial kept it until the other claim was gone."""
+    w = Memdevs(ld(1, "0001"), ld(2, "0002"))
+    names = [variant_name(f"{SERIAL}:000{i}", "node-a", "adapter0", "cxlmem") for i in (1, 2)]
+    async with running(Reconciler(w.api, w.fabric, settings())):
+        await w.changed.until("both LDs published", lambda: set(names) <= set(w.devices()))
+        w.api.add(CLAIMS, allocated("fabric", names[0], 1))
+        w.api.add(CLAIMS, allocated("fabric", names[1], 2))
+        await w.changed.until(
+            "both claims ready", lambda: all(data_of(w, c) for c in ("claim", "claim-2"))
+        )
+        w.prepared = {"ld-1", "ld-2"}
+        await w.report()
+        await w.api.delete(f"{CLAIMS}/claim")  # the kubelet unprepared it first
+        w.prepared = {"ld-2"}
+        await w.report()
+        await w.changed.until("ld-1 detached", lambda: w.fabric.devices["ld-1"].connection is None)
+        assert w.fabric.devices["ld-2"].connection is not None

@@ -12,6 +12,7 @@ import pytest
 
 from driver.cxl.kind import CxlMemoryType
 from driver.cxl.serial import cxl_identity
+from driver.devices.inventory import ALIAS
 from driver.devices.model import NUMA_NODE, PCIE_ROOT, Device
 from driver.fabric_devices.naming import NodeFabric, variant_name
 from driver.fabric_devices.node import FabricNodeView
@@ -115,8 +116,12 @@ def test_cxl_memory_behind_an_adapter_is_its_dax_device(
     assert memory.attributes["serial"] == "0x4c1d96fffeddd835"
     assert memory.attributes["hostNumaNode"] == 1
     _, fabric = view.split([memory])
-    assert fabric[0].name == variant_name("0x4c1d96fffeddd835", "node-a", "adapter1", "cxlmem")
-    assert view.report(fabric).cxlmem == {"0x4c1d96fffeddd835": "adapter1"}
+    key = f"0x4c1d96fffeddd835@{bdf}"  # by its memdev: an MLD's LDs share the serial
+    assert fabric[0].name == variant_name(key, "node-a", "adapter1", "cxlmem")
+    # Alone with its serial: it answers to the name from the serial too (before LDs).
+    old = variant_name("0x4c1d96fffeddd835", "node-a", "adapter1", "cxlmem")
+    assert fabric[0].attributes[ALIAS] == old
+    assert view.report(fabric).cxlmem == {key: "adapter1"}
 
 
 def test_cxl_memory_taken_by_kmem_or_interleaved_is_not_offered(

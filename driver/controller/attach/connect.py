@@ -67,8 +67,16 @@ class Connector:
         # None: no budget of its own, an outage spends the attach timeout.
         self._budget = unreachable_budget
 
-    async def connect(self, a: cl.FabricAllocation, v: Variant, deadline: float) -> float:
-        """Attach; returns the deadline, moved on by the time the fabric was unusable."""
+    async def connect(
+        self,
+        a: cl.FabricAllocation,
+        v: Variant,
+        deadline: float,
+        asking: Callable[[], None] | None = None,
+    ) -> float:
+        """Attach; returns the deadline, moved on by the time the fabric was unusable.
+        ``asking`` runs just before each attach request (none when an earlier
+        request is adopted)."""
         timeout = self._timeout
         budget = timeout if self._budget is None else self._budget
         backoff = Backoff(RETRY_S, RETRY_CAP_S)
@@ -79,7 +87,7 @@ class Connector:
             if now > deadline:
                 raise AttachFailed(f"{v.device_id}: no attach within {timeout:.0f}s")
             try:
-                if await self._try_attach(a, v, deadline):
+                if await self._try_attach(a, v, deadline, asking):
                     return deadline
                 down_since = None
                 backoff.reset()
@@ -106,7 +114,13 @@ class Connector:
                 if self._budget is not None:
                     deadline += time.monotonic() - now  # an outage is not the attach's time
 
-    async def _try_attach(self, a: cl.FabricAllocation, v: Variant, deadline: float) -> bool:
+    async def _try_attach(
+        self,
+        a: cl.FabricAllocation,
+        v: Variant,
+        deadline: float,
+        asking: Callable[[], None] | None = None,
+    ) -> bool:
         """One try: True once attached; False to try again (busy, leaving another node).
 
         The fabric is asked only when no earlier request for this allocation
@@ -117,6 +131,8 @@ class Connector:
         try:
             if await self._adopt(a, v, deadline):
                 return True
+            if asking is not None:
+                asking()
             # The claim's UID makes the request's Idempotency-Key this allocation's own.
             result = await fabric.attach(v.device_id, v.node, v.adapter, key=a.claim_uid)
             crash_point("fabric-attach-answered")
