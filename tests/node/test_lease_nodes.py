@@ -180,12 +180,22 @@ def first_idle(
     pytest.fail(f"no Idle=True on {ns}/{name} {key} within {timeout:.0f}s", pytrace=False)
 
 
-def two_windows_low(tier: Tier, ns: str, claim: str, witness: str) -> None:
-    """Wait until the plugin has had ``witness`` (a GPU at 0 % of ``claim``)
-    below its threshold for two idle windows: every device of the claim was
-    sampled in those rounds."""
-    wait_for(f"{witness} low for two idle windows (the plugin's gauge)",
-             lambda: idle_seconds(tier, ns, claim, witness) >= 2 * IDLE_WINDOW_S,
+def two_windows_low(tier: Tier, ns: str, pod: str, witness: str, never: tuple[str, str]) -> None:
+    """Wait until the plugin has had ``witness`` (a GPU at 0 % of ``pod``'s
+    claim) below its threshold for two idle windows: every device of the
+    claim was sampled in those rounds. Fails at once, saying so, when the
+    device ``never`` is marked idle or the claim is reclaimed meanwhile."""
+
+    def probe() -> bool:
+        if gone(tier, ns, "pod", pod):
+            pytest.fail(f"pod {pod} gone (reclaimed?): {told(tier, ns, pod)}", pytrace=False)
+        claim = tier.claim_of(ns, pod)
+        if idle(claim, never) is not None:
+            pytest.fail(f"{never} marked {idle(claim, never)}", pytrace=False)
+        name = claim["metadata"]["name"]
+        return idle_seconds(tier, ns, name, witness) >= 2 * IDLE_WINDOW_S
+
+    wait_for(f"{witness} low for two idle windows (the plugin's gauge)", probe,
              timeout=6 * IDLE_WINDOW_S + 60, interval=1)  # fmt: skip
 
 
@@ -224,7 +234,7 @@ def test_a_busy_gpu_is_never_idle_nor_reclaimed(
     claim = tier.claim_of(ns, "trainer")
     name, keys = claim["metadata"]["name"], results(claim)
     busy_node.nvml.set_utilization(gpu_uuid(tier, keys["witness"]), LOW)
-    two_windows_low(tier, ns, name, keys["witness"][1])
+    two_windows_low(tier, ns, "trainer", keys["witness"][1], keys["busy"])
     now = tier.claim_of(ns, "trainer")
     assert idle(now, keys["busy"]) is None, now["status"]["devices"]
     # The plugin did report: the witness is idle; the busy GPU keeps the claim.
@@ -245,7 +255,7 @@ def test_a_device_without_a_utilization_source_is_never_idle(
     claim = tier.claim_of(ns, "net")
     name, keys = claim["metadata"]["name"], results(claim)
     busy_node.nvml.set_utilization(gpu_uuid(tier, keys["witness"]), LOW)
-    two_windows_low(tier, ns, name, keys["witness"][1])
+    two_windows_low(tier, ns, "net", keys["witness"][1], keys["nic"])
     now = tier.claim_of(ns, "net")
     assert idle(now, keys["nic"]) is None, now["status"]["devices"]
     assert (idle(now, keys["witness"]) or {}).get("status") == "True", now["status"]
