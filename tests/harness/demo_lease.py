@@ -118,4 +118,4 @@ def watch_expiry(cluster: realnode.RealCluster) -> None:
     print(f"  pod {POD} evicted (the Eviction API, grace period 5s) and gone")
     demo_spare.wait(f"claim {CLAIM} released", lambda: _gone(cluster, "resourceclaim", CLAIM), 120)
     print(f"  claim {CLAIM} released and deleted (an expired standalone claim is never "
-          "handed out again); the node unprepared its MIG slice")  # fmt: skip
+          "handed out again)")  # fmt: skip
