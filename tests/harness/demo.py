@@ -9,7 +9,9 @@ spare per node (:mod:`tests.harness.demo_spare`: a pod takes it and runs
 without waiting for an attach, and the spare is replaced), runs the
 example workloads of ``deviceclasses/examples/`` and prints what each
 container saw (its own output, through ``kubectl logs``), which devices the
-fabric attached, and the event of a claim whose config is wrong. Everything
+fabric attached, and the event of a claim whose config is wrong; then one
+device lease expiring (:mod:`tests.harness.demo_lease`: ``kubectl patchbay
+leases``, the warning, the eviction, the release). Everything
 keeps running after the script ends; ``make demo-down`` (this script's
 ``down``) stops it all and puts the machine back as it was.
 Needs root.
@@ -27,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from tests.harness import demo_spare, poll, realnode, realnode_chart
+from tests.harness import demo_lease, demo_spare, poll, realnode, realnode_chart
 
 REPO = Path(__file__).resolve().parents[2]
 # Short on purpose: Unix socket paths below it must stay under 107 bytes.
@@ -114,6 +116,9 @@ def up() -> int:
     values.parent.mkdir(parents=True, exist_ok=True)
     values.write_text(yaml.safe_dump(demo_spare.values(demo_spare.NODE)))
     release.values.append(values)
+    lease_values = RUN / "chart" / "demo-lease-values.yaml"  # the lease clock on
+    lease_values.write_text(yaml.safe_dump(demo_lease.VALUES))
+    release.values.append(lease_values)
     t0 = time.monotonic()
     release.install()
     print(f"helm install patchbay: plugin, controller and fabric Ready in "
@@ -142,6 +147,7 @@ def up() -> int:
         return all(phases.get(p) == "Running" for p in pods)
 
     poll.until(all_running, 180, interval=1)  # the report shows any that are not
+    demo_lease.start(cluster)  # after the others: its MIG slice takes no GPU they need
     report(cluster, pods)
     # A fabric pod that waited for its attach binds at the scheduler's next
     # 5 s re-check; one that took a warm spare binds at once.
@@ -153,6 +159,7 @@ def up() -> int:
         "involvedObject.name=typo-job,reason=FailedPrepareDynamicResources",
         "-o", "jsonpath={.items[*].message}").stdout, 60, interval=1)  # fmt: skip
     print(f"\ntypo-job (GpuConfig with a misspelt field) stays Pending:\n  {events or '-'}")
+    demo_lease.watch_expiry(cluster)
     print(f"\nexport KUBECONFIG={cluster.kubeconfig}")
     print(f"export PATH={cluster.k8s_bins}:$PATH   # kubectl {cluster.k8s_bins / 'kubectl'}")
     print("Tear down with: make demo-down")

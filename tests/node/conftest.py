@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from tests.cluster_fixtures import missing_prerequisite, record_startup
-from tests.node.helpers import Node, Tier
+from tests.node.helpers import IDLE_WINDOW_S, Node, Tier
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_DIR = Path(os.environ.get("PATCHBAY_NODE_RUN_DIR", f"/tmp/pb-node-{os.getuid()}"))
@@ -38,11 +38,17 @@ RUN_DIR = Path(os.environ.get("PATCHBAY_NODE_RUN_DIR", f"/tmp/pb-node-{os.getuid
 # GPU health (tests/node/test_gpu_health_nodes.py): the reset class tainted
 # NoSchedule, so the sick pod stays to show its health, and a short settle window
 # after the reset that cleans up (order is asserted there, never durations).
-SHARING_VALUES = {
+# Idle devices and leases (tests/node/test_lease_nodes.py): a short idle
+# window sampled every second, and the controller's lease clock on; no
+# DeviceLeasePolicy outside that module's own namespaces, so elsewhere an
+# Idle condition on a claim is all it does.
+TIER_VALUES = {
     "kubeletPlugin": {
         "sharedGpus": "3", "mpsSupervisor": True,
         "resetClassTaint": "NoSchedule", "gpuHealthSettle": 5.0,
-    }
+        "idleSampleInterval": 1.0, "idleWindow": float(IDLE_WINDOW_S),
+    },
+    "controller": {"deviceLeases": True},
 }  # fmt: skip
 
 
@@ -70,10 +76,10 @@ def tier() -> Iterator[Tier]:
         pytest.fail(f"real nodes did not start: {err}", pytrace=False)
     record_startup("real nodes (control plane + 2 nodes Ready)", cluster.startup_seconds)
     release = realnode_chart.Release(cluster.kubeconfig, RUN_DIR / "chart", "node-c")
-    sharing = RUN_DIR / "chart" / "sharing-values.yaml"
-    sharing.parent.mkdir(parents=True, exist_ok=True)
-    sharing.write_text(yaml.safe_dump(SHARING_VALUES))
-    release.values.append(sharing)  # every helm call of the session, upgrades too
+    tier_values = RUN_DIR / "chart" / "tier-values.yaml"
+    tier_values.parent.mkdir(parents=True, exist_ok=True)
+    tier_values.write_text(yaml.safe_dump(TIER_VALUES))
+    release.values.append(tier_values)  # every helm call of the session, upgrades too
     t = Tier(cluster, {n: Node(cluster.nodes[n]) for n in cluster.nodes}, release)
     (RUN_DIR / "figures.json").unlink(missing_ok=True)
     for name, seconds in cluster.ready_seconds.items():

@@ -26,6 +26,8 @@ EXAMPLES = REPO / "deviceclasses" / "examples"
 RELEASE_NS = "patchbay"
 UUID = "patchbay.dev/uuid"  # the device attribute naming a GPU
 PLUGIN_LABELS = "app.kubernetes.io/component=plugin"
+# The tier's idle window, seconds (the chart's kubeletPlugin.idleWindow, conftest.py).
+IDLE_WINDOW_S = 8
 
 
 class Node:
