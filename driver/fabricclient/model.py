@@ -39,6 +39,9 @@ class HostAdapter:
     # How many devices it can take: the vPPBs of the virtual switch its port is
     # bound to (driver.fabricclient.room); 0 when the fabric does not say.
     room: int = 0
+    # The virtual switch whose vPPBs those are (its URI; "" when no room is said):
+    # adapters bound to one share its room.
+    vcs: str = ""
 
     def endpoint_uri(self) -> str:
         return self.uri or f"/redfish/v1/Fabrics/{self.fabric}/Endpoints/{self.endpoint}"

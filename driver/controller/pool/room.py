@@ -5,7 +5,8 @@ In DMTF's model that is the Virtual CXL Switch (VCS) the host's upstream
 port is bound to: each device it takes is bound to one of the VCS's virtual
 PCI-to-PCI bridges (vPPBs), so the number of vPPBs is the adapter's room
 (the client reads it: ``HostAdapter.room``, 0 when the fabric does not
-say, and then nothing is limited). The scheduler cannot keep it (a device
+say, and then nothing is limited; adapters bound to one virtual switch,
+``HostAdapter.vcs``, share its room). The scheduler cannot keep it (a device
 in a domain pool has no adapter until attached, and a claim that asks for
 no adapter would not consume one: docs/fabric.md, "Adapter room"), so the
 controller keeps it in two places:
@@ -36,24 +37,34 @@ from driver.fabricclient.model import FabricDevice, FabricInventory
 Port = tuple[str, str]  # (node, adapter)
 
 
-def occupants(inv: FabricInventory) -> dict[Port, set[str]]:
-    """(node, adapter) -> the devices bound through it, in any state."""
-    out: dict[Port, set[str]] = {}
+def groups(inv: FabricInventory) -> dict[Port, str]:
+    """(node, adapter) -> the room it shares (its virtual switch; itself when
+    the fabric names none), for the adapters whose fabric says a room."""
+    return {(a.node, a.adapter): a.vcs or f"{a.node}/{a.adapter}" for a in inv.adapters
+            if a.room > 0}  # fmt: skip
+
+
+def rooms(inv: FabricInventory) -> dict[str, int]:
+    """Each room (:func:`groups`) -> how many devices it takes."""
+    of = groups(inv)
+    return {of[(a.node, a.adapter)]: a.room for a in inv.adapters if a.room > 0}
+
+
+def occupants(inv: FabricInventory) -> dict[str, set[str]]:
+    """Each room -> the devices bound through its adapters, in any state."""
+    of, out = groups(inv), dict[str, set[str]]()
     for d in inv.devices:
         for c in d.connections or ((d.connection,) if d.connection else ()):
-            out.setdefault((c.node, c.adapter), set()).add(d.id)
+            room = of.get((c.node, c.adapter))
+            if room is not None:
+                out.setdefault(room, set()).add(d.id)
     return out
-
-
-def rooms(inv: FabricInventory) -> dict[Port, int]:
-    """(node, adapter) -> its room, for the adapters whose fabric says one."""
-    return {(a.node, a.adapter): a.room for a in inv.adapters if a.room > 0}
 
 
 def full_adapters(inv: FabricInventory) -> set[Port]:
     """The adapters with no room left."""
-    taken = occupants(inv)
-    return {p for p, room in rooms(inv).items() if len(taken.get(p, ())) >= room}
+    taken, size = occupants(inv), rooms(inv)
+    return {p for p, g in groups(inv).items() if len(taken.get(g, ())) >= size[g]}
 
 
 def full_nodes(
@@ -86,15 +97,15 @@ class AdapterRoom:
     takes a slot of its adapter for the rest of the pass."""
 
     def __init__(self, inv: FabricInventory) -> None:
-        self._rooms = rooms(inv)
-        self._taken = occupants(inv)
+        self._groups, self._rooms, self._taken = groups(inv), rooms(inv), occupants(inv)
 
     def admit(self, v: Variant) -> Variant:
         """``v``, or ``v`` marked ``full`` with why when its adapter has no room."""
-        port = (v.node, v.adapter)
-        room = self._rooms.get(port, 0)
-        taken = self._taken.setdefault(port, set())
-        if not v.adapter or room <= 0 or v.device_id in taken:
+        group = self._groups.get((v.node, v.adapter))
+        if not v.adapter or group is None:
+            return v
+        room, taken = self._rooms[group], self._taken.setdefault(group, set())
+        if v.device_id in taken:
             return v
         if len(taken) >= room:
             return dataclasses.replace(v, full=True, why=no_room(v.adapter, v.node, room))
