@@ -37,6 +37,7 @@ class SwitchLayout:
     nvmes: tuple[str, ...] = ()
     cxlmems: tuple[str, ...] = ()
     wired: tuple[int, ...] = ()  # the indexes of the nodes wired to it (none: every node)
+    room: int | None = None  # devices each node's adapter can take (vPPBs; none: no limit)
 
     @property
     def devices(self) -> tuple[str, ...]:
@@ -76,7 +77,7 @@ class FabricLayout:
         switches = []
         for sw in self.switches:
             up = [(n.name, sw.adapter, n.host.dir) for n in sw.nodes(nodes)]
-            switches.append(switch(sw.id, up, sw.gpus, sw.nics, sw.nvmes, sw.cxlmems))
+            switches.append(switch(sw.id, up, sw.gpus, sw.nics, sw.nvmes, sw.cxlmems, sw.room))
         return {"id": f"{self.type.lower()}0", "type": self.type, "switches": switches}
 
 

@@ -46,22 +46,33 @@ from tests.e2e.fabric_helpers import (
     running,
     template,
 )
-from tests.e2e.helpers import wait_for
-from tests.e2e.pairing_checks import cxl_root, gpu_root, nvme_root
+from tests.e2e.helpers import events_about, wait_for
+from tests.e2e.pairing_checks import (
+    EXAMPLES,
+    attach_requests,
+    cxl_root,
+    gpu_root,
+    nvme_root,
+    paired,
+)
 from tests.e2e.pods import claim_of, gone, pod, refused
 from tests.e2e.tenants import container_record
 from tests.harness.poll import WaitTimedOut
-from tests.harness.simnode import SimNode
 
 pytestmark = pytest.mark.cluster
-EXAMPLES = Path(__file__).parents[2] / "deviceclasses/examples/per-domain"
 RDMA_JOB = EXAMPLES / "gpu-vf-pair.yaml"
 FABRIC_DIALECTS = DIALECTS
 LAYOUT = FabricLayout(
     (
         SwitchLayout("sw0", "adapter0", gpus=("gpu-0", "gpu-1")),
         SwitchLayout(
-            "sw1", "adapter1", gpus=("gpu-2",), nvmes=("nvme-0",), cxlmems=("cxl-0",), wired=(0,)
+            "sw1",
+            "adapter1",
+            gpus=("gpu-2",),
+            nvmes=("nvme-0",),
+            cxlmems=("cxl-0",),
+            wired=(0,),
+            room=2,  # adapter1 takes two devices (a pairing's), its virtual switch's vPPBs
         ),
     ),
     type="CXL",  # CXL memory needs it: the domains are cxl0.sw0 and cxl0.sw1
@@ -76,11 +87,6 @@ def fabric_layout() -> FabricLayout:
 @pytest.fixture(scope="module")
 def controller_args() -> tuple[str, ...]:
     return ("--fabric-pool-shape=per-domain",)
-
-
-def attach_requests(env: Env) -> Counter[tuple[str, str]]:
-    """(device, "node/adapter") -> attach requests the fabric received."""
-    return Counter((r["target"], r["initiator"]) for r in env.fabric.attach_requests())
 
 
 def on_switch(name: str, switch: str) -> dict[str, Any]:
@@ -256,31 +262,6 @@ def test_the_rdma_job_pairs_a_fabric_gpu_with_a_local_vf_through_the_nodes_adapt
     wait_for(f"{gpu} detached", lambda: gpu not in env.fabric.connections(), timeout=60)
 
 
-def paired(env: Env, resource_api: Any, core: Any, ns: str, example: str, name: str,
-           kind: str) -> tuple[SimNode, dict[str, str]]:  # fmt: skip
-    """The example's claim (its own template) for a pod the scheduler places:
-    the fabric GPU and the ``kind`` device of sw1 (the first node's alone)
-    allocated beside that node's adapter1 and attached through it, one attach
-    request each; the node and the container's env."""
-    (tmpl,) = [d for d in yaml.safe_load_all((EXAMPLES / example).read_text())
-               if d and d["kind"] == "ResourceClaimTemplate"]  # fmt: skip
-    resource_api.create_namespaced_resource_claim_template(ns, tmpl)
-    before = attach_requests(env)
-    pod(core, ns, name, None, tmpl["metadata"]["name"])
-    running(env, core, ns, name, timeout=150)
-    sim = env.nodes[0]  # the one node whose adapter reaches sw1's NVMe and CXL memory
-    assert core.read_namespaced_pod(name, ns).spec.node_name == sim.name
-    claim = claim_of(core, resource_api, ns, name)
-    got = {r.request: (r.pool, r.device) for r in claim.status.allocation.devices.results}
-    assert got.pop("adapter") == (f"fabric/adapters/{sim.name}", adapter_device_name("adapter1"))
-    assert {p for p, _ in got.values()} == {"fabric/cxl0.sw1"}
-    pool = fabric_pool(resource_api)
-    assert sorted(attr(pool[d], "fabricDevice") for _, d in got.values()) == sorted(["gpu-2", kind])
-    through = f"{sim.name}/adapter1"
-    assert attach_requests(env) - before == Counter({("gpu-2", through): 1, (kind, through): 1})
-    return sim, dict(e.split("=", 1) for e in container_record(sim, ns, name)["env"])
-
-
 def test_gds_pairs_a_fabric_gpu_with_fabric_nvme_under_one_root(
     env: Env, resource_api: Any, core: Any, namespace: str
 ) -> None:
@@ -311,6 +292,57 @@ def test_a_fabric_gpu_pairs_with_cxl_memory_behind_one_adapter(
     gpu = gpu_root(sim, given["NVIDIA_VISIBLE_DEVICES"])
     assert gpu == cxl_root(sim, serial) == seen.adapters["adapter1"] == "pci0000:85"
     gone(core, ns, "tier")
+    wait_for("all detached", lambda: not env.fabric.connections(), timeout=60)
+
+
+def test_a_full_adapter_fails_the_binding_naming_it_and_the_pod_lands_once_room_frees(
+    env: Env, resource_api: Any, core: Any, namespace: str
+) -> None:
+    """adapter1 (the first node's, sw1) takes two devices. With the controller
+    down, gpu-2 and nvme-0 are attached through it straight at the fabric
+    (another tenant's, or left over), and a pod asks for sw1's CXL memory: the
+    scheduler allocates it from the pool as stored. The controller comes back,
+    finds adapter1 full and fails the binding naming the adapter and the node
+    (no attach request for cxl-0, FabricAdapterFull); it detaches the two
+    devices nothing needs, the room frees, and the pod lands with cxl-0
+    attached through adapter1."""
+    if env.dialect != DIALECTS[0]:  # the CI budget: the refusal is the controller's, no attach
+        pytest.skip("the refusal asks nothing of the fabric: one dialect tells it")
+    ns, sim = namespace, env.nodes[0]
+    env.ctl.kill()
+    try:
+        for device in ("gpu-2", "nvme-0"):
+            env.fabric.request("POST", "/redfish/v1/Fabrics/cxl0/Connections", {"Links": {
+                "InitiatorEndpoints": [{"@odata.id": f"/redfish/v1/Fabrics/cxl0/Endpoints/"
+                                                     f"{sim.name}-adapter1"}],
+                "TargetEndpoints": [{"@odata.id": f"/redfish/v1/Fabrics/cxl0/Endpoints/{device}"}],
+            }})  # fmt: skip
+        wait_for("adapter1 full", lambda: {"gpu-2", "nvme-0"} <= set(env.fabric.connections()))
+        before = attach_requests(env)
+        memory = {"name": "memory", "exactly": {"deviceClassName": "cxl-memory.patchbay.dev"}}
+        pod(core, ns, "full", None, template(resource_api, ns, "full", [memory]))
+
+        def allocated() -> str:
+            p = core.read_namespaced_pod("full", ns)
+            (st,) = p.status.resource_claim_statuses or [None]
+            name = st.resource_claim_name if st else ""
+            claim = resource_api.read_namespaced_resource_claim(name, ns) if name else None
+            return name if claim and claim.status and claim.status.allocation else ""
+
+        claim = wait_for("the claim allocated", allocated, timeout=60)
+    finally:
+        env.ctl.start(identity="controller-room")
+    (event, *_) = wait_for(
+        "FabricAdapterFull on the claim",
+        lambda: env.check_alive() and events_about(core, ns, claim, "FabricAdapterFull"),
+        timeout=60,
+    )
+    assert "adapter1" in event.message and sim.name in event.message, event.message
+    running(env, core, ns, "full", timeout=150)
+    assert env.fabric.connections()["cxl-0"][:2] == (sim.name, "adapter1")
+    assert attach_requests(env) - before == Counter({("cxl-0", f"{sim.name}/adapter1"): 1})
+    assert not {"gpu-2", "nvme-0"} & set(env.fabric.connections())  # detached: nothing needs them
+    gone(core, ns, "full")
     wait_for("all detached", lambda: not env.fabric.connections(), timeout=60)
 
 

@@ -39,11 +39,13 @@ def switch(
     nics: Sequence[str] = (),
     nvmes: Sequence[str] = (),
     cxlmems: Sequence[str] = (),
+    vppbs: int | None = None,
 ) -> dict[str, Any]:
     """One switch: upstream (node, adapter, host dir) ports, then slots for GPUs,
     NICs (ConnectX PFs with 4 VFs), NVMe drives (3.84 TB) and CXL Type 3 memory
     (64 GiB; only on a fabric of type CXL, :class:`FabricService`'s ``spec``
-    sets it). Serials derive from the device ids (the simulator's defaults)."""
+    sets it). Serials derive from the device ids (the simulator's defaults).
+    ``vppbs``: each upstream port's room (its virtual switch's vPPBs; none: no limit)."""
     devices: list[dict[str, Any]] = [
         {"kind": "gpu", "id": g, "model": "H100-SXM5-80GB"} for g in gpus
     ]
@@ -57,6 +59,7 @@ def switch(
         "id": ident,
         "upstream": [
             {"port": f"up{i}", "node": n, "adapter": a, "hostDir": str(d)}
+            | ({"vppbs": vppbs} if vppbs else {})
             for i, (n, a, d) in enumerate(upstream)
         ],
         "slots": [{"port": f"slot{i}", "device": dev} for i, dev in enumerate(devices)],
