@@ -35,6 +35,7 @@ never lost. The tree (exit code where an error ends a process)::
     │   │   └── FabricResourceBroken  ... one resource broken (5xx, too large, missing)
     │   │       └── FabricMalformed   ... it answered a body of the wrong shape
     │   ├── AttachFailed              the fabric could not attach a device
+    │   │   ├── AdapterFull           ... the node's adapter has no room for it
     │   │   └── SpareTaken            ... a warm spare's device is attached elsewhere
     │   └── fabric.service.errors.RedfishError
     │       │                         a request the simulated fabric refuses
@@ -227,6 +228,10 @@ class FabricMalformed(FabricResourceBroken):
 
 class AttachFailed(FabricError):
     """The fabric could not attach the device (task failed, foreign owner, timeout)."""
+
+
+class AdapterFull(AttachFailed):
+    """The node's fabric adapter has no room for another device: not the device's fault."""
 
 
 class SpareTaken(AttachFailed):

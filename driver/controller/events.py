@@ -28,6 +28,7 @@ ATTACH_FAILED = "AttachFailed"
 FABRIC_UNREACHABLE = "FabricUnreachable"
 FABRIC_RESOURCE_BROKEN = "FabricResourceBroken"
 FABRIC_ATTACH_REFUSED = "FabricAttachRefused"
+ADAPTER_FULL = "FabricAdapterFull"  # the node's adapter has no room (pool.room)
 DETACHED = "Detached"
 DETACH_FAILED = "DetachFailed"
 ADAPTER_GONE = "FabricAdapterGone"

@@ -45,6 +45,7 @@ from driver.controller.events import CONTROLLER, ControllerEvents, gone_adapters
 from driver.controller.pool.domains import LabelFinding
 from driver.controller.pool.layout import mark_spares
 from driver.controller.pool.model import pool_model
+from driver.controller.pool.room import AdapterRoom
 from driver.controller.pool.states import carry_held_back, device_states, published_devices
 from driver.controller.pool.variant import Variant
 from driver.controller.requeue import Requeue
@@ -279,6 +280,7 @@ class Reconciler:
         # An attach that ended here is remembered until the cache shows its outcome.
         self.workers.forget({(a.claim_uid, a.device) for a in allocs if not (a.ready or a.failed)})
         needed: set[str] = set()
+        attaches: list[tuple[cl.FabricAllocation, Variant]] = []
         for a in allocs:
             v = self.variants.get(a.device)
             if v is None:
@@ -289,7 +291,11 @@ class Reconciler:
             needed.add(self._device_of(a))
             v = model.place(v, a, inv, reports)  # a device published once: on a's node
             if not a.ready and not self._hand_over(inv, reports, a, v):
-                self.workers.attach(a, v)
+                attaches.append((a, v))
+        # Adapter room (pool.room): the attaches under way hold theirs, then the new ones.
+        room, busy = AdapterRoom(inv), self.workers.busy
+        for a, v in sorted(attaches, key=lambda p: not busy(p[1].device_id)):
+            self.workers.attach(a, room.admit(v))
         # Only an allocation that is gone cancels its attach: one that just
         # turned ready is the attach's own status write, and cancelling then
         # would drop the rest of its work (the Attached Event, its figures).

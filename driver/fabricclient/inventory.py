@@ -17,7 +17,8 @@ tree into devices, host adapters and their reachability. For each Fabric:
 - Target endpoints are devices when :mod:`identity` can say what they are
   (``NVMeOverFabrics`` endpoints are listed apart, by NQN: parse only);
 - a device is reachable from every initiator whose switch its switch joins
-  through inter-switch links (:mod:`reach`);
+  through inter-switch links (:mod:`reach`); an initiator's room is the
+  vPPB count of the virtual switch its port is bound to (:mod:`room`);
 - attachments come from the dialect (Connections, or zone members), every
   one of them: a device keeps all its bindings (``FabricDevice.connections``,
   the attached one first as ``connection``), an initiator another host's;
@@ -35,6 +36,7 @@ back (``FabricInventory.held_back``, its reason), and the rest is listed.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -55,6 +57,7 @@ from driver.fabricclient.model import (
     NqnEndpoint,
 )
 from driver.fabricclient.reach import Graph, read_graph
+from driver.fabricclient.room import read_rooms
 from driver.fabricclient.systems import FabricSystemsSetting as FabricSystemsSetting
 from driver.fabricclient.systems import system_nodes as system_nodes
 
@@ -144,6 +147,12 @@ class InventoryReader:
         adapters = list(
             await asyncio.gather(*(self._adapter(links, fab.id, e, switches) for e in ini_eps))
         )
+        rooms = await read_rooms(links, graph)  # each adapter's room (its VCS's vPPBs)
+        adapters = [
+            dataclasses.replace(a, room=room, vcs=vcs)
+            for e, a in zip(ini_eps, adapters, strict=True)
+            for room, vcs in (rooms.get(_key(e.odata_id), (0, "")),)
+        ]
         by_uri = {_key(e.odata_id): a for e, a in zip(ini_eps, adapters, strict=True)}
         targets = [e for e in eps if e.role() in ("Target", "Both") and e.protocol != NVME_OF]
         found = await asyncio.gather(*(self._identify(links, e) for e in targets))

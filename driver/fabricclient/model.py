@@ -36,6 +36,12 @@ class HostAdapter:
     adapter: str  # the FabricAdapter Id (else the endpoint's Id)
     system_uuid: str = ""  # the ComputerSystem's UUID, to match a Node's systemUUID
     uri: str = ""  # the endpoint's URI ("": /redfish/v1/Fabrics/<fabric>/Endpoints/<endpoint>)
+    # How many devices it can take: the vPPBs of the virtual switch its port is
+    # bound to (driver.fabricclient.room); 0 when the fabric does not say.
+    room: int = 0
+    # The virtual switch whose vPPBs those are (its URI; "" when no room is said):
+    # adapters bound to one share its room.
+    vcs: str = ""
 
     def endpoint_uri(self) -> str:
         return self.uri or f"/redfish/v1/Fabrics/{self.fabric}/Endpoints/{self.endpoint}"

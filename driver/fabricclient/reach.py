@@ -45,6 +45,7 @@ class Graph:
     ends: dict[str, list[str]] = field(default_factory=dict)  # port URI -> endpoint URIs
     peers: dict[str, list[str]] = field(default_factory=dict)  # port URI -> port URIs
     linked: set[tuple[str, str]] = field(default_factory=set)  # switches a port names
+    vcss: list[str] = field(default_factory=list)  # switches' VirtualCXLSwitches collections
     _islands: dict[str, int] | None = None  # computed once the graph is read
 
     def endpoints(self) -> set[str]:
@@ -103,6 +104,8 @@ async def read_graph(links: Links, fab: wire.Fabric, eps: list[wire.Endpoint]) -
     todo: list[str] = []
     for body in await links.members(fab.switches.odata_id, tolerant=True):
         sw = _parsed(links, wire.Switch, body)
+        if sw is not None and sw.cxl is not None and sw.cxl.virtual_cxl_switches is not None:
+            g.vcss.append(sw.cxl.virtual_cxl_switches.odata_id)  # adapter room (room.py)
         linked = sw.ports.odata_id if sw is not None and sw.ports is not None else ""
         ports = await links.collection(sw.odata_id, "Ports", linked) if sw else ""
         if sw is not None and ports:

@@ -194,10 +194,30 @@ class Zone(_Wire):
     etag: str | None = Field(default=None, alias="@odata.etag")
 
 
+class SwitchCxl(_Wire):
+    virtual_cxl_switches: Link | None = Field(default=None, alias="VirtualCXLSwitches")
+
+
 class Switch(_Wire):
     odata_id: str = Field(default="", alias="@odata.id")
     id: str = Field(alias="Id")
     ports: Link | None = Field(default=None, alias="Ports")
+    cxl: SwitchCxl | None = Field(default=None, alias="CXL")
+
+
+class VcsLinks(_Wire):
+    endpoints: Links = Field(default_factory=list, alias="Endpoints")
+    port: Link | None = Field(default=None, alias="Port")
+
+    listed = field_validator("endpoints", mode="before")(_links)
+
+
+class VirtualCxlSwitch(_Wire):
+    """A host port's virtual switch: its vPPBs are how many devices the host can take."""
+
+    odata_id: str = Field(alias="@odata.id")
+    vppbs: Link | None = Field(default=None, alias="VPPBs")
+    links: VcsLinks = Field(default_factory=VcsLinks, alias="Links")
 
 
 class PortLinks(_Wire):

@@ -28,6 +28,7 @@ from fabric.service import (
     redfish,
     services,
     uris,
+    vcs,
     zones,
 )
 from fabric.service.answers import (
@@ -46,6 +47,7 @@ from fabric.service.auth import auth_middleware, error_middleware
 from fabric.service.core import Fabric
 from fabric.service.errors import RedfishError, not_found
 from fabric.service.idempotency import Idempotency
+from fabric.service.inventory import Initiator
 from fabric.service.protocol import protocol_middleware
 from fabric.service.sessions import Sessions
 from fabric.service.store import Connection, DeviceState
@@ -93,6 +95,40 @@ async def port(request: web.Request) -> web.Response:
     if request.match_info["port"] not in fab.inv.switches[f"{f}/{sw}"]:
         raise not_found(request.path)
     return answer(redfish.port(fab.inv, f, sw, request.match_info["port"]))
+
+
+def _vcs(request: web.Request) -> tuple[Fabric, Initiator]:
+    fab, f, sw = _switch(request)
+    ini = {i.port: i for i in vcs.vcs_initiators(fab.inv, f, sw)}.get(request.match_info["vcs"])
+    if ini is None:
+        raise not_found(request.path)
+    return fab, ini
+
+
+async def vcss(request: web.Request) -> web.Response:
+    fab, f, sw = _switch(request)
+    members = [vcs.vcs(i) for i in vcs.vcs_initiators(fab.inv, f, sw)]
+    return answer(redfish.collection(request.path, "VirtualCXLSwitch", members, expand(request)))
+
+
+async def virtual_switch(request: web.Request) -> web.Response:
+    return answer(vcs.vcs(_vcs(request)[1]))
+
+
+async def vppbs(request: web.Request) -> web.Response:
+    fab, ini = _vcs(request)
+    conns = await fab.call(fab.store.connections)
+    members = [vcs.vppb(fab.inv, ini, n, conns) for n in vcs.vppb_ids(ini)]
+    kind = "VirtualPCI2PCIBridge"
+    return answer(redfish.collection(request.path, kind, members, expand(request)))
+
+
+async def vppb(request: web.Request) -> web.Response:
+    fab, ini = _vcs(request)
+    if request.match_info["vppb"] not in vcs.vppb_ids(ini):
+        raise not_found(request.path)
+    conns = await fab.call(fab.store.connections)
+    return answer(vcs.vppb(fab.inv, ini, request.match_info["vppb"], conns))
 
 
 def _snapshot(fab: Fabric) -> tuple[dict[str, DeviceState], dict[str, Connection]]:
@@ -227,6 +263,10 @@ def make_app(fab: Fabric, token: str | TokenSource) -> web.Application:
     r.add_get(f"{F}/Switches/{{switch}}", switch)
     r.add_get(f"{F}/Switches/{{switch}}/Ports", ports)
     r.add_get(f"{F}/Switches/{{switch}}/Ports/{{port}}", port)
+    r.add_get(f"{F}/Switches/{{switch}}/VCSs", vcss)
+    r.add_get(f"{F}/Switches/{{switch}}/VCSs/{{vcs}}", virtual_switch)
+    r.add_get(f"{F}/Switches/{{switch}}/VCSs/{{vcs}}/VPPBs", vppbs)
+    r.add_get(f"{F}/Switches/{{switch}}/VCSs/{{vcs}}/VPPBs/{{vppb}}", vppb)
     r.add_get(f"{F}/Endpoints", endpoints)
     r.add_get(f"{F}/Endpoints/{{endpoint}}", endpoint)
     r.add_get(f"{F}/Connections", connections)

@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from fabric.service import faults, outcomes, uris
+from fabric.service import faults, outcomes, uris, vcs
 from fabric.service.errors import RedfishError, in_use, not_found
 from fabric.service.events import CHANGED, CREATED, REMOVED, TASK_DONE, TASK_FAILED, EventBus
 from fabric.service.inventory import Inventory
@@ -159,6 +159,12 @@ class Fabric:
             if conn.state == "Detaching":
                 raise RedfishError(409, "ResourceInStandby", f"{target} is being detached")
             return AttachOutcome(conn, self.store.open_task_of(conn.id), False)
+        ini = self.inv.initiators[initiator]
+        if vcs.full(ini, self.store.connections()):
+            raise RedfishError(
+                409, "ResourceExhaustion",
+                f"{ini.node} {ini.adapter}: every vPPB of its virtual switch is bound",
+            )  # fmt: skip
         conn, task = self.store.start_attach(target, initiator, self.store.take("fail_attaches"))
         log.info("attach %s -> %s: connection %d, task %d", target, initiator, conn.id, task.id)
         return AttachOutcome(conn, task, True, failed)

@@ -29,6 +29,7 @@ _MESSAGES: dict[str, tuple[str, str]] = {
     "ResourceNotFound": ("Critical", "Name an existing resource."),
     "ResourceInUse": ("Warning", "Retry when the resource is released."),
     "ResourceInStandby": ("Critical", "Retry when the resource's operation ends."),
+    "ResourceExhaustion": ("Critical", "Detach a device from the host first."),
     "ActionParameterValueConflict": ("Warning", "Name endpoints on one switch."),
     "NoValidSession": (
         "Critical",

@@ -93,6 +93,9 @@ class UpstreamSpec(_Strict):
     adapter: str
     host_dir: Path = Field(alias="hostDir")
     endpoint: Ident | None = None  # default "<node>-<adapter>"
+    # How many devices the adapter can take: the vPPBs of the virtual switch its
+    # port is bound to (fabric/service/vcs.py); none: not limited, not served.
+    vppbs: int | None = Field(default=None, ge=1)
 
 
 class SlotSpec(_Strict):
@@ -128,6 +131,7 @@ class Initiator:
     node: str
     adapter: str
     host_dir: Path
+    vppbs: int | None = None  # its virtual switch's vPPBs (None: no VCS served)
 
 
 @dataclass(frozen=True)
@@ -243,7 +247,9 @@ def build(spec: TopologyFile, base: Path) -> Inventory:
                     raise ConfigError(f"adapter {u.node}/{u.adapter} (endpoint {eid}) wired twice")
                 adapters.add((u.node, u.adapter))
                 hdir = u.host_dir if u.host_dir.is_absolute() else base / u.host_dir
-                initiators[eid] = Initiator(eid, f.id, sw.id, u.port, u.node, u.adapter, hdir)
+                initiators[eid] = Initiator(
+                    eid, f.id, sw.id, u.port, u.node, u.adapter, hdir, u.vppbs
+                )
             for s in sw.slots:
                 if s.device is None:
                     continue

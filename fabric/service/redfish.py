@@ -15,7 +15,7 @@ import hashlib
 import json
 import time
 
-from fabric.service import hardware, uris
+from fabric.service import hardware, uris, vcs
 from fabric.service.errors import message
 from fabric.service.inventory import Initiator, Inventory, Target
 from fabric.service.store import FAILED, Connection, DeviceState, Task
@@ -98,7 +98,7 @@ def fabric(inv: Inventory, ident: str) -> Json:
 
 def switch(inv: Inventory, fab: str, ident: str) -> Json:
     uri = uris.switch_uri(fab, ident)
-    return {
+    body: Json = {
         "@odata.id": uri,
         "@odata.type": "#Switch.v1_11_0.Switch",
         "Id": ident,
@@ -107,6 +107,10 @@ def switch(inv: Inventory, fab: str, ident: str) -> Json:
         "Status": {"State": "Enabled", "Health": "OK"},
         "Ports": link(f"{uri}/Ports"),
     }
+    cxl = vcs.switch_cxl(inv, fab, ident)  # its host ports' virtual switches (adapter room)
+    if cxl is not None:
+        body["CXL"] = cxl
+    return body
 
 
 def port(inv: Inventory, fab: str, sw: str, ident: str) -> Json:
@@ -283,6 +287,9 @@ def samples(inv: Inventory) -> list[Json]:
         out += [switch(inv, f, sw), port(inv, f, sw, ports[0])]
     for ini in list(inv.initiators.values())[:1]:
         out += [initiator(inv, ini), zone(ini, [])]
+    for ini in [i for i in inv.initiators.values() if i.vppbs][:1]:  # adapter room (vcs.py)
+        out += [collection("", k, [], False) for k in ("VirtualCXLSwitch", "VirtualPCI2PCIBridge")]
+        out += [vcs.vcs(ini), vcs.vppb(inv, ini, "1", [])]
     for tgt in inv.targets.values():
         state = DeviceState(tgt.id, "OK", False, "")
         conn = Connection(0, tgt.id, next(iter(inv.initiators)), "Attached", "", 0.0)

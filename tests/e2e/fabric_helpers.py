@@ -38,6 +38,7 @@ class SwitchLayout:
     cxlmems: tuple[str, ...] = ()
     wired: tuple[int, ...] = ()  # the indexes of the nodes wired to it (none: every node)
     lds: int = 1  # above 1: each CXL memory device an MLD of that many LDs (<id>-ld<k>)
+    room: int | None = None  # devices each node's adapter can take (vPPBs; none: no limit)
 
     @property
     def devices(self) -> tuple[str, ...]:
@@ -81,7 +82,9 @@ class FabricLayout:
         switches = []
         for sw in self.switches:
             up = [(n.name, sw.adapter, n.host.dir) for n in sw.nodes(nodes)]
-            switches.append(switch(sw.id, up, sw.gpus, sw.nics, sw.nvmes, sw.cxlmems, sw.lds))
+            switches.append(
+                switch(sw.id, up, sw.gpus, sw.nics, sw.nvmes, sw.cxlmems, sw.lds, sw.room)
+            )
         return {"id": f"{self.type.lower()}0", "type": self.type, "switches": switches}
 
 

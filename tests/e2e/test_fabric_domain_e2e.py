@@ -6,8 +6,10 @@ is a reach domain: sw0 is wired to both nodes, sw1 to the first node only.
 The real scheduler picks the node from the domain pools' node selectors and
 waits in PreBind while the controller attaches through that node's adapter;
 the node agents prepare through our plugins. Once per attach dialect.
-The rdma-job pairing (deviceclasses/examples/per-domain/gpu-vf-pair.yaml)
-asks for the node's fabric adapter beside the fabric GPU and the local VF.
+The pairing examples (deviceclasses/examples/per-domain/: rdma-job, GDS and
+GPU + CXL memory) ask for the node's fabric adapter beside their devices,
+each checked in the container's environment; sw1 also holds an NVMe drive
+and CXL memory (so the fabric is of type CXL).
 """
 
 from __future__ import annotations
@@ -44,19 +46,36 @@ from tests.e2e.fabric_helpers import (
     running,
     template,
 )
-from tests.e2e.helpers import wait_for
+from tests.e2e.helpers import events_about, wait_for
+from tests.e2e.pairing_checks import (
+    EXAMPLES,
+    attach_requests,
+    cxl_root,
+    gpu_root,
+    nvme_root,
+    paired,
+)
 from tests.e2e.pods import claim_of, gone, pod, refused
 from tests.e2e.tenants import container_record
 from tests.harness.poll import WaitTimedOut
 
 pytestmark = pytest.mark.cluster
-RDMA_JOB = Path(__file__).parents[2] / "deviceclasses/examples/per-domain/gpu-vf-pair.yaml"
+RDMA_JOB = EXAMPLES / "gpu-vf-pair.yaml"
 FABRIC_DIALECTS = DIALECTS
 LAYOUT = FabricLayout(
     (
         SwitchLayout("sw0", "adapter0", gpus=("gpu-0", "gpu-1")),
-        SwitchLayout("sw1", "adapter1", gpus=("gpu-2",), wired=(0,)),
-    )
+        SwitchLayout(
+            "sw1",
+            "adapter1",
+            gpus=("gpu-2",),
+            nvmes=("nvme-0",),
+            cxlmems=("cxl-0",),
+            wired=(0,),
+            room=2,  # adapter1 takes two devices (a pairing's), its virtual switch's vPPBs
+        ),
+    ),
+    type="CXL",  # CXL memory needs it: the domains are cxl0.sw0 and cxl0.sw1
 )
 
 
@@ -70,11 +89,6 @@ def controller_args() -> tuple[str, ...]:
     return ("--fabric-pool-shape=per-domain",)
 
 
-def attach_requests(env: Env) -> Counter[tuple[str, str]]:
-    """(device, "node/adapter") -> attach requests the fabric received."""
-    return Counter((r["target"], r["initiator"]) for r in env.fabric.attach_requests())
-
-
 def on_switch(name: str, switch: str) -> dict[str, Any]:
     cel = f'device.attributes["patchbay.dev"].fabricSwitch == "{switch}"'
     return {"name": name, "exactly": {"deviceClassName": "gpu.patchbay.dev",
@@ -86,8 +100,9 @@ def test_each_device_once_attached_through_the_picked_nodes_adapter(
 ) -> None:
     slices = fabric_slices(resource_api)
     held = {(s.spec.pool.name, attr(d, "fabricDevice")) for s in slices for d in s.spec.devices}
-    assert held == {("fabric/pcie0.sw0", "gpu-0"), ("fabric/pcie0.sw0", "gpu-1"),
-                    ("fabric/pcie0.sw1", "gpu-2")}  # fmt: skip
+    assert held == {("fabric/cxl0.sw0", "gpu-0"), ("fabric/cxl0.sw0", "gpu-1"),
+                    ("fabric/cxl0.sw1", "gpu-2"), ("fabric/cxl0.sw1", "nvme-0"),
+                    ("fabric/cxl0.sw1", "cxl-0")}  # fmt: skip
     for s in slices:
         (term,) = s.spec.node_selector.node_selector_terms
         domain = s.spec.pool.name.split("/")[1]
@@ -107,7 +122,7 @@ def test_each_device_once_attached_through_the_picked_nodes_adapter(
     running(env, core, ns, "once", timeout=150)
     claim = claim_of(core, resource_api, ns, "once")
     (result,) = claim.status.allocation.devices.results
-    assert result.pool == "fabric/pcie0.sw0"
+    assert result.pool == "fabric/cxl0.sw0"
     assert conditions(claim, result.device)[READY_CONDITION] == "True"
     (entry,) = [d for d in claim.status.devices if d.device == result.device]
     assert entry.pool == result.pool and entry.data["adapter"] == "adapter0"
@@ -219,8 +234,8 @@ def test_the_rdma_job_pairs_a_fabric_gpu_with_a_local_vf_through_the_nodes_adapt
     adapters = {(s.spec.node_name, d.name, attr(d, "fabricDomain"), attr(d, ROOT))
                 for s in mine for d in s.spec.devices}  # fmt: skip
     assert adapters == {
-        (sim.name, adapter_device_name("adapter0"), "pcie0.sw0", "pci0000:15"),
-        (sim.name, adapter_device_name("adapter1"), "pcie0.sw1", "pci0000:85"),
+        (sim.name, adapter_device_name("adapter0"), "cxl0.sw0", "pci0000:15"),
+        (sim.name, adapter_device_name("adapter1"), "cxl0.sw1", "pci0000:85"),
     }
     (tmpl,) = [d for d in yaml.safe_load_all(RDMA_JOB.read_text())
                if d and d["kind"] == "ResourceClaimTemplate"]  # fmt: skip
@@ -231,7 +246,7 @@ def test_the_rdma_job_pairs_a_fabric_gpu_with_a_local_vf_through_the_nodes_adapt
     claim = claim_of(core, resource_api, ns, "rdma")
     got = {r.request: (r.pool, r.device) for r in claim.status.allocation.devices.results}
     assert got["adapter"] == (f"fabric/adapters/{sim.name}", adapter_device_name("adapter0"))
-    assert got["gpu"][0] == "fabric/pcie0.sw0"
+    assert got["gpu"][0] == "fabric/cxl0.sw0"
     (gpu,) = [d for d, c in env.fabric.connections().items() if c[0] == sim.name]
     assert attach_requests(env) - before == Counter({(gpu, f"{sim.name}/adapter0"): 1})
     meta = core.read_node(sim.name).metadata
@@ -245,6 +260,90 @@ def test_the_rdma_job_pairs_a_fabric_gpu_with_a_local_vf_through_the_nodes_adapt
     assert pcie_root(sim.host.sysfs_root, bdf) == seen.adapters["adapter0"] == "pci0000:15"
     gone(core, ns, "rdma")
     wait_for(f"{gpu} detached", lambda: gpu not in env.fabric.connections(), timeout=60)
+
+
+def test_gds_pairs_a_fabric_gpu_with_fabric_nvme_under_one_root(
+    env: Env, resource_api: Any, core: Any, namespace: str
+) -> None:
+    """GDS (per-domain/gpu-nvme-gds.yaml): the GPU and the drive attached
+    through the one adapter the claim got; in the container, the GPU's and
+    the drive's PCI functions sit under that adapter's root."""
+    ns = namespace
+    sim, given = paired(env, resource_api, core, ns, "gpu-nvme-gds.yaml", "gds", "nvme-0")
+    gpu = gpu_root(sim, given["NVIDIA_VISIBLE_DEVICES"])
+    assert gpu == nvme_root(sim, given["PATCHBAY_NVME_DEVICES"]) == "pci0000:85"
+    gone(core, ns, "gds")
+    wait_for("all detached", lambda: not env.fabric.connections(), timeout=60)
+
+
+def test_a_fabric_gpu_pairs_with_cxl_memory_behind_one_adapter(
+    env: Env, resource_api: Any, core: Any, namespace: str
+) -> None:
+    """GPU + CXL memory (per-domain/gpu-cxl-memory.yaml): both attached through
+    the claim's adapter; in the container, the node reports both behind it
+    and the GPU and the memory device sit under its root."""
+    ns = namespace
+    sim, given = paired(env, resource_api, core, ns, "gpu-cxl-memory.yaml", "tier", "cxl-0")
+    annotations = core.read_node(sim.name).metadata.annotations
+    seen = NodeFabric.from_node({"metadata": {"annotations": annotations}})
+    assert seen is not None
+    serial = given["PATCHBAY_CXL_SERIAL_0"]
+    assert seen.gpus[given["NVIDIA_VISIBLE_DEVICES"]] == seen.cxlmem[serial] == "adapter1"
+    gpu = gpu_root(sim, given["NVIDIA_VISIBLE_DEVICES"])
+    assert gpu == cxl_root(sim, serial) == seen.adapters["adapter1"] == "pci0000:85"
+    gone(core, ns, "tier")
+    wait_for("all detached", lambda: not env.fabric.connections(), timeout=60)
+
+
+def test_a_full_adapter_fails_the_binding_naming_it_and_the_pod_lands_once_room_frees(
+    env: Env, resource_api: Any, core: Any, namespace: str
+) -> None:
+    """adapter1 (the first node's, sw1) takes two devices. With the controller
+    down, gpu-2 and nvme-0 are attached through it straight at the fabric
+    (another tenant's, or left over), and a pod asks for sw1's CXL memory: the
+    scheduler allocates it from the pool as stored. The controller comes back,
+    finds adapter1 full and fails the binding naming the adapter and the node
+    (no attach request for cxl-0, FabricAdapterFull); it detaches the two
+    devices nothing needs, the room frees, and the pod lands with cxl-0
+    attached through adapter1."""
+    if env.dialect != DIALECTS[0]:  # the CI budget: the refusal is the controller's, no attach
+        pytest.skip("the refusal asks nothing of the fabric: one dialect tells it")
+    ns, sim = namespace, env.nodes[0]
+    env.ctl.kill()
+    try:
+        for device in ("gpu-2", "nvme-0"):
+            env.fabric.request("POST", "/redfish/v1/Fabrics/cxl0/Connections", {"Links": {
+                "InitiatorEndpoints": [{"@odata.id": f"/redfish/v1/Fabrics/cxl0/Endpoints/"
+                                                     f"{sim.name}-adapter1"}],
+                "TargetEndpoints": [{"@odata.id": f"/redfish/v1/Fabrics/cxl0/Endpoints/{device}"}],
+            }})  # fmt: skip
+        wait_for("adapter1 full", lambda: {"gpu-2", "nvme-0"} <= set(env.fabric.connections()))
+        before = attach_requests(env)
+        memory = {"name": "memory", "exactly": {"deviceClassName": "cxl-memory.patchbay.dev"}}
+        pod(core, ns, "full", None, template(resource_api, ns, "full", [memory]))
+
+        def allocated() -> str:
+            p = core.read_namespaced_pod("full", ns)
+            (st,) = p.status.resource_claim_statuses or [None]
+            name = st.resource_claim_name if st else ""
+            claim = resource_api.read_namespaced_resource_claim(name, ns) if name else None
+            return name if claim and claim.status and claim.status.allocation else ""
+
+        claim = wait_for("the claim allocated", allocated, timeout=60)
+    finally:
+        env.ctl.start(identity="controller-room")
+    (event, *_) = wait_for(
+        "FabricAdapterFull on the claim",
+        lambda: env.check_alive() and events_about(core, ns, claim, "FabricAdapterFull"),
+        timeout=60,
+    )
+    assert "adapter1" in event.message and sim.name in event.message, event.message
+    running(env, core, ns, "full", timeout=150)
+    assert env.fabric.connections()["cxl-0"][:2] == (sim.name, "adapter1")
+    assert attach_requests(env) - before == Counter({("cxl-0", f"{sim.name}/adapter1"): 1})
+    assert not {"gpu-2", "nvme-0"} & set(env.fabric.connections())  # detached: nothing needs them
+    gone(core, ns, "full")
+    wait_for("all detached", lambda: not env.fabric.connections(), timeout=60)
 
 
 def held(resource_api: Any) -> list[tuple[str, str]]:
@@ -277,18 +376,15 @@ def test_an_upgrade_from_per_node_variants_keeps_a_running_pod(
         env.ctl.extra = (*env.ctl.extra, shape)
         restart(env, "upgraded")
 
-    old = [("fabric", "gpu-1"), ("fabric/pcie0.sw0", "gpu-0"), ("fabric/pcie0.sw1", "gpu-2")]
+    sw1 = [("fabric/cxl0.sw1", d) for d in ("cxl-0", "gpu-2", "nvme-0")]
+    old = [("fabric", "gpu-1"), ("fabric/cxl0.sw0", "gpu-0"), *sw1]
     wait_for("the old variant alone beside the domain pools",
              lambda: env.check_alive() and held(resource_api) == old, timeout=60)  # fmt: skip
     assert core.read_namespaced_pod("old", ns).status.phase == "Running"
     assert env.fabric.connections()["gpu-1"][:2] == (node, "adapter0")
     gone(core, ns, "old")
     wait_for("gpu-1 detached", lambda: "gpu-1" not in env.fabric.connections(), timeout=60)
-    once = [
-        ("fabric/pcie0.sw0", "gpu-0"),
-        ("fabric/pcie0.sw0", "gpu-1"),
-        ("fabric/pcie0.sw1", "gpu-2"),
-    ]
+    once = [("fabric/cxl0.sw0", "gpu-0"), ("fabric/cxl0.sw0", "gpu-1"), *sw1]
     wait_for("gpu-1 published once, the old pool withdrawn",
              lambda: held(resource_api) == once, timeout=60)  # fmt: skip
     assert attach_requests(env) == before  # nothing attached again

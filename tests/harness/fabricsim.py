@@ -40,13 +40,15 @@ def switch(
     nvmes: Sequence[str] = (),
     cxlmems: Sequence[str] = (),
     lds: int = 1,
+    vppbs: int | None = None,
 ) -> dict[str, Any]:
     """One switch: upstream (node, adapter, host dir) ports, then slots for GPUs,
     NICs (ConnectX PFs with 4 VFs), NVMe drives (3.84 TB) and CXL Type 3 memory
     (64 GiB; only on a fabric of type CXL, :class:`FabricService`'s ``spec``
     sets it; ``lds`` above 1: each a multi-logical device of that many LDs,
     endpoints ``<id>-ld<k>``). Serials derive from the device ids (the
-    simulator's defaults)."""
+    simulator's defaults). ``vppbs``: each upstream port's room (its virtual
+    switch's vPPBs; none: no limit)."""
     devices: list[dict[str, Any]] = [
         {"kind": "gpu", "id": g, "model": "H100-SXM5-80GB"} for g in gpus
     ]
@@ -62,6 +64,7 @@ def switch(
         "id": ident,
         "upstream": [
             {"port": f"up{i}", "node": n, "adapter": a, "hostDir": str(d)}
+            | ({"vppbs": vppbs} if vppbs else {})
             for i, (n, a, d) in enumerate(upstream)
         ],
         "slots": [{"port": f"slot{i}", "device": dev} for i, dev in enumerate(devices)],

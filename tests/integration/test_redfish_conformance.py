@@ -60,10 +60,11 @@ def fabric(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FabricService]:
     root = tmp_path_factory.mktemp("redfish")
     for node in ("node-a", "node-b"):
         SimHost.build(TOPOLOGIES["fabric-adapters"](), root / node, node)
-    up = [
+    up: list[dict[str, Any]] = [
         {"port": f"up{i}", "node": n, "adapter": "adapter0", "hostDir": str(root / n)}
         for i, n in enumerate(("node-a", "node-b"))
     ]
+    up[0]["vppbs"] = 3  # node-a's adapter room: a Virtual CXL Switch with three vPPBs
     devices: list[dict[str, Any] | None] = [
         {"kind": "gpu", "id": "gpu-0"},
         {"kind": "nic", "id": "nic-0", "netdev": "fab0f0", "totalVfs": 2, "numVfs": 2},
@@ -183,6 +184,7 @@ def test_dmtf_service_validator_finds_no_failure(fabric: FabricService, tmp_path
         "/redfish/v1/Chassis/cxl0-sw0/PCIeDevices/cxl-0/CXLLogicalDevices/0",
         "/redfish/v1/Chassis/cxl0-sw0/Drives/nvme-0",
         "/redfish/v1/Chassis/cxl0-sw0/Processors/gpu-0",
+        f"{F}/Switches/sw0/VCSs/up0", f"{F}/Switches/sw0/VCSs/up0/VPPBs/3",
     ):  # fmt: skip
         assert f"Validating {uri}..." in out, uri
     assert passed > 1000

@@ -27,6 +27,11 @@ claim's Event and of its ``FabricDeviceFailed`` condition:
   for ``failed_device_hold``: offered again, it would fail the next claim
   the same way.
 
+``FabricAdapterFull``: the adapter the attach would go through has no room
+(``driver.controller.pool.room``). Nothing is asked of the fabric; the claim
+fails at once and the device is NOT held (it is not at fault): the
+scheduler places the claim again, on a node with room.
+
 Anything else is ``AttachFailed``: the fabric accepted the attach and it
 failed (its task ended badly), the node never reported the device, no
 attach within ``attach_timeout``, a count-based manager sent the wrong
@@ -38,6 +43,7 @@ from __future__ import annotations
 
 from driver.controller import events
 from driver.errors import (
+    AdapterFull,
     AttachFailed,
     CountAttachFailed,
     FabricApiError,
@@ -51,6 +57,7 @@ UNREACHABLE = events.FABRIC_UNREACHABLE
 BROKEN = events.FABRIC_RESOURCE_BROKEN
 REFUSED = events.FABRIC_ATTACH_REFUSED
 FAILED = events.ATTACH_FAILED
+FULL = events.ADAPTER_FULL
 
 # What each case means to the operator (the start of its Event's note).
 MEANING = {
@@ -59,11 +66,14 @@ MEANING = {
     "right shape)",
     REFUSED: "the fabric refused the attach (expected it accepted)",
     FAILED: "the attach failed",
+    FULL: "the node's fabric adapter has no room for the device (expected a free slot)",
 }
 
 
 def case_of(exc: BaseException) -> str:
-    """The case of ``exc`` (one of the module's four names)."""
+    """The case of ``exc`` (one of the module's five names)."""
+    if isinstance(exc, AdapterFull):
+        return FULL
     if isinstance(exc, AttachFailed) and isinstance(exc.__cause__, Exception):
         return case_of(exc.__cause__)
     if isinstance(exc, FabricResourceBroken):
@@ -89,4 +99,4 @@ def retried(case: str) -> bool:
 
 def holds(case: str) -> bool:
     """Whether a failure of ``case`` holds the device out of the pool."""
-    return not retried(case)
+    return not retried(case) and case != FULL

@@ -63,6 +63,7 @@ from driver.controller.attach.status import ClaimStatusWriter
 from driver.controller.events import ControllerEvents, claim_ref
 from driver.controller.pool.variant import Variant
 from driver.errors import (
+    AdapterFull,
     ApiError,
     AttachFailed,
     FabricApiError,
@@ -248,6 +249,8 @@ class Workers:
         self._events.attaching(a, v)
         deadline = started + self._timeout
         try:
+            if v.full:  # its adapter has no room: nothing is asked of the fabric
+                raise AdapterFull(v.why)
             if v.device_id in self._holds:
                 raise AttachFailed(f"{v.device_id} is held after a failed attach")
             arrived = functools.partial(self._arrived, a, v)
@@ -269,8 +272,8 @@ class Workers:
             self._expect.dropped((a.claim_uid, a.device))  # arrived, not kept: detached
             if cases.holds(case):
                 self._holds.hold(v.device_id)
-                if self._published is not None:
-                    await self._published()
+            if (cases.holds(case) or case == cases.FULL) and self._published is not None:
+                await self._published()  # the hold, or the full node's cut, stored first
             why = self._failure(case, exc)
             self._events.attach_failed(a, v, why, case)
             cond = cl.condition(a.failure_condition, case, why, None)

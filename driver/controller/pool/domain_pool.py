@@ -46,6 +46,7 @@ from driver.controller.pool.domains import (
     reaching,
     selector,
 )
+from driver.controller.pool.room import full_adapters, full_nodes
 from driver.controller.pool.spare_pools import in_domain_pools, spare_pools, taken_spares
 from driver.controller.pool.variant import Variant, fabric_attributes, offered
 from driver.devices.model import Device
@@ -134,19 +135,22 @@ def build_domain_pools(
     variants: dict[str, Variant] = {}
     found: list[LabelFinding] = []
     domains = reach_domains(inventory)
+    no_room = full_adapters(inventory)
     for dom in domains:
         reach = {i: reaching(by_id[i], reports) for i in dom.devices}
         marked = labelled(nodes, dom)
         found += findings(dom, reach, marked)
-        # Nodes labelled with no reach at all are cut from every pool of the
-        # domain; only a device some labelled node misses gets a pool of its own.
-        everywhere = marked - set().union(*reach.values())
+        # Nodes labelled with no reach at all, or whose adapters into the domain
+        # have no room (pool.room), are cut from every pool of the domain; only
+        # a device some labelled node misses gets a pool of its own.
+        full = full_nodes((by_id[i] for i in dom.devices), reports, no_room) & marked
+        everywhere = (marked - set().union(*reach.values())) | full
         for i in dom.devices:
             d = by_id[i]
             name = device_name(d.unique_identity, d.kind)
             if i in excluded or not (offered(d) or name in pinned):
                 continue
-            cut = marked - reach[i]
+            cut = (marked - reach[i]) | full
             here = pool_name(base, dom.name, cut - everywhere)
             selectors[here] = selector(dom, cut)
             grouped.setdefault(pinned.get(name, here), []).append(domain_device(d, dom.name))

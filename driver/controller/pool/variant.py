@@ -67,6 +67,9 @@ class Variant:
     # Why a device published once has no adapter on its node, when it is not
     # the usual (no reported adapter reaches it): the claim's adapter does not.
     why: str = ""
+    # Its adapter has no room for it (driver.controller.pool.room): ``why`` says
+    # which; the attach is refused, the device not held.
+    full: bool = False
 
     @classmethod
     def of(cls, device: Device) -> Variant | None:
