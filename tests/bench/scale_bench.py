@@ -65,6 +65,7 @@ from tests.bench.scale_fabric import SHAPES, FabricSlices, fabric_pools, reach_l
 from tests.bench.scale_figures import Burst, Figures, fabric_label
 from tests.bench.scale_plugin import real_plugin
 from tests.bench.scale_pool import MIG_NODE, PLAIN_NODE, HostPools, NodeFlavor
+from tests.bench.scale_profile import profiled
 from tests.bench.sched_bench import cpu_seconds
 from tests.harness import cluster as localk8s
 from tests.harness.simnode import apply_deviceclasses, build_nvml_mock
@@ -144,10 +145,24 @@ def rounds(
                         continue
                     figures.add(what, fabric_label(gpus), got)
                     print(f"    round {r + 1} {what} {fabric_label(gpus)}: {got.cpu_ms:.0f} "
-                          f"ms/pod, {got.rate:.1f} pods/s, {len(got.lat)}/{pods} done",
+                          f"ms/pod, {got.rate:.1f} pods/s, p50 {got.p50:.2f}s p99 {got.p99:.2f}s, "
+                          f"{len(got.lat)}/{pods} done",
                           flush=True)  # fmt: skip
     finally:
         fabric.withdraw()
+
+
+def profile(
+    args: argparse.Namespace, cluster: localk8s.LocalCluster, pid: int, core: client.CoreV1Api,
+    res: client.ResourceV1Api, cpu: Callable[[], float],
+) -> None:  # fmt: skip
+    """The scheduler's pprof over bursts of whole-GPU and of MIG 1g pods, without the fabric."""
+    for what in ("whole GPU", "MIG 1g"):
+        devices, until = kinds()[what]
+        out = cluster.run_dir / "logs" / f"scheduler-{what.replace(' ', '-')}.pprof"
+        work = functools.partial(burst, core, res, what, devices, args.pods, until, cpu)
+        print(f"  scheduler pprof, {what}, {args.pods}-pod bursts for {args.profile}s:", flush=True)
+        print(profiled(cluster, pid, args.profile, out, work), flush=True)
 
 
 def publish_pools(
@@ -203,9 +218,12 @@ def guarded(reading: Callable[..., None], *args: Any) -> None:
 
 def one_size(args: argparse.Namespace, size: int, pools: HostPools) -> None:
     run = Path(tempfile.mkdtemp(prefix=f"scale-{size}-", dir="/tmp"))
-    cluster = localk8s.LocalCluster(run / "k8s", localk8s.bin_dir(build=True), audit=True).up()
+    cluster = localk8s.LocalCluster(
+        run / "k8s", localk8s.bin_dir(build=True), audit=True, profiling=args.profile > 0
+    ).up()
     beat: LeaseBeat | None = None
     wall = time.monotonic()
+    figures = Figures()
     try:
         api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
         core, res = client.CoreV1Api(api), client.ResourceV1Api(api)
@@ -223,22 +241,24 @@ def one_size(args: argparse.Namespace, size: int, pools: HostPools) -> None:
         print(f"== {size} nodes ({args.shape} fabric pool of {args.fabric_gpus} GPUs): "
               f"created in {time.monotonic() - t0:.0f}s, {untainted(core)} untainted",
               flush=True)  # fmt: skip
-        figures = Figures()
         local, took = publish_pools(res, pools, nodes, PLAIN_NODE, [])
         print(f"  plain pools: {len(local)} slices published in {took:.0f}s", flush=True)
         while not core.list_namespaced_service_account(NS).items:
             time.sleep(0.2)  # pods need the namespace's default ServiceAccount
-        plain, _ = kinds()["whole GPU"]
-        if chosen(args, PLAIN):
-            rounds(args, figures, nodes, {PLAIN: (plain, "bound")}, core, res, cpu)
-        local, took = publish_pools(res, pools, nodes, MIG_NODE, local)
-        print(f"  MIG pools: {len(local)} slices in {took:.0f}s", flush=True)
-        time.sleep(2)  # the scheduler's informer takes the new slices in
-        guarded(storage_report, api, res, pids, nodes)
-        todo = {what: kind for what, kind in kinds().items() if chosen(args, what)}
-        rounds(args, figures, nodes, todo, core, res, cpu)
-        print(figures.table(), flush=True)
-        print(figures.ratios(PLAIN, FABRIC), flush=True)
+        plain: dict[str, tuple[Obj, str]] = {PLAIN: (kinds()["whole GPU"][0], "bound")}
+        if args.node_pools == "plain":  # no MIG phase: the fabric kind on the plain pools
+            plain[FABRIC] = kinds()[FABRIC]
+        rounds(args, figures, nodes, {k: v for k, v in plain.items() if chosen(args, k)},
+               core, res, cpu)  # fmt: skip
+        if args.node_pools == "mig":
+            local, took = publish_pools(res, pools, nodes, MIG_NODE, local)
+            print(f"  MIG pools: {len(local)} slices in {took:.0f}s", flush=True)
+            time.sleep(2)  # the scheduler's informer takes the new slices in
+            guarded(storage_report, api, res, pids, nodes)
+            if args.profile > 0:
+                profile(args, cluster, pids["kube-scheduler"], core, res, cpu)
+            todo = {what: kind for what, kind in kinds().items() if chosen(args, what)}
+            rounds(args, figures, nodes, todo, core, res, cpu)
         if args.rest_seconds > 0:
             expected = len(pools.spec({"metadata": {"name": "x", "uid": "x"}}, MIG_NODE).devices)
             guarded(real_plugin, cluster, api, run, expected, args.rest_seconds)
@@ -249,7 +269,9 @@ def one_size(args: argparse.Namespace, size: int, pools: HostPools) -> None:
               f"{untainted(core)} of {size + 1} nodes untainted", flush=True)  # fmt: skip
         print(f"  logs: {cluster.run_dir / 'logs'}; {size} nodes took "
               f"{time.monotonic() - wall:.0f}s", flush=True)  # fmt: skip
-    finally:
+    finally:  # what was measured, also when the run is stopped (timeout's SIGTERM)
+        print(figures.table(), flush=True)
+        print(figures.ratios(PLAIN, FABRIC), flush=True)
         if beat is not None:
             beat.stop()
         cluster.down()
@@ -268,10 +290,14 @@ def main(argv: list[str]) -> None:
                         help="the fabric pool's shape (per-node: before issue 34)")  # fmt: skip
     parser.add_argument("--max-beat-writes", type=float, default=50.0,
                         help="Lease renewals per second at most (all hollow nodes)")  # fmt: skip
+    parser.add_argument("--node-pools", choices=("mig", "plain"), default="mig",
+                        help="plain: the nodes keep plain 4-GPU pools (no MIG phase)")  # fmt: skip
     parser.add_argument("--kinds", default="all",
                         help="e.g. 'plain,mig 1g,fabric': kinds whose names hold one")  # fmt: skip
     parser.add_argument("--rest-seconds", type=float, default=30.0,
                         help="the real plugin's rest window (0: no real plugin)")  # fmt: skip
+    parser.add_argument("--profile", type=int, default=0,
+                        help="seconds of scheduler pprof per kind (0: none)")  # fmt: skip
     parser.add_argument("--bytes-only", action="store_true",
                         help="only the slice byte analysis (no cluster)")  # fmt: skip
     args = parser.parse_args(argv)
