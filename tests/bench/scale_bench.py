@@ -281,7 +281,7 @@ def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="scale_bench")
     parser.add_argument("--sizes", default=os.environ.get("SCALE_SIZES", "100,500"),
                         help="node counts, one control plane each ($SCALE_SIZES)")  # fmt: skip
-    parser.add_argument("--pods", type=int, default=50, help="pods per burst")
+    parser.add_argument("--pods", type=int, default=20, help="pods per burst")
     parser.add_argument("--bursts", type=int, default=3,
                         help="bursts per kind and fabric (figures: their median)")  # fmt: skip
     parser.add_argument("--fabric-gpus", default="16,200",
