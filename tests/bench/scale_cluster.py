@@ -25,6 +25,7 @@ import re
 import threading
 import time
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -75,14 +76,18 @@ class LeaseBeat(threading.Thread):
         self.join(timeout=30)
 
 
-def make_hollow_nodes(api: client.ApiClient, names: list[str]) -> list[Obj]:
-    """Create the nodes and their Leases; the Node objects as JSON (for owner references)."""
+def make_hollow_nodes(
+    api: client.ApiClient, names: list[str], labels: Mapping[str, str] | None = None
+) -> list[Obj]:
+    """Create the nodes (with ``labels`` too) and their Leases; the Node objects
+    as JSON (name, uid for owner references, labels for node selection)."""
     core, coord = client.CoreV1Api(api), client.CoordinationV1Api(api)
     nodes = []
     for name in names:
-        make_leased_node(core, coord, name)
+        make_leased_node(core, coord, name, labels)
         node = core.read_node(name)
-        nodes.append({"metadata": {"name": name, "uid": node.metadata.uid}})
+        meta = {"name": name, "uid": node.metadata.uid, "labels": node.metadata.labels or {}}
+        nodes.append({"metadata": meta})
     return nodes
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from kubernetes import client
@@ -41,9 +42,13 @@ def stamp(micro: bool = False) -> str:
 # -- nodes -------------------------------------------------------------------
 
 
-def make_leased_node(core: client.CoreV1Api, coord: client.CoordinationV1Api, name: str) -> None:
-    """A Ready node without a kubelet, and its Lease, as its kubelet would make them."""
-    make_node(core, name, {"kubernetes.io/hostname": name})
+def make_leased_node(
+    core: client.CoreV1Api, coord: client.CoordinationV1Api, name: str,
+    labels: Mapping[str, str] | None = None,
+) -> None:  # fmt: skip
+    """A Ready node without a kubelet, and its Lease, as its kubelet would make them
+    (``labels``: more, as provisioning sets them)."""
+    make_node(core, name, {"kubernetes.io/hostname": name, **(labels or {})})
     coord.create_namespaced_lease(LEASE_NS, {
         "metadata": {"name": name},
         "spec": {"holderIdentity": name, "leaseDurationSeconds": 40,
@@ -127,6 +132,15 @@ def fabric_gpu(i: int, adapters: tuple[HostAdapter, ...]) -> FabricDevice:
     )  # fmt: skip
 
 
+def fabric_world(gpus: int, nodes: list[str]) -> tuple[FabricInventory, dict[str, NodeFabric]]:
+    """`gpus` fabric GPUs on one switch, each reachable from every node through
+    the node's adapter0, and each node's report of that adapter (its root)."""
+    adapters = tuple(HostAdapter(f"{n}-a0", "pcie0", "sw0", n, "adapter0") for n in nodes)
+    devices = tuple(fabric_gpu(i, adapters) for i in range(gpus))
+    reports = {n: NodeFabric({"adapter0": FABRIC_ROOT}) for n in nodes}
+    return FabricInventory(devices, adapters), reports
+
+
 def fabric_spec(gpus: int, nodes: list[str], layout: str) -> PoolSpec:
     """The controller's fabric pool: `gpus` GPUs, each reachable from every node.
 
@@ -134,10 +148,9 @@ def fabric_spec(gpus: int, nodes: list[str], layout: str) -> PoolSpec:
     publishes; ``gpu-major`` (all variants of a few GPUs per slice, what
     the architecture first proposed) is the what-if for comparison.
     """
-    adapters = tuple(HostAdapter(f"{n}-a0", "pcie0", "sw0", n, "adapter0") for n in nodes)
-    devices = tuple(fabric_gpu(i, adapters) for i in range(gpus))
-    reports = {n: NodeFabric({"adapter0": FABRIC_ROOT}) for n in nodes}
-    spec, _ = build_pool(FABRIC_POOL, FabricInventory(devices, adapters), reports, (), ())
+    inventory, reports = fabric_world(gpus, nodes)
+    devices = inventory.devices
+    spec, _ = build_pool(FABRIC_POOL, inventory, reports, (), ())
     if layout == "gpu-major":
         per = max(1, 64 // len(nodes))  # whole GPUs per slice
         order = {d.id: i // per for i, d in enumerate(devices)}

@@ -95,6 +95,7 @@ class LocalCluster:
         audit: bool = False,
         gates: Mapping[str, bool] | None = None,
         runtime_config: Sequence[str] = (),
+        profiling: bool = False,
     ) -> None:
         """``address``: where the apiserver listens and what it advertises; real
         nodes (tests/harness/realnode.py) need one their network namespaces reach.
@@ -103,7 +104,10 @@ class LocalCluster:
         ``gates``, ``runtime_config``: set on top of :data:`FEATURE_GATES` and
         :data:`RUNTIME_CONFIG` (apiserver, scheduler, controller-manager; real
         nodes' kubelets take :attr:`gates` too), for a tier of its own only
-        (tests/gated): every other tier keeps 1.37's default gates."""
+        (tests/gated): every other tier keeps 1.37's default gates.
+        ``profiling``: the scheduler serves ``/debug/pprof`` (the scale bench's
+        profile, ``tests/bench/scale_profile.py``); off everywhere else."""
+        self.profiling = profiling
         self.gates = dict.fromkeys(FEATURE_GATES, True) | dict(gates or {})
         self.runtime_config = ",".join((RUNTIME_CONFIG, *runtime_config))
         self.run_dir = Path(run_dir).resolve()
@@ -181,7 +185,7 @@ class LocalCluster:
         argv = ControlPlaneArgv(
             self.run_dir, self.pki, bins, self.address,
             ",".join(f"{g}={str(on).lower()}" for g, on in self.gates.items()),
-            self.runtime_config, self.audit_log,
+            self.runtime_config, self.audit_log, self.profiling,
         )  # fmt: skip
         etcd = self._spawn("etcd", argv.etcd(etcd_port, peer_port), detach=detach)
         self._ready["etcd"] = lambda: _http_ok(f"http://127.0.0.1:{etcd_port}/health")

@@ -50,6 +50,7 @@ class ControlPlaneArgv:
     gates: str
     runtime_config: str
     audit_log: Path | None
+    profiling: bool = False  # the scheduler serves /debug/pprof (the scale bench's profile)
 
     def etcd(self, port: int, peer: int) -> list[str]:
         client, peer_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{peer}"
@@ -124,7 +125,8 @@ class ControlPlaneArgv:
             f"--kubeconfig={kubeconfig}", f"--authentication-kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}", "--bind-address=127.0.0.1",
             f"--secure-port={port}", f"--cert-dir={self.run_dir / (name + '-certs')}",
-            "--leader-elect=false", f"--feature-gates={self.gates}", "--profiling=false", "--v=1",
+            "--leader-elect=false", f"--feature-gates={self.gates}",
+            f"--profiling={str(self.profiling and name == 'scheduler').lower()}", "--v=1",
         ]  # fmt: skip
 
     def controller_manager(self, kubeconfig: Path, port: int) -> list[str]:
