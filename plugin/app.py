@@ -32,7 +32,7 @@ from driver.devices.kind import DeviceType, all_handlers, scan_settled
 from driver.devices.model import CounterSet, drawn_on
 from driver.errors import Stopped
 from driver.fabric_devices.naming import NODE_ANNOTATION
-from driver.fabric_devices.node import FabricNodeView
+from driver.fabric_devices.node import FabricNodeView, gpu_failures
 from driver.fabric_devices.usage import FabricUsage, nvml_probe
 from driver.gpu.kind import GpuType
 from driver.httpendpoint import serve_http
@@ -111,7 +111,7 @@ class NodePlugin:
         self.recorder = EventRecorder(
             api, REPORTING_CONTROLLER, f"patchbay-plugin-{settings.node_name}"
         )
-        self.health.on_change = self.publish
+        self.health.on_change = self.health_changed
         self._counter_sets: tuple[CounterSet, ...] = ()
         self._published = False
         self.xid = xid_watcher(self.device_types, self.health.report_xid)
@@ -175,6 +175,12 @@ class NodePlugin:
             )
         )
 
+    def health_changed(self) -> None:
+        """A device's health changed: republish the node's pool, and report a
+        fabric GPU's failure to the controller (whose pool it is in)."""
+        self.publish()
+        self.report_fabric()
+
     def report_fabric(self) -> None:
         """Refresh the Node's fabric report (attached devices, which are held).
 
@@ -185,7 +191,8 @@ class NodePlugin:
             return
         attached = self.inventory.devices(self.settings.fabric_pool)
         held = self.preparer.prepared_devices()
-        report = self.fabric.report(attached, held, self.fabric_usage)
+        failed = gpu_failures(self.health, attached)
+        report = self.fabric.report(attached, held, self.fabric_usage, failed)
         self.fabric_report.set(report.to_annotation())
 
     def claim_serving(self) -> tuple[SocketPaths, ClaimPreparer]:
