@@ -1,0 +1,195 @@
+"""A fabric GPU its node found failed (issue 38, the fabric path), per-domain shape.
+
+The node names it in its ``patchbay.dev/fabric`` report (``failed``); the
+real reconciler taints it in its domain pool with the node's effect and
+reason, detaches it once the node holds it prepared no more (its claim may
+still be allocated), keeps it in the pool tainted ``NoSchedule`` (held out,
+never a spare), keeps it so across a restart (read back from the pool's own
+slices), and offers it again once the fabric manager reported it Critical
+and then OK, or an operator cleared it. On the shipped in-memory API and
+fabric (tests/unit/controller_world.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+from driver.controller.health.failures import CLEAR_ANNOTATION, FabricFailures
+from driver.controller.reconciler import Reconciler
+from driver.fabric_devices.naming import (
+    NODE_ANNOTATION,
+    READY_CONDITION,
+    DeviceFailure,
+    NodeFabric,
+    device_name,
+)
+from driver.kube.api import slice_path
+from tests.unit.controller_world import World, running, settings
+from tests.unit.domain_claims import CLAIMS, NAME, POOL, claim, condition
+
+FAILURE = DeviceFailure("replace", "NoExecute", "xid-79", "2026-12-03T10:00:00Z")
+KEY = "patchbay.dev/unhealthy"
+
+
+class Failing(World):
+    """node-a's plugin, which can find an attached GPU failed and hold it prepared."""
+
+    def __init__(self, gpus: int = 2) -> None:
+        super().__init__(gpus)
+        self.failed: dict[str, DeviceFailure] = {}
+        self.busy: set[str] = set()
+
+    async def report(self) -> None:
+        seen = {
+            d.uuid: d.connection.adapter
+            for d in self.fabric.devices.values()
+            if d.connection is not None and d.connection.state == "Attached"
+        }
+        failed = {u: f for u, f in self.failed.items() if u in seen}
+        report = NodeFabric({"adapter0": "pci0000:15"}, gpus=seen, failed=failed,
+                            busy=frozenset(self.busy & set(seen)))  # fmt: skip
+        ann = {NODE_ANNOTATION: report.to_annotation()}
+        await self.api.merge_patch("/api/v1/nodes/node-a", {"metadata": {"annotations": ann}})
+
+    def taints(self, name: str = NAME) -> list[dict[str, Any]]:
+        return list(self.devices().get(name, {}).get("taints") or ())
+
+    def health(self, rec: Reconciler, value: Literal["OK", "Warning", "Critical"]) -> None:
+        d = self.fabric.devices["gpu-0"]
+        self.fabric.devices["gpu-0"] = dataclasses.replace(d, health=value)
+        rec.refresh_fabric()
+
+
+def per_domain() -> Any:
+    return settings(fabric_pool_shape="per-domain")
+
+
+async def failed_and_detached(w: Failing, rec: Reconciler) -> None:
+    """gpu-0 attached for a claim, used, found failed, then no longer used."""
+    w.api.add(CLAIMS, claim("node-a"))
+    await w.changed.until("the claim ready", lambda: condition(w, READY_CONDITION))
+    w.busy, w.failed = {"GPU-0"}, {"GPU-0": FAILURE}
+    await w.report()
+    await w.changed.until("the taint", lambda: bool(w.taints()))
+    assert w.fabric.devices["gpu-0"].connection is not None  # its pod still holds it
+    w.busy = set()  # the pod is gone (evicted): the node unprepared the claim
+    await w.report()
+    await w.changed.until("the detach", lambda: w.fabric.devices["gpu-0"].connection is None)
+    await w.changed.until("held out", lambda: w.taints()[0]["effect"] == "NoSchedule")
+
+
+async def test_the_node_reported_failure_taints_the_device_with_its_effect_and_reason() -> None:
+    w = Failing()
+    rec = Reconciler(w.api, w.fabric, per_domain())
+    async with running(rec):
+        w.api.add(CLAIMS, claim("node-a"))
+        await w.changed.until("the claim ready", lambda: condition(w, READY_CONDITION))
+        assert w.taints() == []
+        w.busy, w.failed = {"GPU-0"}, {"GPU-0": FAILURE}
+        await w.report()
+        await w.changed.until("the taint", lambda: bool(w.taints()))
+        (taint,) = w.taints()
+        assert taint == {"key": KEY, "value": "xid-79", "effect": "NoExecute",
+                         "timeAdded": FAILURE.since}  # fmt: skip
+        assert w.taints(device_name("GPU-1")) == []  # the other GPU is offered as before
+        assert w.fabric.devices["gpu-0"].connection is not None  # a prepared claim uses it
+        assert w.fabric.detached == []
+
+
+async def test_detached_once_its_pods_are_gone_and_held_out_with_its_reason() -> None:
+    w = Failing()
+    rec = Reconciler(w.api, w.fabric, per_domain())
+    async with running(rec):
+        await failed_and_detached(w, rec)
+        # The claim is still allocated (its pod is gone): the device stays
+        # published (allocated by that name) and detached, with the reason.
+        (taint,) = w.taints()
+        assert (taint["value"], taint["effect"]) == ("xid-79", "NoSchedule")
+        assert w.fabric.detached == ["gpu-0"]
+        await w.api.delete(f"{CLAIMS}/claim")  # released: still held out
+        await w.changed.until("the pool without the claim", lambda: not w.api.objects(CLAIMS))
+        rec.refresh_fabric()
+        await w.changed.until("still held out", lambda: [t["effect"] for t in w.taints()]
+                              == ["NoSchedule"])  # fmt: skip
+        assert "gpu-0" in rec.failures and w.fabric.attached.count(("gpu-0", "node-a",
+                                                                     "adapter0")) == 1  # fmt: skip
+
+
+async def test_a_restart_keeps_it_held_out() -> None:
+    w = Failing()
+    rec = Reconciler(w.api, w.fabric, per_domain())
+    async with running(rec):
+        await failed_and_detached(w, rec)
+    again = Reconciler(w.api, w.fabric, per_domain())
+    stored = sum(1 for _ in w.api.objects(slice_path()))
+    async with running(again):
+        await w.changed.until("the first pass", lambda: again.published != {})
+        await w.changed.until("the record read back", lambda: "gpu-0" in again.failures)
+        failure = again.failures.failure("gpu-0")
+        assert failure is not None and failure.reason == "xid-79"
+        assert [t["effect"] for t in w.taints()] == ["NoSchedule"]
+    assert stored == sum(1 for _ in w.api.objects(slice_path()))
+    # Without the record in the pool, a new controller offers it at once.
+    fresh = FabricFailures(again.events)
+    fresh.restore({})
+    assert "gpu-0" not in fresh
+
+
+async def test_offered_again_once_the_fabric_manager_reports_it_critical_then_ok() -> None:
+    w = Failing()
+    rec = Reconciler(w.api, w.fabric, per_domain())
+    async with running(rec):
+        await failed_and_detached(w, rec)
+        await w.api.delete(f"{CLAIMS}/claim")  # released: published for no allocation
+        w.health(rec, "Warning")  # not a verdict: still held out
+        await w.changed.until("the pool without the claim", lambda: not w.api.objects(CLAIMS))
+        assert [t["effect"] for t in w.taints()] == ["NoSchedule"]
+        w.health(rec, "Critical")
+        await w.changed.until("the manager holds it", lambda: NAME not in w.devices())
+        assert "gpu-0" not in rec.failures
+        w.health(rec, "OK")
+        await w.changed.until("offered again", lambda: NAME in w.devices())
+        assert w.taints() == []
+
+
+async def test_offered_again_once_an_operator_cleared_it() -> None:
+    w = Failing()
+    rec = Reconciler(w.api, w.fabric, per_domain())
+    async with running(rec):
+        await failed_and_detached(w, rec)
+        old = {CLEAR_ANNOTATION: f"{NAME}@2026-12-03T09:59:59Z"}  # before the failure
+        await w.api.merge_patch("/api/v1/nodes/node-a", {"metadata": {"annotations": old}})
+        await w.changed.until(
+            "the node seen",
+            lambda: (
+                rec.nodes.objects["node-a"]["metadata"]["annotations"].get(CLEAR_ANNOTATION)
+                == old[CLEAR_ANNOTATION]
+            ),
+        )
+        rec.reconcile()
+        await rec.publisher.in_sync.wait()
+        assert [t["effect"] for t in w.taints()] == ["NoSchedule"]
+        now = {CLEAR_ANNOTATION: f"x@bad,{NAME}@2026-12-03T10:00:00Z"}
+        await w.api.merge_patch("/api/v1/nodes/node-a", {"metadata": {"annotations": now}})
+        await w.changed.until("offered again", lambda: w.taints() == [] and NAME in w.devices())
+        assert "gpu-0" not in rec.failures
+
+
+async def test_a_pool_with_a_tainted_device_is_split_into_slices_of_at_most_64() -> None:
+    w = Failing(gpus=70)
+    rec = Reconciler(w.api, w.fabric, per_domain())
+
+    def sizes() -> list[int]:
+        return sorted(len(s["spec"]["devices"]) for s in w.api.objects(slice_path())
+                      if s["spec"]["pool"]["name"] == POOL)  # fmt: skip
+
+    async with running(rec):
+        await w.changed.until("the pool", lambda: sum(sizes()) == 70)
+        assert sizes() == [70]
+        w.api.add(CLAIMS, claim("node-a"))
+        await w.changed.until("the claim ready", lambda: condition(w, READY_CONDITION))
+        w.failed = {"GPU-0": FAILURE}
+        await w.report()
+        await w.changed.until("the taint", lambda: bool(w.taints()))
+        await w.changed.until("the split", lambda: sum(sizes()) == 70 and max(sizes()) <= 64)
