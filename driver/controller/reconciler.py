@@ -272,7 +272,7 @@ class Reconciler:
         reserved, reclaim = model.shortfall(inv, allocs, self.variants, w.served, in_use, w.busy)
         out = self.holds.held() | self.failures.ids()  # never a spare
         spares = self.spares.reconcile(
-            inv, reports, self.nodes.objects, in_use, out, now, reserved, reclaim
+            inv, reports, nodes, in_use, out, now, reserved, reclaim, self.failures.by_node()
         )
         specs, shown = model.with_spares(specs, inv, reports, spares.variants)
         if model.holds_back():

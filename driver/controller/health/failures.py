@@ -124,6 +124,15 @@ class FabricFailures:
     def ids(self) -> set[str]:
         return set(self._failed)
 
+    def by_node(self) -> dict[str, set[str]]:
+        """Node -> the devices that failed there (those read back from the
+        pool name no node: a restart forgets where they failed)."""
+        out: dict[str, set[str]] = {}
+        for f in self._failed.values():
+            if f.node:
+                out.setdefault(f.node, set()).add(f.device_id)
+        return out
+
     def failure(self, device_id: str) -> Failure | None:
         return self._failed.get(device_id)
 
@@ -151,6 +160,10 @@ class FabricFailures:
         """New failures from the reports of the nodes devices are attached to;
         the end of those the fabric manager took over or an operator cleared."""
         self._nodes = nodes
+        self._learn(inv, reports)
+        self._end(inv, clears(nodes.values()))
+
+    def _learn(self, inv: FabricInventory, reports: Mapping[str, NodeFabric]) -> None:
         for d in inv.devices:
             conn = d.connection
             report = reports.get(conn.node) if conn is not None else None
@@ -167,7 +180,8 @@ class FabricFailures:
                 f"fabric device {d.id} ({name}) failed on node {conn.node}: {f.reason} "
                 f"({f.failure_class} class); tainted {f.effect} in the fabric pool, detached "
                 "once no claim holds it prepared"))  # fmt: skip
-        cleared = clears(nodes.values())
+
+    def _end(self, inv: FabricInventory, cleared: Mapping[str, float]) -> None:
         for d in inv.devices:
             f = self._failed.get(d.id)
             if f is None or d.connection is not None:
