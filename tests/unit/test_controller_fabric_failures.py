@@ -55,6 +55,7 @@ async def test_the_node_reported_failure_taints_the_device_with_its_effect_and_r
         await w.report()
         await w.changed.until("the taint", lambda: bool(w.taints()))
         (taint,) = w.taints()
+        assert rec.failures.samples() == [(("attached",), 1.0), (("held",), 0.0)]
         assert taint == {"key": KEY, "value": "xid-79", "effect": "NoExecute",
                          "timeAdded": FAILURE.since}  # fmt: skip
         assert w.taints(device_name("GPU-1")) == []  # the other GPU is offered as before
@@ -71,6 +72,7 @@ async def test_detached_once_its_pods_are_gone_and_held_out_with_its_reason() ->
         # published (allocated by that name) and detached, with the reason.
         (taint,) = w.taints()
         assert (taint["value"], taint["effect"]) == ("xid-79", "NoSchedule")
+        assert rec.failures.samples() == [(("attached",), 0.0), (("held",), 1.0)]
         assert w.fabric.detached == ["gpu-0"]
         await w.api.delete(f"{CLAIMS}/claim")  # released: still held out
         await w.changed.until("the pool without the claim", lambda: not w.api.objects(CLAIMS))

@@ -19,12 +19,17 @@ from driver.controller.spares.replace import replacements
 from driver.fabric_devices.naming import READY_CONDITION, variant_name
 from driver.fabricclient.model import FabricInventory
 from driver.health.history import HEALTH_ANNOTATION, GpuHistory, NodeHealth
+from driver.metrics import CONTROLLER
 from tests.unit.controller_world import MODEL, running, settings
 from tests.unit.domain_claims import CLAIMS, claim, condition
 from tests.unit.failing_world import FAILURE, Failing
 
 SPARES = "fabric/spares/node-a"
 LOST = GpuHistory("tainted", "replace", 79, "", "2026-12-03T10:00:00Z")
+
+
+def replaced() -> float:
+    return CONTROLLER.get_sample_value("patchbay_fabric_replacements_total") or 0.0
 
 
 def noted(w: Failing, rec: Reconciler) -> None:
@@ -64,8 +69,10 @@ async def test_a_node_that_lost_a_local_gpu_is_given_a_spare_and_lets_it_go_once
     async with running(rec):
         await w.changed.until("the first pool", lambda: bool(w.devices()))
         assert w.fabric.attached == []  # nothing lost: no spare
+        before = replaced()
         await lose_local_gpu(w)
         await w.changed.until("a replacement", lambda: spare_pool(w) != [])
+        assert replaced() == before + 1
         (name,) = spare_pool(w)
         assert name == variant_name("GPU-0", "node-a", "adapter0")
         assert "bindingConditions" not in w.devices()[name]

@@ -57,6 +57,7 @@ from driver.devices.model import Device, DeviceTaint
 from driver.fabric_devices.naming import NodeFabric, device_name
 from driver.fabricclient.model import FabricInventory
 from driver.health.monitor import TAINT_KEY
+from driver.metrics import FABRIC_UNHEALTHY
 from driver.slices.build import PoolSpec
 from driver.slices.limits import MAX_VALUE_LEN
 
@@ -117,6 +118,8 @@ class FabricFailures:
         self._held: set[str] = set()  # detached and told so
         self._restored = False
         self._nodes: Mapping[str, Mapping[str, Any]] = {}
+        self._attached: set[str] = set()  # failed devices attached, as of the last update
+        FABRIC_UNHEALTHY.add_source(self, FabricFailures.samples)
 
     def __contains__(self, device_id: object) -> bool:
         return device_id in self._failed
@@ -162,6 +165,12 @@ class FabricFailures:
         self._nodes = nodes
         self._learn(inv, reports)
         self._end(inv, clears(nodes.values()))
+        self._attached = {d.id for d in inv.devices if d.connection is not None} & set(self._failed)
+
+    def samples(self) -> list[tuple[tuple[str, ...], float]]:
+        """``patchbay_fabric_devices_unhealthy`` by state: attached, held."""
+        attached = len(self._attached & set(self._failed))
+        return [(("attached",), float(attached)), (("held",), float(len(self._failed) - attached))]
 
     def _learn(self, inv: FabricInventory, reports: Mapping[str, NodeFabric]) -> None:
         for d in inv.devices:

@@ -38,7 +38,7 @@ from driver.controller.spares.policy import Free, Key, Retire, Spare, SparePlan,
 from driver.controller.spares.replace import lost_gpus, replacements
 from driver.fabric_devices.naming import NodeFabric, variant_name
 from driver.fabricclient.model import FabricDevice, FabricInventory
-from driver.metrics import FABRIC_SPARE_ALLOCATIONS, FABRIC_SPARES
+from driver.metrics import FABRIC_REPLACEMENTS, FABRIC_SPARE_ALLOCATIONS, FABRIC_SPARES
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +196,8 @@ class SpareKeeper:
         by_id = {d.id: d for d in inv.devices}
         for dev, node, adapter in p.attach:
             self._start(by_id[dev], node, adapter, reports, nodes, now)
+            if (node, by_id[dev].kind, by_id[dev].model) in extra:
+                FABRIC_REPLACEMENTS.inc()
         self._since = {s.device_id: s.since for s in p.keep}
         self._since |= {dev: s.since for dev, s in self._attaching.items()}
         shown = {s.device_id: s for s in p.keep if s.ready and s.device_id in by_id}
