@@ -118,6 +118,7 @@ class Reconciler:
         self.recorder = EventRecorder(api, CONTROLLER, settings.identity)
         self.events = ControllerEvents(self.recorder)
         self.failures = FabricFailures(self.events)  # failed fabric GPUs: tainted, held out
+        self.holds.failed = self.failures.held_out  # no attach starts for one
         self._adapters: tuple[dict[str, NodeFabric], set[tuple[str, str]]] | None = None
         self._findings: set[LabelFinding] = set()
         self._node_uuids: dict[str, str] = {}

@@ -17,6 +17,7 @@ from typing import Any
 from driver.controller.health.failures import CLEAR_ANNOTATION, FabricFailures
 from driver.controller.reconciler import Reconciler
 from driver.fabric_devices.naming import (
+    FAILED_CONDITION,
     READY_CONDITION,
     device_name,
 )
@@ -160,3 +161,24 @@ async def test_a_pool_with_a_tainted_device_is_split_into_slices_of_at_most_64()
         await w.report()
         await w.changed.until("the taint", lambda: bool(w.taints()))
         await w.changed.until("the split", lambda: sum(sizes()) == 70 and max(sizes()) <= 64)
+
+
+async def test_a_claim_allocated_it_anyway_fails_its_binding_naming_the_failure() -> None:
+    """A claim that tolerates the taint (or was allocated it just before) gets
+    no attach: ``FabricDeviceFailed`` with the reason, and it stays held out."""
+    w = Failing()
+    rec = Reconciler(w.api, w.fabric, per_domain())
+    async with running(rec):
+        await failed_and_detached(w, rec)
+        await w.api.delete(f"{CLAIMS}/claim")
+        await w.changed.until("the claim gone", lambda: not w.api.objects(CLAIMS))
+        again = claim("node-a")
+        again["metadata"] |= {"name": "again", "uid": "uid-2"}
+        w.api.add(CLAIMS, again)
+        await w.changed.until("the failure", lambda: condition(w, FAILED_CONDITION))
+        (stored,) = w.api.objects(CLAIMS)
+        (entry,) = stored["status"]["devices"]
+        (said,) = [c["message"] for c in entry["conditions"] if c["type"] == FAILED_CONDITION]
+        assert "failed on a node (xid-79)" in said, said
+        assert [t["effect"] for t in w.taints()] == ["NoSchedule"]
+    assert [a for a in w.fabric.attached if a[0] == "gpu-0"] == [("gpu-0", "node-a", "adapter0")]

@@ -249,7 +249,7 @@ class Workers:
         deadline = started + self._timeout
         try:
             if v.device_id in self._holds:
-                raise AttachFailed(f"{v.device_id} is held after a failed attach")
+                raise AttachFailed(self._holds.why(v.device_id))
             arrived = functools.partial(self._arrived, a, v)
             message, data = await self._model.attach(a, v, deadline, self.served(a), arrived)
             cond = cl.condition(READY_CONDITION, "Attached", message, None)
@@ -327,7 +327,7 @@ class Workers:
         a = cl.FabricAllocation(f"spare-{uuid.uuid4().hex}", "", "", v.name, False, False)
         try:
             if v.device_id in self._holds:
-                raise AttachFailed(f"{v.device_id} is held after a failed attach")
+                raise AttachFailed(self._holds.why(v.device_id))
             deadline = started + self._timeout
 
             def arrived(device_id: str) -> None:

@@ -136,6 +136,13 @@ class FabricFailures:
                 out.setdefault(f.node, set()).add(f.device_id)
         return out
 
+    def held_out(self, device_id: str) -> str | None:
+        """Why no attach may start for ``device_id`` (None: it may)."""
+        f = self._failed.get(device_id)
+        if f is None:
+            return None
+        return f"{device_id} ({f.name}) failed on a node ({f.reason}): held out of the pool"
+
     def failure(self, device_id: str) -> Failure | None:
         return self._failed.get(device_id)
 
