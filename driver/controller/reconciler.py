@@ -306,8 +306,9 @@ class Reconciler:
         in_doubt = {ident for ident, _ in inv.held_back}  # seen as last read: never detached
         for device in inv.devices:
             conn = device.connection
-            failed = device.id in self.failures  # detached once no claim holds it prepared
-            if conn is None or (device.id in needed and not failed) or device.id in spares.keep:
+            # A failed device is detached once no claim holds it prepared (a spare too).
+            kept = device.id in needed or device.id in spares.keep
+            if conn is None or (kept and device.id not in self.failures):
                 continue
             if device.id in in_doubt:
                 log.debug("%s is held back by the last read: no detach", device.id)

@@ -22,7 +22,7 @@ from driver.fabric_devices.naming import (
     device_name,
 )
 from driver.kube.api import slice_path
-from tests.unit.controller_world import running, settings
+from tests.unit.controller_world import MODEL, running, settings
 from tests.unit.domain_claims import CLAIMS, NAME, POOL, claim, condition
 from tests.unit.failing_world import FAILURE, KEY, Failing
 
@@ -182,3 +182,24 @@ async def test_a_claim_allocated_it_anyway_fails_its_binding_naming_the_failure(
         assert "failed on a node (xid-79)" in said, said
         assert [t["effect"] for t in w.taints()] == ["NoSchedule"]
     assert [a for a in w.fabric.attached if a[0] == "gpu-0"] == [("gpu-0", "node-a", "adapter0")]
+
+
+async def test_a_warm_spare_that_fails_is_detached_and_held_out() -> None:
+    w = Failing()
+    spares = settings(fabric_pool_shape="per-domain", spares_fixed=f"gpu:{MODEL}=1",
+                      spares_cap=0.5)  # fmt: skip
+    rec = Reconciler(w.api, w.fabric, spares)
+    async with running(rec):
+        await w.changed.until("a spare", lambda: len(w.fabric.attached) == 1)
+        ((spare, _, _),) = w.fabric.attached
+        uuid = w.fabric.devices[spare].uuid
+        await w.changed.until("ready", lambda: bool(rec.spares.last.keep))
+        w.failed = {uuid: FAILURE}
+        await w.report()
+        await w.changed.until("detached", lambda: w.fabric.detached == [spare])
+        name = device_name(uuid)
+        await w.changed.until("held out", lambda: [t["effect"] for t in w.taints(name)]
+                              == ["NoSchedule"])  # fmt: skip
+        # The spare policy attaches a healthy one in its place.
+        await w.changed.until("another spare", lambda: [a[0] for a in w.fabric.attached]
+                              == [spare, "gpu-1" if spare == "gpu-0" else "gpu-0"])  # fmt: skip
