@@ -203,3 +203,20 @@ async def test_a_warm_spare_that_fails_is_detached_and_held_out() -> None:
         # The spare policy attaches a healthy one in its place.
         await w.changed.until("another spare", lambda: [a[0] for a in w.fabric.attached]
                               == [spare, "gpu-1" if spare == "gpu-0" else "gpu-0"])  # fmt: skip
+
+
+async def test_cured_on_its_node_before_the_detach_it_stays_and_is_untainted() -> None:
+    """The node reset it and its check passed while a claim still held it: the
+    node's report names it failed no more, and the controller follows."""
+    w = Failing()
+    rec = Reconciler(w.api, w.fabric, per_domain())
+    async with running(rec):
+        w.api.add(CLAIMS, claim("node-a"))
+        await w.changed.until("the claim ready", lambda: condition(w, READY_CONDITION))
+        w.busy, w.failed = {"GPU-0"}, {"GPU-0": FAILURE}
+        await w.report()
+        await w.changed.until("the taint", lambda: bool(w.taints()))
+        w.failed = {}
+        await w.report()
+        await w.changed.until("untainted", lambda: w.taints() == [])
+        assert "gpu-0" not in rec.failures and w.fabric.detached == []

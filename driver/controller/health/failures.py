@@ -22,6 +22,8 @@ object of its own, no state that lives only in a process.
 
 It ends, and the device is offered again, when
 
+- the node it is attached to reports it no more (the node's reset and
+  health check cured it before the detach); or
 - the fabric manager reports the detached device ``Critical`` (Redfish
   ``Status.Health``): the manager holds it out from then on (the pool offers
   no Critical device) and its ``OK`` brings it back; or
@@ -171,6 +173,7 @@ class FabricFailures:
         the end of those the fabric manager took over or an operator cleared."""
         self._nodes = nodes
         self._learn(inv, reports)
+        self._cured(inv, reports)
         self._end(inv, clears(nodes.values()))
         self._attached = {d.id for d in inv.devices if d.connection is not None} & set(self._failed)
 
@@ -196,6 +199,20 @@ class FabricFailures:
                 f"fabric device {d.id} ({name}) failed on node {conn.node}: {f.reason} "
                 f"({f.failure_class} class); tainted {f.effect} in the fabric pool, detached "
                 "once no claim holds it prepared"))  # fmt: skip
+
+    def _cured(self, inv: FabricInventory, reports: Mapping[str, NodeFabric]) -> None:
+        """A failure ends while its device is attached when the node it is
+        attached to reports it no more (its reset and check passed there)."""
+        for d in inv.devices:
+            f, conn = self._failed.get(d.id), d.connection
+            report = reports.get(conn.node) if conn is not None else None
+            if f is None or report is None or d.identity in report.failed:
+                continue
+            if not report.sees(d.kind, d.identity, conn.adapter if conn else ""):
+                continue  # not (yet) seen there: no word from its node
+            del self._failed[d.id]
+            note = f"fabric device {d.id} ({f.name}): its node reports it healthy again"
+            self._tell(f, FABRIC_DEVICE_RETURNED, note)
 
     def _end(self, inv: FabricInventory, cleared: Mapping[str, float]) -> None:
         for d in inv.devices:
