@@ -307,8 +307,8 @@ class Reconciler:
         for device in inv.devices:
             conn = device.connection
             # A failed device is detached once no claim holds it prepared (a spare too).
-            kept = device.id in needed or device.id in spares.keep
-            if conn is None or (kept and device.id not in self.failures):
+            wanted = device.id in needed or device.id in spares.keep
+            if conn is None or (wanted and device.id not in self.failures):
                 continue
             if device.id in in_doubt:
                 log.debug("%s is held back by the last read: no detach", device.id)
