@@ -138,17 +138,18 @@ class NodePlugin:
         if self.servers is not None and self.nvml_reached():
             await self.servers.advertise_health()  # no-op once advertised
         devices = list(found.devices)
+        came_or_went = False  # a fabric device: its GPU's health is watched from now on
         if self.fabric is not None and self.fabric_report is not None:
             # Fabric-attached GPUs are prepared from the fabric pool, never offered locally.
             devices, attached = await asyncio.to_thread(self.fabric.split, devices)
-            self.inventory.replace_pool(self.settings.fabric_pool, attached)
+            came_or_went = self.inventory.replace_pool(self.settings.fabric_pool, attached)
             self.report_fabric()
         changed = self.inventory.replace_pool(self.pool_name, devices)
         counter_sets = drawn_on(found.counter_sets, devices)  # none of a fabric GPU's
         if counter_sets != self._counter_sets:
             self._counter_sets = counter_sets
             changed = True
-        if not changed and self._published:
+        if not changed and not came_or_went and self._published:
             return  # nothing to rebuild or diff: the publisher holds this pool already
         self.health.set_devices(
             {p: self.inventory.devices(p) for p in (self.pool_name, self.settings.fabric_pool)}
