@@ -220,3 +220,20 @@ async def test_cured_on_its_node_before_the_detach_it_stays_and_is_untainted() -
         await w.report()
         await w.changed.until("untainted", lambda: w.taints() == [])
         assert "gpu-0" not in rec.failures and w.fabric.detached == []
+
+
+async def test_a_restart_while_it_is_attached_learns_its_node_again() -> None:
+    w = Failing()
+    async with running(Reconciler(w.api, w.fabric, per_domain())):
+        w.api.add(CLAIMS, claim("node-a"))
+        await w.changed.until("the claim ready", lambda: condition(w, READY_CONDITION))
+        w.busy, w.failed = {"GPU-0"}, {"GPU-0": FAILURE}
+        await w.report()
+        await w.changed.until("the taint", lambda: bool(w.taints()))
+    again = Reconciler(w.api, w.fabric, per_domain())
+    async with running(again):
+        await w.changed.until("the first pass", lambda: again.published != {})
+        await again.publisher.in_sync.wait()
+        again.reconcile()
+        assert again.failures.by_node() == {"node-a": {"gpu-0"}}
+        assert [t["effect"] for t in w.taints()] == ["NoExecute"]

@@ -187,7 +187,14 @@ class FabricFailures:
             conn = d.connection
             report = reports.get(conn.node) if conn is not None else None
             found = report.failed.get(d.identity) if report is not None else None
-            if conn is None or found is None or d.id in self._failed:
+            if conn is None or found is None:
+                continue
+            known = self._failed.get(d.id)
+            if known is not None:
+                if not known.node:  # read back from the pool: its node says it again
+                    self._failed[d.id] = dataclasses.replace(
+                        known, node=conn.node, failure_class=found.failure_class
+                    )
                 continue
             since = found.since or time.strftime(TIME_FORMAT, time.gmtime())
             name = device_name(d.unique_identity, d.kind)
