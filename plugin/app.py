@@ -32,7 +32,7 @@ from driver.devices.kind import DeviceType, all_handlers, scan_settled
 from driver.devices.model import CounterSet, drawn_on
 from driver.errors import Stopped
 from driver.fabric_devices.naming import NODE_ANNOTATION
-from driver.fabric_devices.node import FabricNodeView, gpu_failures
+from driver.fabric_devices.node import FabricNodeView, gpu_failures, held_gpus
 from driver.fabric_devices.usage import FabricUsage, nvml_probe
 from driver.gpu.kind import GpuType
 from driver.httpendpoint import serve_http
@@ -112,6 +112,8 @@ class NodePlugin:
             api, REPORTING_CONTROLLER, f"patchbay-plugin-{settings.node_name}"
         )
         self.health.on_change = self.health_changed
+        self.health.leaving = self.detached_gpu
+        self._fabric_gpus: set[str] = set()  # UUIDs ever seen behind a fabric adapter
         self._counter_sets: tuple[CounterSet, ...] = ()
         self._published = False
         self.xid = xid_watcher(self.device_types, self.health.report_xid)
@@ -143,6 +145,7 @@ class NodePlugin:
             # Fabric-attached GPUs are prepared from the fabric pool, never offered locally.
             devices, attached = await asyncio.to_thread(self.fabric.split, devices)
             came_or_went = self.inventory.replace_pool(self.settings.fabric_pool, attached)
+            self._fabric_gpus |= {d.local_id for d in attached if d.kind == "gpu"}
             self.report_fabric()
         changed = self.inventory.replace_pool(self.pool_name, devices)
         counter_sets = drawn_on(found.counter_sets, devices)  # none of a fabric GPU's
@@ -181,6 +184,14 @@ class NodePlugin:
         fabric GPU's failure to the controller (whose pool it is in)."""
         self.publish()
         self.report_fabric()
+
+    def detached_gpu(self, uuid: str) -> bool:
+        """Whether ``uuid`` leaving NVML (XID 79) is a fabric detach: a GPU seen
+        behind a fabric adapter that no prepared claim holds (the controller
+        detaches no other; docs/health.md, "The fabric path")."""
+        if uuid not in self._fabric_gpus or self.preparer is None:
+            return False
+        return uuid not in held_gpus(self.preparer.prepared_devices())
 
     def report_fabric(self) -> None:
         """Refresh the Node's fabric report (attached devices, which are held).
