@@ -270,6 +270,17 @@ FABRIC_SPARE_ALLOCATIONS = counter(
     "Fabric allocations by result: hit (a warm spare, no attach to wait for) or miss (an attach"
     " to wait for, counted while a spare policy is set)", ("result",), CONTROLLER,
 )  # fmt: skip
+FABRIC_REPLACEMENTS = counter(
+    "patchbay_fabric_replacements_total",
+    "Warm spare GPUs attached to a node to replace a GPU it lost (spares_replace_failed)",
+    (), CONTROLLER,
+)  # fmt: skip
+FABRIC_UNHEALTHY = Sampled(
+    "patchbay_fabric_devices_unhealthy",
+    "Fabric devices a node reported failed, by state: attached (tainted with the node's effect,"
+    " detached once no claim holds it) or held (detached, held out of the pool)",
+    ("state",), CONTROLLER,
+)  # fmt: skip
 CONTROLLER_LEADER = gauge(
     "patchbay_controller_leader", "1 while this controller replica holds the leader Lease",
     (), CONTROLLER,

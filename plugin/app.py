@@ -32,7 +32,7 @@ from driver.devices.kind import DeviceType, all_handlers, scan_settled
 from driver.devices.model import CounterSet, drawn_on
 from driver.errors import Stopped
 from driver.fabric_devices.naming import NODE_ANNOTATION
-from driver.fabric_devices.node import FabricNodeView
+from driver.fabric_devices.node import FabricNodeView, gpu_failures, held_gpus
 from driver.fabric_devices.usage import FabricUsage, nvml_probe
 from driver.gpu.kind import GpuType
 from driver.httpendpoint import serve_http
@@ -112,7 +112,9 @@ class NodePlugin:
         self.recorder = EventRecorder(
             api, REPORTING_CONTROLLER, f"patchbay-plugin-{settings.node_name}"
         )
-        self.health.on_change = self.publish
+        self.health.on_change = self.health_changed
+        self.health.leaving = self.detached_gpu
+        self._fabric_gpus: set[str] = set()  # UUIDs ever seen behind a fabric adapter
         self._counter_sets: tuple[CounterSet, ...] = ()
         self._published = False
         self.xid = xid_watcher(self.device_types, self.health.report_xid)
@@ -139,17 +141,19 @@ class NodePlugin:
         if self.servers is not None and self.nvml_reached():
             await self.servers.advertise_health()  # no-op once advertised
         devices = list(found.devices)
+        came_or_went = False  # a fabric device: its GPU's health is watched from now on
         if self.fabric is not None and self.fabric_report is not None:
             # Fabric-attached GPUs are prepared from the fabric pool, never offered locally.
             devices, attached = await asyncio.to_thread(self.fabric.split, devices)
-            self.inventory.replace_pool(self.settings.fabric_pool, attached)
+            came_or_went = self.inventory.replace_pool(self.settings.fabric_pool, attached)
+            self._fabric_gpus |= {d.local_id for d in attached if d.kind == "gpu"}
             self.report_fabric()
         changed = self.inventory.replace_pool(self.pool_name, devices)
         counter_sets = drawn_on(found.counter_sets, devices)  # none of a fabric GPU's
         if counter_sets != self._counter_sets:
             self._counter_sets = counter_sets
             changed = True
-        if not changed and self._published:
+        if not changed and not came_or_went and self._published:
             return  # nothing to rebuild or diff: the publisher holds this pool already
         self.health.set_devices(
             {p: self.inventory.devices(p) for p in (self.pool_name, self.settings.fabric_pool)}
@@ -176,6 +180,20 @@ class NodePlugin:
             )
         )
 
+    def health_changed(self) -> None:
+        """A device's health changed: republish the node's pool, and report a
+        fabric GPU's failure to the controller (whose pool it is in)."""
+        self.publish()
+        self.report_fabric()
+
+    def detached_gpu(self, uuid: str) -> bool:
+        """Whether ``uuid`` leaving NVML (XID 79) is a fabric detach: a GPU seen
+        behind a fabric adapter that no prepared claim holds (the controller
+        detaches no other; docs/health.md, "The fabric path")."""
+        if uuid not in self._fabric_gpus or self.preparer is None:
+            return False
+        return uuid not in held_gpus(self.preparer.prepared_devices())
+
     def report_fabric(self) -> None:
         """Refresh the Node's fabric report (attached devices, which are held).
 
@@ -186,7 +204,8 @@ class NodePlugin:
             return
         attached = self.inventory.devices(self.settings.fabric_pool)
         held = self.preparer.prepared_devices()
-        report = self.fabric.report(attached, held, self.fabric_usage)
+        failed = gpu_failures(self.health, attached)
+        report = self.fabric.report(attached, held, self.fabric_usage, failed)
         self.fabric_report.set(report.to_annotation())
 
     def claim_serving(self) -> tuple[SocketPaths, ClaimPreparer]:

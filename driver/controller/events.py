@@ -47,6 +47,11 @@ IDLE_RECLAIMED = "IdleReclaimed"
 LEASE_WOULD_EVICT = "LeaseWouldEvict"
 IDLE_THRESHOLD_BELOW_NODE = "IdleThresholdBelowNode"
 
+# A fabric GPU its node found failed (docs/health.md, "The fabric path").
+FABRIC_DEVICE_UNHEALTHY = "FabricDeviceUnhealthy"
+FABRIC_DEVICE_HELD_OUT = "FabricDeviceHeldOut"
+FABRIC_DEVICE_RETURNED = "FabricDeviceReturned"
+
 REACH_LABEL_WRONG = "FabricReachLabelWithoutReach"
 REACH_LABEL_MISSING = "FabricReachLabelMissing"
 
@@ -132,6 +137,14 @@ class ControllerEvents:
         if self.recorder is not None:
             note = f"detaching fabric device {device_id} failed (retried with backoff): {why}"
             self.recorder.warning(regarding, DETACH_FAILED, "Detach", note)
+
+    def fabric_health(self, regarding: ObjectRef, reason: str, note: str) -> None:
+        """A step of a failed fabric device (``FABRIC_DEVICE_*``; returned is Normal)."""
+        if self.recorder is not None:
+            if reason == FABRIC_DEVICE_RETURNED:
+                self.recorder.normal(regarding, reason, "FabricHealth", note)
+            else:
+                self.recorder.warning(regarding, reason, "FabricHealth", note)
 
     def spare_attached(self, node: ObjectRef, v: Variant) -> None:
         if self.recorder is not None:

@@ -11,6 +11,9 @@ unpublished or detached for it, and a ready claim holding it is told
 deallocated or deleted, pod deleted while PreBind waited, a previous
 incarnation's leftovers) is detached once its node no longer reports it held
 by a prepared claim (a node whose Node object is gone holds nothing).
+A fabric GPU its node reports failed is tainted in the pool, detached once
+no prepared claim holds it (even while still allocated) and held out
+(``driver.controller.health.failures``).
 Everything is level-triggered: each pass compares claims (watched), Nodes
 (watched) and the fabric inventory (re-read on each fabric event, after
 every operation and every ``fabric_refresh`` seconds as a safety net), so a
@@ -42,6 +45,7 @@ from driver.controller.attach.reports import NodeReports
 from driver.controller.attach.status import ClaimStatusWriter
 from driver.controller.attach.workers import Workers
 from driver.controller.events import CONTROLLER, ControllerEvents, gone_adapters, node_ref
+from driver.controller.health.failures import FabricFailures
 from driver.controller.pool.domains import LabelFinding
 from driver.controller.pool.layout import mark_spares
 from driver.controller.pool.model import pool_model
@@ -115,6 +119,8 @@ class Reconciler:
         self.reports = NodeReports()
         self.recorder = EventRecorder(api, CONTROLLER, settings.identity)
         self.events = ControllerEvents(self.recorder)
+        self.failures = FabricFailures(self.events)  # failed fabric GPUs: tainted, held out
+        self.holds.failed = self.failures.held_out  # no attach starts for one
         self._adapters: tuple[dict[str, NodeFabric], set[tuple[str, str]]] | None = None
         self._findings: set[LabelFinding] = set()
         self._node_uuids: dict[str, str] = {}
@@ -241,6 +247,8 @@ class Reconciler:
         self._watch_adapters(reports, inv)
         if not self.published:  # first pass: what a previous incarnation published
             self.published = published_devices(self.publisher.stored().values())
+            self.failures.restore(self.published)  # kept in the pool's taints
+        self.failures.update(inv, reports, self.nodes.objects)
         self.holds.expire()
         allocs = cl.all_allocations(list(self.claims.objects.values()), self.pool)
         self.requeue.note(allocs, self.claims.objects.values())
@@ -265,15 +273,17 @@ class Reconciler:
         self.spares.note_allocations(allocs, self.variants | where, models, nodes, now)
         in_use = {self._device_of(a) for a in allocs if a.device in self.variants}
         reserved, reclaim = model.shortfall(inv, allocs, self.variants, w.served, in_use, w.busy)
+        out = self.holds.held() | self.failures.ids()  # never a spare
         spares = self.spares.reconcile(
-            inv, reports, self.nodes.objects, in_use, self.holds.held(), now, reserved, reclaim
+            inv, reports, nodes, in_use, out, now, reserved, reclaim, self.failures.by_node()
         )
         specs, shown = model.with_spares(specs, inv, reports, spares.variants)
         if model.holds_back():
             self._when_stored()  # a spare joins its node's pool once it left the others
         self.variants.update(shown)
         self.published.update({d.name: d for spec in specs for d in spec.devices})
-        self.publisher.set_pools([mark_spares(spec, spares.variants) for spec in specs])
+        marked = self.failures.mark(specs, inv)
+        self.publisher.set_pools([mark_spares(spec, spares.variants) for spec in marked])
         FABRIC_POOL_DEVICES.set(
             sum(len(s.devices) for s in specs if not is_adapter_pool(s.pool_name, self.pool))
         )
@@ -304,7 +314,9 @@ class Reconciler:
         memdevs_kept = frozenset((a.node, a.memdev) for a in allocs if a.memdev and not a.failed)
         for device in inv.devices:
             conn = device.connection
-            if conn is None or device.id in needed or device.id in spares.keep:
+            # A failed device is detached once no claim holds it prepared (a spare too).
+            wanted = device.id in needed or device.id in spares.keep
+            if conn is None or (wanted and device.id not in self.failures):
                 continue
             if device.id in in_doubt:
                 log.debug("%s is held back by the last read: no detach", device.id)

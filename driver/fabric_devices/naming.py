@@ -162,6 +162,27 @@ def counter_name(device_id: str) -> str:
 
 
 @dataclass(frozen=True)
+class DeviceFailure:
+    """An attached fabric GPU its node found failed (docs/health.md, "The
+    fabric path"): the failure's class (``driver.health.classes``), the taint
+    effect the node's policy gives that class, the reason (the taint value
+    the node publishes a local GPU with, ``xid-79``) and since when (RFC 3339)."""
+
+    failure_class: str
+    effect: str
+    reason: str
+    since: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"class": self.failure_class, "effect": self.effect, "reason": self.reason,
+                "since": self.since}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> DeviceFailure:
+        return cls(str(raw["class"]), str(raw["effect"]), str(raw["reason"]), str(raw["since"]))
+
+
+@dataclass(frozen=True)
 class NodeFabric:
     """What a node plugin reports about its fabric adapters (Node annotation)."""
 
@@ -177,6 +198,9 @@ class NodeFabric:
     # Attached GPUs' board serials (NVML's) -> their UUID: a count-based manager names
     # what it attached by that serial only (docs/fabric.md, "Count-based managers").
     serials: Mapping[str, str] = field(default_factory=dict)
+    # Attached devices (identity) the node found failed: the controller taints
+    # them in the fabric pool and holds them out once detached.
+    failed: Mapping[str, DeviceFailure] = field(default_factory=dict)
 
     def sees(self, kind: str, identity: str, adapter: str) -> bool:
         """Whether the node has the ``kind`` device ``identity`` behind ``adapter``
@@ -220,6 +244,8 @@ class NodeFabric:
         body: dict[str, Any] = {k: dict(sorted(v.items())) for k, v in data.items()}
         if self.busy:
             body["busy"] = sorted(self.busy)
+        if self.failed:
+            body["failed"] = {k: v.to_json() for k, v in sorted(self.failed.items())}
         return json.dumps(body, separators=(",", ":"))
 
     def _cxl_with_serials(self) -> dict[str, str]:
@@ -252,6 +278,9 @@ class NodeFabric:
             cxlmem = {k: v for k, v in cxlmem.items() if cxl_bdf_of(k) or k not in keyed}
             busy = frozenset(str(i) for i in data.get("busy") or ())
             serials = {str(k): str(v) for k, v in (data.get("serials") or {}).items()}
-        except (ValueError, AttributeError, TypeError):
+            failed = {
+                str(k): DeviceFailure.from_json(v) for k, v in (data.get("failed") or {}).items()
+            }
+        except (ValueError, AttributeError, TypeError, KeyError):
             return None
-        return cls(adapters, gpus, nics, busy, nvme, cxlmem, serials)
+        return cls(adapters, gpus, nics, busy, nvme, cxlmem, serials, failed)

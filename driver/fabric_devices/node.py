@@ -16,6 +16,9 @@ annotation, together with the UUIDs of the attached GPUs, the permanent
 MAC addresses of the attached NICs' PFs, the serials of the attached
 NVMe drives and the memdev keys of the attached CXL memory, and each attached GPU's board serial
 (NVML's, the only name a count-based fabric manager gives what it attached).
+An attached GPU the node's health monitor found failed is named there too,
+with its class, taint effect and reason (``failed``): the fabric pool is the
+controller's, which taints the device there (docs/health.md).
 A GPU is busy in that report while a claim holds it or any part of it (a
 MIG placement, a share), or while NVML shows a MIG instance or a process on
 it (:mod:`driver.fabric_devices.usage`): the controller detaches nothing
@@ -40,9 +43,16 @@ from driver.cxl import KIND as CXL_MEMORY
 from driver.devices.inventory import ALIAS
 from driver.devices.model import ATTACHMENT, PCI_BUS_ID, Device
 from driver.errors import ConfigError
-from driver.fabric_devices.naming import NodeFabric, cxl_key, identity, variant_name
+from driver.fabric_devices.naming import (
+    DeviceFailure,
+    NodeFabric,
+    cxl_key,
+    identity,
+    variant_name,
+)
 from driver.fabric_devices.usage import FabricUsage
 from driver.gpu.fraction import KIND as SHARED_GPU
+from driver.health.monitor import TAINT_KEY, HealthMonitor
 from driver.nvme import KIND as NVME
 from driver.pci import sysfs
 
@@ -68,6 +78,21 @@ def held_gpus(held: Collection[tuple[str, str]]) -> set[str]:
     a MIG placement's local id starts with its GPU's (``<uuid>:<profile>:<start>``,
     ``driver.mig.layout.local_id``), a share's is its GPU's."""
     return {local_id.partition(":")[0] for kind, local_id in held if kind in GPU_KINDS}
+
+
+def gpu_failures(health: HealthMonitor, fabric: Sequence[Device]) -> dict[str, DeviceFailure]:
+    """UUID -> the failure of each attached fabric GPU the node found unhealthy:
+    the taint it would publish a local GPU with (effect, value, since) and
+    the class of its record (one without a class reads as replace: never
+    reset, as ``driver.health.monitor.failure_class`` reads it)."""
+    out = {}
+    for d in health.tainted([d for d in fabric if d.kind == "gpu"]):
+        for taint in d.taints:
+            if taint.key == TAINT_KEY:
+                record = health.records.get(d.local_id)
+                cls = record.failure_class if record is not None else "replace"
+                out[d.local_id] = DeviceFailure(cls, taint.effect, taint.value, taint.time_added)
+    return out
 
 
 def parse_adapters(spec: str) -> dict[str, str]:
@@ -255,9 +280,12 @@ class FabricNodeView:
         fabric: Sequence[Device],
         held: Collection[tuple[str, str]] = (),
         usage: FabricUsage | None = None,
+        failed: Mapping[str, DeviceFailure] | None = None,
     ) -> NodeFabric:
         """The node's report; ``held``: (kind, local id) of the devices claims
-        hold; ``usage``: what NVML says of the GPUs no claim holds.
+        hold; ``usage``: what NVML says of the GPUs no claim holds; ``failed``:
+        the GPUs the node found unhealthy, by UUID (:func:`gpu_failures`),
+        reported by name so that the controller taints them in its pool.
 
         A GPU is busy, not to be detached, while a claim holds it whole, one
         of its MIG placements or a share of it, or while NVML shows a MIG
@@ -269,8 +297,11 @@ class FabricNodeView:
         if usage is not None:
             gpus_in_use |= usage.busy([d.local_id for d in fabric if d.kind == "gpu"], gpus_in_use)
         serials: dict[str, str] = {}
+        failures: dict[str, DeviceFailure] = {}
         for d in fabric:
             ident = str(d.attributes[IDENTITY])
+            if d.kind == "gpu" and failed and d.local_id in failed:
+                failures[ident] = failed[d.local_id]
             serial = d.attributes.get("serial")
             if d.kind == "gpu" and isinstance(serial, str) and serial.strip():
                 serials[serial.strip()] = ident  # what a count-based manager names it by
@@ -285,5 +316,5 @@ class FabricNodeView:
         roots = self._roots if self._roots is not None else self.adapter_roots()
         return NodeFabric(
             roots, seen["gpu"], seen["nic"], frozenset(busy), seen[NVME], seen[CXL_MEMORY],
-            serials,
+            serials, failures,
         )  # fmt: skip

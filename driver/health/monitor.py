@@ -96,6 +96,9 @@ class HealthMonitor:
         # On the loop, after a GPU's record changed (the recovery wakes up).
         self.on_record: Callable[[str], None] | None = None
         self.events: ObjectEvents | None = None  # the Node's, once the plugin knows it
+        # Whether a GPU's leaving NVML is expected (a fabric GPU no claim holds: the
+        # controller detaches only such a one); its XID 79 is then no failure.
+        self.leaving: Callable[[str], bool] | None = None
         for uuid, record in self.records.load().items():
             cls = failure_class(record)
             if record.boot != boot_id and boot_id and cls in (
@@ -179,6 +182,10 @@ class HealthMonitor:
         if xid == XID_FALLEN_OFF_BUS and uuid in self._handed_over:
             log.info("GPU %s: gone from NVML while handed to vfio-pci (not a failure)", uuid,
                      extra={"device": uuid})  # fmt: skip
+            return
+        if xid == XID_FALLEN_OFF_BUS and self.leaving is not None and self.leaving(uuid):
+            log.info("GPU %s: gone from NVML, a fabric detach (no claim held it): not a failure",
+                     uuid, extra={"device": uuid})  # fmt: skip
             return
         if cls is FailureClass.APPLICATION:
             log.info("GPU %s: XID %d (application error, device stays healthy)", uuid, xid,

@@ -41,6 +41,7 @@ from driver.fabric_devices.naming import (
     in_fabric_pool,
     is_adapter_pool,
 )
+from driver.health.monitor import TAINT_KEY as FAILED_TAINT
 from driver.inspect.claims import binding, binding_text
 from driver.inspect.events import EventIndex, newest
 from driver.inspect.fabric_domains import domain_pools, selected_nodes
@@ -98,6 +99,7 @@ def _blank(name: str, holder: dict[str, Any] | None = None) -> dict[str, Any]:
         "attached": None,
         "holder": holder,
         "spare": None,
+        "failed": None,
     }
 
 
@@ -166,6 +168,10 @@ def fabric_view(
         else:  # published once: any Node its domain pool selects, no adapter until attached
             d["reachable"] += [{"node": n, "adapter": None, "pcieRoot": None, "variant": v.name}
                                for n in selects.get(v.pool, ())]  # fmt: skip
+        for t in v.taints:  # a GPU a node found failed (docs/health.md, "The fabric path")
+            if t.get("key") == FAILED_TAINT:
+                d["failed"] = {"reason": t.get("value", ""), "effect": t.get("effect"),
+                               "since": t.get("timeAdded")}  # fmt: skip
         if v.attr(SPARE_ATTRIBUTE) is True:  # published as a warm spare there
             d["spare"] = {"node": v.node, "adapter": adapter, "variant": v.name}
         if v.name in held:
@@ -186,6 +192,8 @@ def fabric_view(
         d["state"] = (
             "held"
             if d["holder"]
+            else "failed"
+            if d["failed"]
             else "spare"
             if d["spare"]
             else "free"
@@ -208,10 +216,16 @@ def fabric_view(
 
 def _state(d: Mapping[str, Any]) -> str:
     b = (d["holder"] or {}).get("binding")
+    spare, failed = d.get("spare"), d.get("failed")
     if b:
-        return f"held, {binding_text(b).split(':')[0]}"
-    spare = d.get("spare")
-    return f"spare on {spare['node']}" if spare and d["state"] == "spare" else d["state"]
+        state = f"held, {binding_text(b).split(':')[0]}"
+    elif spare and d["state"] == "spare":
+        state = f"spare on {spare['node']}"
+    elif failed and failed["effect"] == "NoSchedule" and not d["holder"]:
+        state = "held out"  # detached, tainted NoSchedule (docs/health.md, "The fabric path")
+    else:
+        state = str(d["state"])
+    return f"{state}, failed {failed['reason']}" if failed else state
 
 
 def _holder_text(h: Mapping[str, Any]) -> str:

@@ -93,3 +93,19 @@ def test_the_view_lists_each_domain_pool_its_nodes_and_its_devices() -> None:
     assert lines[part["pool"]] == ["node-a", "node-b,node-c", "gpu-2"]
     assert lines["gpu-2"][:3] == ["gpu", "free", "-"] and lines["gpu-2"][3] == "node-a"
     json.dumps(view)  # -o json
+
+
+def test_a_failed_device_shows_its_reason_held_out_or_still_held() -> None:
+    nodes = [node("node-a", NodeFabric(ROOTS)), node("node-b", NodeFabric(ROOTS))]
+    stored = slices(nodes)
+    for s in stored:
+        for d in s["spec"].get("devices") or ():
+            if d["name"] == device_name("GPU-1"):
+                taint = {"key": "patchbay.dev/unhealthy", "value": "xid-64"}
+                d["taints"] = [taint | {"effect": "NoSchedule", "timeAdded": NOW.isoformat()}]
+    view = fabric_view(stored, [], nodes, [], NOW)
+    devs = {d["device"]: d for d in view["devices"]}
+    assert devs["gpu-1"]["state"] == "failed" and devs["gpu-1"]["failed"]["reason"] == "xid-64"
+    assert devs["gpu-0"]["failed"] is None and devs["gpu-0"]["state"] == "free"
+    lines = {ln.split()[0]: ln for ln in render_fabric(view).splitlines() if ln.strip()}
+    assert "held out, failed xid-64" in lines["gpu-1"], lines["gpu-1"]

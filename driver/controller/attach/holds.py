@@ -8,7 +8,8 @@ way. It stays out of the published pool for ``--failed-device-hold``
 seconds. The reconciler asks which devices are held when it builds the
 pool and drops expired holds; the attach workers add them. Nothing else
 wakes the reconciler when a hold ends, so a hold schedules that wake-up
-itself.
+itself. A device its node found failed (``driver.controller.health``) is
+held too, for as long as that failure lasts: no attach starts for it.
 
 Concurrency: used on the controller's asyncio loop only.
 """
@@ -30,6 +31,9 @@ class FailedHolds:
         self._hold_s = hold_s
         self._on_expiry = on_expiry
         self._until: dict[str, float] = {}
+        # Device id -> why it failed on a node and is held out (None: it did not;
+        # the reconciler's driver.controller.health.failures), never attached.
+        self.failed: Callable[[str], str | None] = lambda _device_id: None
 
     @property
     def seconds(self) -> float:
@@ -37,13 +41,24 @@ class FailedHolds:
         return self._hold_s
 
     def hold(self, device_id: str) -> None:
-        """Keep ``device_id`` out of the pool for the hold time from now."""
+        """Keep ``device_id`` out of the pool for the hold time from now (not
+        one that failed on a node: its failure holds it, in the pool)."""
+        if self.failed(device_id) is not None:
+            return
         self._until[device_id] = time.monotonic() + self._hold_s
         # A pass when the hold ends brings the device back (nothing else may mark us).
         asyncio.get_running_loop().call_later(self._hold_s + 0.1, self._on_expiry)
 
     def __contains__(self, device_id: object) -> bool:
-        return device_id in self._until
+        """Whether no attach may start for ``device_id``: held after a failed
+        attach, or failed on a node (:attr:`failed`)."""
+        return device_id in self._until or (
+            isinstance(device_id, str) and self.failed(device_id) is not None
+        )
+
+    def why(self, device_id: str) -> str:
+        """Why :meth:`__contains__` says so (an attach that fails names it)."""
+        return self.failed(device_id) or f"{device_id} is held after a failed attach"
 
     def expire(self) -> None:
         """Forget the holds that have ended."""

@@ -252,7 +252,7 @@ class Workers:
             if v.full:  # its adapter has no room: nothing is asked of the fabric
                 raise AdapterFull(v.why)
             if v.device_id in self._holds:
-                raise AttachFailed(f"{v.device_id} is held after a failed attach")
+                raise AttachFailed(self._holds.why(v.device_id))
             arrived = functools.partial(self._arrived, a, v)
             message, data = await self._model.attach(a, v, deadline, self.served(a), arrived)
             cond = cl.condition(READY_CONDITION, "Attached", message, None)
@@ -330,7 +330,7 @@ class Workers:
         a = cl.FabricAllocation(f"spare-{uuid.uuid4().hex}", "", "", v.name, False, False)
         try:
             if v.device_id in self._holds:
-                raise AttachFailed(f"{v.device_id} is held after a failed attach")
+                raise AttachFailed(self._holds.why(v.device_id))
             deadline = started + self._timeout
 
             def arrived(device_id: str) -> None:

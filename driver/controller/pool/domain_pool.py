@@ -10,7 +10,8 @@ controller attaches through an adapter of the node the scheduler picked).
 Reach stays the scheduler's: each reach domain
 (``driver.controller.pool.domains``) is a pool of its own,
 ``<fabric_pool>/<domain>``, whose slices (at most 128 devices each: no
-counters, no taints) all select the domain's labelled Nodes, so the pool is
+counters; 64 once a failed device is tainted, ``driver.controller.health``)
+all select the domain's labelled Nodes, so the pool is
 complete from every node that can use it. A labelled Node that a device's
 adapters do not reach is cut out by name; when only some of a domain's
 devices miss it (zones), those devices go to a pool of their own,

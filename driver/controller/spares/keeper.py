@@ -35,9 +35,10 @@ from driver.controller.attach.workers import Workers
 from driver.controller.events import ControllerEvents, node_ref
 from driver.controller.pool.variant import Variant, offered, reachable
 from driver.controller.spares.policy import Free, Key, Retire, Spare, SparePlan, SpareRules, plan
+from driver.controller.spares.replace import lost_gpus, replacements
 from driver.fabric_devices.naming import NodeFabric, variant_name
 from driver.fabricclient.model import FabricDevice, FabricInventory
-from driver.metrics import FABRIC_SPARE_ALLOCATIONS, FABRIC_SPARES
+from driver.metrics import FABRIC_REPLACEMENTS, FABRIC_SPARE_ALLOCATIONS, FABRIC_SPARES
 
 log = logging.getLogger(__name__)
 
@@ -136,11 +137,14 @@ class SpareKeeper:
         self, inv: FabricInventory, reports: Mapping[str, NodeFabric],
         nodes: Mapping[str, Mapping[str, object]], needed: set[str], held: set[str],
         now: float, reserved: Collection[str] = (), reclaim: Collection[str] = (),
+        failed: Mapping[str, Collection[str]] | None = None,
     ) -> SpareView:  # fmt: skip
         """One pass: plan, start the attaches, and say what the pool shows.
 
         ``reserved``: free devices not to attach as spares; ``reclaim``: spares
-        to release for a claim (a count fabric's, ``pool.slot_spares.shortfall``)."""
+        to release for a claim (a count fabric's, ``pool.slot_spares.shortfall``);
+        ``failed``: node -> the fabric devices that failed there (replaced
+        with ``replace_failed``, as are the local GPUs a node lost)."""
         for dev in needed & set(self._attaching):
             self._workers.cancel_spare(dev)  # a claim needs it now
         if not self.rules.enabled and not self._since and not self._attaching:
@@ -164,7 +168,13 @@ class SpareKeeper:
         free = self.free(inv, reports, busy)
         size = sum(1 for d in inv.devices if d.identity)
         adapters = [n for n, r in reports.items() if r.adapters]
-        p = plan(self.rules, spares, free, size, adapters, self._demand, now, self._carried)
+        extra: dict[Key, int] = {}
+        if self.rules.replace_failed:
+            lost = lost_gpus(nodes, inv, failed or {})
+            ids = {i for devs in (failed or {}).values() for i in devs}
+            extra = replacements(lost, inv, needed, ids, spares, free)
+        p = plan(self.rules, spares, free, size, adapters, self._demand, now, self._carried,
+                 extra)  # fmt: skip
         if reclaim:
             back = tuple(Retire(s, "needed by a claim") for s in p.keep if s.device_id in reclaim)
             keep = tuple(s for s in p.keep if s.device_id not in reclaim)
@@ -186,6 +196,8 @@ class SpareKeeper:
         by_id = {d.id: d for d in inv.devices}
         for dev, node, adapter in p.attach:
             self._start(by_id[dev], node, adapter, reports, nodes, now)
+            if (node, by_id[dev].kind, by_id[dev].model) in extra:
+                FABRIC_REPLACEMENTS.inc()
         self._since = {s.device_id: s.since for s in p.keep}
         self._since |= {dev: s.since for dev, s in self._attaching.items()}
         shown = {s.device_id: s for s in p.keep if s.ready and s.device_id in by_id}

@@ -13,7 +13,9 @@ policy (docs/fabric.md, "Warm spares"):
 - an idle timeout: a spare above the fixed floor that no pod took within
   ``idle_timeout`` seconds is detached, and closes its node's demand window
   (no new one until the next allocation there);
-- a cap: spares never number more than ``cap`` (a share) of the pool.
+- a cap: spares never number more than ``cap`` (a share) of the pool;
+- replacements (``replace_failed``): one more on a node for each GPU it
+  lost (``driver.controller.spares.replace``), never idle.
 
 Pure functions over the pool's state as the reconciler sees it
 (``driver.controller.spares.keeper`` gathers it and carries the plan out);
@@ -62,10 +64,11 @@ class SpareRules:
     window: float = 600.0
     cap: float = 0.25
     idle_timeout: float = 300.0
+    replace_failed: bool = False  # a spare for each GPU a node lost (spares.replace)
 
     @property
     def enabled(self) -> bool:
-        return any(self.fixed.values()) or any(self.demand.values())
+        return any(self.fixed.values()) or any(self.demand.values()) or self.replace_failed
 
     def floor(self, kind: str, model: str) -> int:
         return self.fixed.get((kind, model), 0)
@@ -134,28 +137,33 @@ class SparePlan:
 def wants(
     rules: SpareRules, nodes: Iterable[str], models: Iterable[KindModel],
     demand: Mapping[Key, float], now: float, carried: Mapping[Key, int] | None = None,
+    extra: Mapping[Key, int] | None = None,
 ) -> dict[Key, int]:  # fmt: skip
     """Key -> spares wanted, for every key the policy wants any of;
-    ``carried``: what a restart found there (kept, never added to)."""
-    carried = carried or {}
+    ``carried``: what a restart found there (kept, never added to);
+    ``extra``: replacements for lost GPUs (``spares.replace``), on top."""
+    carried, extra = carried or {}, extra or {}
     keys = {(n, k, m) for n in nodes for (k, m), c in rules.fixed.items() if c > 0}
     keys |= {key for key in demand if key[0] in set(nodes) and (key[1], key[2]) in set(models)}
-    keys |= {key for key in carried if key[0] in set(nodes)}
-    out = {key: max(rules.wanted(key, demand.get(key), now), carried.get(key, 0)) for key in keys}
+    keys |= {key for key in (*carried, *extra) if key[0] in set(nodes)}
+    out = {
+        key: max(rules.wanted(key, demand.get(key), now), carried.get(key, 0)) + extra.get(key, 0)
+        for key in keys
+    }
     return {key: n for key, n in out.items() if n > 0}
 
 
 def _keep_per_key(
-    rules: SpareRules, group: list[Spare], wanted: int, now: float
+    rules: SpareRules, group: list[Spare], wanted: int, now: float, replacing: int = 0
 ) -> tuple[list[Spare], list[Retire], bool]:
-    """The oldest ``wanted`` spares of one key stay (the fixed floor first);
-    a ready one above the floor idle past the timeout goes and closes the
-    key's demand window (True)."""
+    """The oldest ``wanted`` spares of one key stay (the fixed floor and
+    ``replacing``, the replacements, first); a ready one above that floor
+    idle past the timeout goes and closes the key's demand window (True)."""
     kept: list[Spare] = []
     retired: list[Retire] = []
     closed = False
     for s in sorted(group, key=lambda s: (s.since, s.device_id)):
-        floor = rules.floor(s.kind, s.model)
+        floor = rules.floor(s.kind, s.model) + replacing
         if not s.healthy:
             retired.append(Retire(s, "unhealthy"))
         elif len(kept) >= wanted:
@@ -177,6 +185,7 @@ def plan(
     demand: Mapping[Key, float],
     now: float,
     carried: Mapping[Key, int] | None = None,
+    extra: Mapping[Key, int] | None = None,
 ) -> SparePlan:
     """What to keep, attach and detach so the spares meet the policy under the cap.
 
@@ -185,11 +194,14 @@ def plan(
     plugin reports its adapters; ``demand``: when each (node, kind, model)
     last saw an allocation; ``pool_size``: the pool's physical devices;
     ``carried``: the spares a restarted controller found per key, wanted
-    as they are (their idle timeout still applies) and never added to.
+    as they are (their idle timeout still applies) and never added to;
+    ``extra``: replacements wanted per key (``spares.replace``), on top of
+    the rest and never idle.
     """
+    extra = extra or {}
     spares, free, nodes = list(spares), list(free), sorted(set(nodes))
     models = {(s.kind, s.model) for s in spares} | {(f.kind, f.model) for f in free}
-    want = wants(rules, nodes, models, demand, now, carried)
+    want = wants(rules, nodes, models, demand, now, carried, extra)
     by_key: dict[Key, list[Spare]] = {}
     for s in spares:
         by_key.setdefault(s.key, []).append(s)
@@ -197,12 +209,14 @@ def plan(
     retire: list[Retire] = []
     closed: set[Key] = set()
     for key, group in sorted(by_key.items()):
-        kept, retired, was_closed = _keep_per_key(rules, group, want.get(key, 0), now)
+        kept, retired, was_closed = _keep_per_key(
+            rules, group, want.get(key, 0), now, extra.get(key, 0)
+        )
         keep += kept
         retire += retired
         if was_closed:
             closed.add(key)
-            want[key] = rules.floor(key[1], key[2])
+            want[key] = rules.floor(key[1], key[2]) + extra.get(key, 0)
     limit = rules.limit(pool_size)
     if len(keep) > limit:  # the newest go first
         order = sorted(keep, key=lambda s: (s.since, s.device_id))

@@ -1,6 +1,6 @@
 """The warm-spare policy's settings (docs/fabric.md, "Warm spares").
 
-Why: one place for the five values, mixed into ``ControllerSettings`` so
+Why: one place for the six values, mixed into ``ControllerSettings`` so
 each is one setting: flag ``--spares-fixed``, env ``SPARES_FIXED``, Helm
 ``controller.sparesFixed`` (and so on). The count lists are checked here,
 at the trust boundary, with an error naming the setting and the entry.
@@ -38,6 +38,12 @@ class SpareSettings(BaseModel):
         "when no pod takes it (then detached, and its node's demand window closed)",
     )  # fmt: skip
 
+    spares_replace_failed: bool = Field(
+        default=False, description="attach a warm spare GPU to a node for each GPU it lost "
+        "(a local one its plugin gave up on or cannot cure, a fabric one that failed there), "
+        "within spares_cap",
+    )  # fmt: skip
+
     @field_validator("spares_fixed")
     @classmethod
     def _fixed(cls, value: str) -> str:
@@ -57,4 +63,5 @@ class SpareSettings(BaseModel):
             self.spares_demand_window,
             self.spares_cap,
             self.spares_idle_timeout,
+            self.spares_replace_failed,
         )
