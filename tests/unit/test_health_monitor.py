@@ -125,3 +125,18 @@ async def test_a_gpu_handed_to_vfio_is_lost_to_nvml_on_purpose() -> None:
     monitor.handed_over("GPU-aaaa", False)
     monitor.report_xid("GPU-aaaa", 79)
     assert set(monitor.unhealthy()) == {"GPU-aaaa"}
+
+
+async def test_a_fabric_gpu_leaving_nvml_unheld_is_a_detach_not_a_failure() -> None:
+    """XID 79 is how the watcher reports a GPU gone from NVML; a fabric GPU no
+    claim holds leaves because the controller detached it (issue 38)."""
+    monitor = HealthMonitor()
+    monitor.bind_loop()
+    monitor.set_devices({"fabric": [GPU0, GPU1]})
+    monitor.leaving = lambda uuid: uuid == "GPU-aaaa"
+    stream = aiter(monitor.updates())
+    await anext(stream)
+    monitor.report_xid("GPU-aaaa", 79)  # detached: dropped
+    monitor.report_xid("GPU-bbbb", 79)  # held by a claim: a failure
+    await asyncio.wait_for(anext(stream), 2)
+    assert monitor.record("GPU-aaaa") is None and monitor.record("GPU-bbbb") is not None
