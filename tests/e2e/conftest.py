@@ -160,9 +160,10 @@ def env(  # type: ignore[no-untyped-def]
     try:
         for n in nodes:
             n.start()
-        if e.per_domain:  # labelled as provisioning would (docs/fabric.md, "Reach labels")
-            for name, labels in fabric_layout.reach_labels(nodes).items():
-                wait_for(f"{name} labelled", functools.partial(label, core, name, labels))
+        # Labelled as provisioning would, whatever the shape (docs/fabric.md,
+        # "Reach labels"): an upgrade to per-domain finds them there.
+        for name, labels in fabric_layout.reach_labels(nodes).items():
+            wait_for(f"{name} labelled", functools.partial(label, core, name, labels))
         fabric.start()
         ctl.start()
         mine = set(names)

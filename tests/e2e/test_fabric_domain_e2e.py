@@ -254,46 +254,6 @@ def held(resource_api: Any) -> list[tuple[str, str]]:
                   for d in s.spec.devices or ())  # fmt: skip
 
 
-def test_an_upgrade_from_per_node_variants_keeps_a_running_pod(
-    env: Env, resource_api: Any, core: Any, namespace: str
-) -> None:
-    """Today's chart (per-node) runs a pod on gpu-1; the controller comes back
-    per-domain: the pod keeps running on its device, whose per-node variant
-    alone stays published in the old pool (the device in no domain pool); on
-    release it is detached and published once in its domain pool."""
-    ns, node = namespace, env.nodes[0].name
-    shape = "--fabric-pool-shape=per-domain"
-    env.ctl.extra = tuple(a for a in env.ctl.extra if a != shape)
-    try:
-        restart(env, "today")
-        wait_for("the per-node pool", lambda: ("fabric", "gpu-1") in held(resource_api), timeout=60)
-        tmpl = template(resource_api, ns, "old", [gpu_request(fabric_device="gpu-1")])
-        pod(core, ns, "old", node, tmpl)
-        running(env, core, ns, "old", timeout=150)
-        (result,) = claim_of(core, resource_api, ns, "old").status.allocation.devices.results
-        assert result.pool == "fabric"
-        before = attach_requests(env)
-    finally:
-        env.ctl.extra = (*env.ctl.extra, shape)
-        restart(env, "upgraded")
-
-    old = [("fabric", "gpu-1"), ("fabric/pcie0.sw0", "gpu-0"), ("fabric/pcie0.sw1", "gpu-2")]
-    wait_for("the old variant alone beside the domain pools",
-             lambda: env.check_alive() and held(resource_api) == old, timeout=60)  # fmt: skip
-    assert core.read_namespaced_pod("old", ns).status.phase == "Running"
-    assert env.fabric.connections()["gpu-1"][:2] == (node, "adapter0")
-    gone(core, ns, "old")
-    wait_for("gpu-1 detached", lambda: "gpu-1" not in env.fabric.connections(), timeout=60)
-    once = [
-        ("fabric/pcie0.sw0", "gpu-0"),
-        ("fabric/pcie0.sw0", "gpu-1"),
-        ("fabric/pcie0.sw1", "gpu-2"),
-    ]
-    wait_for("gpu-1 published once, the old pool withdrawn",
-             lambda: held(resource_api) == once, timeout=60)  # fmt: skip
-    assert attach_requests(env) == before  # nothing attached again
-
-
 # Local GPUs have no such attribute: the expression a class that prefers spares uses.
 SPARE_CEL = (
     '"spare" in device.attributes["patchbay.dev"] && device.attributes["patchbay.dev"].spare'
