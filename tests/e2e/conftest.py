@@ -156,7 +156,7 @@ def env(  # type: ignore[no-untyped-def]
         *controller_args,
     )
     e = Env(nodes, fabric, ctl, fabric_dialect, fabric_layout)
-    e.per_domain = "--fabric-pool-shape=per-domain" in controller_args
+    e.per_domain = "--fabric-pool-shape=per-node" not in controller_args  # the default
     try:
         for n in nodes:
             n.start()

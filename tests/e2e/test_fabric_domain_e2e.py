@@ -6,7 +6,7 @@ is a reach domain: sw0 is wired to both nodes, sw1 to the first node only.
 The real scheduler picks the node from the domain pools' node selectors and
 waits in PreBind while the controller attaches through that node's adapter;
 the node agents prepare through our plugins. Once per attach dialect.
-The rdma-job pairing (deviceclasses/examples/per-domain/gpu-vf-pair.yaml)
+The rdma-job pairing (deviceclasses/examples/fabric-gpu-vf-pair.yaml)
 asks for the node's fabric adapter beside the fabric GPU and the local VF.
 """
 
@@ -50,7 +50,7 @@ from tests.e2e.tenants import container_record
 from tests.harness.poll import WaitTimedOut
 
 pytestmark = pytest.mark.cluster
-RDMA_JOB = Path(__file__).parents[2] / "deviceclasses/examples/per-domain/gpu-vf-pair.yaml"
+RDMA_JOB = Path(__file__).parents[2] / "deviceclasses/examples/fabric-gpu-vf-pair.yaml"
 FABRIC_DIALECTS = DIALECTS
 LAYOUT = FabricLayout(
     (

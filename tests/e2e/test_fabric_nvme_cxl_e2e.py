@@ -10,7 +10,9 @@ namespace's block and generic devices or the devdax device, with their env;
 the claim names the device by its serial, the one the node reports. A detach
 the host refuses (CXL memory in use) keeps the device attached and says why
 until the memory is released. Each attach dialect: a CXL attach is a Memory
-Connection in one and a Zone PATCH in the other.
+Connection in one and a Zone PATCH in the other. The controller runs in the
+default shape (per-domain); the per-node examples' test switches it to
+per-node (the per-domain examples run in tests/e2e/test_fabric_domain_e2e.py).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from tests.e2e.fabric_helpers import (
     SwitchLayout,
     attr,
     fabric_pool,
+    restart,
     running,
     template,
 )
@@ -50,7 +53,7 @@ LAYOUT = FabricLayout(
     type="CXL",
 )
 CXL_BYTES = 64 << 30  # tests/harness/fabricsim.switch's CXL memory size
-EXAMPLES = Path(__file__).resolve().parents[2] / "deviceclasses" / "examples"
+PER_NODE = Path(__file__).resolve().parents[2] / "deviceclasses" / "examples" / "per-node"
 
 
 @pytest.fixture(scope="module")
@@ -210,15 +213,32 @@ def test_a_detach_refused_while_the_memory_is_in_use_waits_for_it(
 
 def example(resource_api: Any, core: Any, ns: str, file: str) -> str:
     """Create the example's claim template and pod in ``ns``; the pod's name."""
-    template_doc, pod_doc = yaml.safe_load_all((EXAMPLES / file).read_text())
+    template_doc, pod_doc = yaml.safe_load_all((PER_NODE / file).read_text())
     resource_api.create_namespaced_resource_claim_template(ns, template_doc)
     core.create_namespaced_pod(ns, pod_doc)
     return str(pod_doc["metadata"]["name"])
 
 
-def test_the_gpudirect_storage_and_cxl_tier_examples_run(
+def test_the_per_node_gpudirect_storage_and_cxl_tier_examples_run(
     env: Env, resource_api: Any, core: Any, namespace: str
 ) -> None:
+    """deviceclasses/examples/per-node/'s GDS and CXL tier, the controller
+    switched to ``--fabric-pool-shape=per-node`` (and back after)."""
+    plain, shape = env.ctl.extra, "--fabric-pool-shape=per-node"
+    env.ctl.extra, env.per_domain = (*plain, shape), False
+    restart(env, "controller-per-node")
+    try:
+        wait_for("the per-node pool", lambda: env.check_alive() and
+                 len(fabric_pool(resource_api)) == env.pool_size, timeout=60)  # fmt: skip
+        per_node_examples(env, resource_api, core, namespace)
+    finally:
+        env.ctl.extra, env.per_domain = plain, True
+        restart(env, "controller-per-domain")
+    wait_for("the domain pools", lambda: env.check_alive() and
+             len(fabric_pool(resource_api)) == env.pool_size, timeout=60)  # fmt: skip
+
+
+def per_node_examples(env: Env, resource_api: Any, core: Any, namespace: str) -> None:
     ns = namespace
     since = len(env.fabric.attach_requests())
     gds = example(resource_api, core, ns, "gpu-nvme-gds.yaml")

@@ -21,7 +21,6 @@ import pytest
 
 from tests.e2e.fabric_helpers import (
     DIALECTS,
-    POOL_SIZE,
     Env,
     attr,
     conditions,
@@ -121,7 +120,7 @@ def test_a_broken_endpoint_holds_back_only_its_device(
     assert set(env.fabric.connections()) == {"gpu-0", "gpu-1", "gpu-2"}
     gone(core, ns, "kept", "other", "doubt")
     wait_for("nothing attached", lambda: not env.fabric.connections(), timeout=60)
-    wait_for("pool whole", lambda: len(fabric_pool(resource_api)) == POOL_SIZE, timeout=60)
+    wait_for("pool whole", lambda: len(fabric_pool(resource_api)) == env.pool_size, timeout=60)
 
 
 def test_a_refused_attach_holds_the_device_and_other_claims_succeed(
@@ -154,4 +153,6 @@ def test_a_refused_attach_holds_the_device_and_other_claims_succeed(
         # The hold is the controller's memory: a restart gives gpu-1 back now.
         env.ctl.stop()
         env.ctl.start()
-    wait_for("pool whole again", lambda: len(fabric_pool(resource_api)) == POOL_SIZE, timeout=60)
+    wait_for(
+        "pool whole again", lambda: len(fabric_pool(resource_api)) == env.pool_size, timeout=60
+    )
