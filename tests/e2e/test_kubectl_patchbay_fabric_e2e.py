@@ -13,6 +13,7 @@ where the attached device is once the node reports it.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -70,14 +71,15 @@ def test_claims_and_fabric_show_a_failed_attach_and_a_waiting_one(
         wait_for("gpu-0 attaching", lambda: "gpu-0" in env.fabric.connections(), timeout=60)
         row = claims(local_cluster, ns)["slow"]
         (dev,) = row["devices"]
-        assert dev["pool"] == "fabric" and dev["type"] == "gpu" and row["node"] == node
+        # gpu-0's reach domain pool (sw0), the default shape's
+        assert dev["pool"] == "fabric/pcie0.sw0" and dev["type"] == "gpu" and row["node"] == node
         assert dev["binding"]["state"] == "attaching" and dev["binding"]["seconds"] >= 0
         assert row["state"] == "reserved", "the scheduler reserves it before PreBind waits"
         text = kubectl_patchbay(local_cluster, "claims", "-n", ns, "-o", "wide")
         print(text)
         name = claim_of(core, resource_api, ns, "slow").metadata.name
         (line,) = [x for x in text.splitlines() if x.startswith(name + " ")]
-        assert f"fabric/{dev['device']}   attaching " in line
+        assert re.search(rf"{re.escape(dev['pool'])}/{dev['device']}\s+attaching ", line), line
         (failed_line,) = [x for x in text.splitlines() if x.rstrip().endswith(err["message"])]
         assert failed_line.split()[1] == "pending"
         pool = fabric(local_cluster)
