@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from driver.fabric_devices.naming import NodeFabric
+from driver.fabric_devices.naming import NodeFabric, in_fabric_pool
 from tests.e2e.fabric_helpers import (
     DIALECTS,
     Env,
@@ -87,7 +87,7 @@ def env_of(container: dict[str, Any]) -> dict[str, str]:
 
 def ready_entry(claim: Any) -> Any:
     """The claim's one fabric device status entry, ready."""
-    (entry,) = [d for d in claim.status.devices or [] if d.pool == "fabric"]
+    (entry,) = [d for d in claim.status.devices or [] if in_fabric_pool(d.pool, "fabric")]
     assert {c.type: c.status for c in entry.conditions} == {"FabricDeviceReady": "True"}
     return entry
 
@@ -103,7 +103,7 @@ def attached_and_running(
     running(env, core, ns, name)
     claim = claim_of(core, resource_api, ns, name)
     (result,) = claim.status.allocation.devices.results
-    assert result.pool == "fabric"
+    assert in_fabric_pool(result.pool, "fabric"), result  # its domain pool (or per-node)
     device = attr(fabric_pool(resource_api)[result.device], "fabricDevice")
     assert asked(env, device, sim.name, since) == 1, env.fabric.attach_requests()
     return claim, container_record(sim, ns, name)
