@@ -156,13 +156,14 @@ def env(  # type: ignore[no-untyped-def]
         *controller_args,
     )
     e = Env(nodes, fabric, ctl, fabric_dialect, fabric_layout)
-    e.per_domain = "--fabric-pool-shape=per-domain" in controller_args
+    e.per_domain = "--fabric-pool-shape=per-node" not in controller_args  # the default
     try:
         for n in nodes:
             n.start()
-        if e.per_domain:  # labelled as provisioning would (docs/fabric.md, "Reach labels")
-            for name, labels in fabric_layout.reach_labels(nodes).items():
-                wait_for(f"{name} labelled", functools.partial(label, core, name, labels))
+        # Labelled as provisioning would, whatever the shape (docs/fabric.md,
+        # "Reach labels"): an upgrade to per-domain finds them there.
+        for name, labels in fabric_layout.reach_labels(nodes).items():
+            wait_for(f"{name} labelled", functools.partial(label, core, name, labels))
         fabric.start()
         ctl.start()
         mine = set(names)

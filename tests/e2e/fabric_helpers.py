@@ -95,7 +95,6 @@ GPU_LAYOUT = FabricLayout(
         SwitchLayout("sw1", "adapter1", gpus=("gpu-2",), nics=("nic-0",)),
     )
 )
-POOL_SIZE = GPU_LAYOUT.pool_size(2)  # 8: gpu-0, gpu-1, gpu-2 and nic-0, each on both nodes
 
 
 class Env:
@@ -109,8 +108,14 @@ class Env:
     ) -> None:
         self.nodes, self.fabric, self.ctl = nodes, fabric, ctl
         self.dialect, self.layout = dialect, layout
-        self.pool_size = layout.pool_size(len(nodes))
-        self.per_domain = False  # the controller publishes each device once (per-domain)
+        self.per_domain = True  # each device published once (per-domain), or per node
+
+    @property
+    def pool_size(self) -> int:
+        """Devices the fabric pool publishes when nothing is allocated."""
+        if self.per_domain:
+            return self.layout.devices()
+        return self.layout.pool_size(len(self.nodes))
 
     def check_alive(self) -> bool:
         for n in self.nodes:

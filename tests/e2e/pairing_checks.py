@@ -26,7 +26,7 @@ from tests.e2e.pods import claim_of, pod
 from tests.e2e.tenants import container_record
 from tests.harness.simnode import SimNode
 
-EXAMPLES = Path(__file__).parents[2] / "deviceclasses/examples/per-domain"
+EXAMPLES = Path(__file__).parents[2] / "deviceclasses/examples"
 
 
 def root_of(sysfs_root: Path, path: Path) -> str:

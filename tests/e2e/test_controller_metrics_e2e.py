@@ -20,7 +20,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests import monitoring
 from tests.e2e.fabric_helpers import (
-    POOL_SIZE,
     Env,
     gpu_request,
     running,
@@ -62,7 +61,7 @@ def test_controller_metrics_follow_an_attach_and_a_detach(
 ) -> None:
     ns, node = namespace, env.nodes[0].name
     settles(env, "patchbay_controller_leader", 1)
-    settles(env, "patchbay_fabric_pool_devices", POOL_SIZE)
+    settles(env, "patchbay_fabric_pool_devices", env.pool_size)
     attach_ok = {"op": "attach", "result": "ok"}
     before = value(env, "patchbay_fabric_operations_total", **attach_ok) or 0
     timed = value(env, "patchbay_fabric_operation_duration_seconds_count", **attach_ok) or 0

@@ -76,7 +76,9 @@ def fabric_layout() -> FabricLayout:
 
 @pytest.fixture(scope="module")
 def controller_args() -> tuple[str, ...]:
-    return (f"--fabric-count-tenant={TENANT}", f"--fabric-machine-key={KEY}")
+    # The per-node count slots; per-domain: the last test switches the controller.
+    pin = "--fabric-pool-shape=per-node"
+    return (pin, f"--fabric-count-tenant={TENANT}", f"--fabric-machine-key={KEY}")
 
 
 @pytest.fixture(scope="module")
@@ -302,7 +304,8 @@ def test_per_domain_slots_are_published_once_and_asked_for_the_picked_node(
     plain = env.ctl.extra
     for name, labels in env.layout.reach_labels(env.nodes).items():
         core.patch_node(name, {"metadata": {"labels": labels}})
-    env.ctl.extra = (*plain, "--fabric-pool-shape=per-domain")
+    shape = "--fabric-pool-shape="
+    env.ctl.extra = (*(a for a in plain if not a.startswith(shape)), f"{shape}per-domain")
     restart(env, "controller-domain")
     try:
 

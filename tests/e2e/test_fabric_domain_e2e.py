@@ -6,10 +6,11 @@ is a reach domain: sw0 is wired to both nodes, sw1 to the first node only.
 The real scheduler picks the node from the domain pools' node selectors and
 waits in PreBind while the controller attaches through that node's adapter;
 the node agents prepare through our plugins. Once per attach dialect.
-The pairing examples (deviceclasses/examples/per-domain/: rdma-job, GDS and
-GPU + CXL memory) ask for the node's fabric adapter beside their devices,
-each checked in the container's environment; sw1 also holds an NVMe drive
-and CXL memory (so the fabric is of type CXL).
+The pairing examples (deviceclasses/examples/: fabric-gpu-vf-pair.yaml for
+rdma-job, gpu-nvme-gds.yaml and gpu-cxl-memory.yaml) ask for the node's
+fabric adapter beside their devices, each checked in the container's
+environment; sw1 also holds an NVMe drive and CXL memory (so the fabric is
+of type CXL).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ from tests.e2e.tenants import container_record
 from tests.harness.poll import WaitTimedOut
 
 pytestmark = pytest.mark.cluster
-RDMA_JOB = EXAMPLES / "gpu-vf-pair.yaml"
+RDMA_JOB = EXAMPLES / "fabric-gpu-vf-pair.yaml"
 FABRIC_DIALECTS = DIALECTS
 LAYOUT = FabricLayout(
     (
@@ -265,7 +266,7 @@ def test_the_rdma_job_pairs_a_fabric_gpu_with_a_local_vf_through_the_nodes_adapt
 def test_gds_pairs_a_fabric_gpu_with_fabric_nvme_under_one_root(
     env: Env, resource_api: Any, core: Any, namespace: str
 ) -> None:
-    """GDS (per-domain/gpu-nvme-gds.yaml): the GPU and the drive attached
+    """GDS (examples/gpu-nvme-gds.yaml): the GPU and the drive attached
     through the one adapter the claim got; in the container, the GPU's and
     the drive's PCI functions sit under that adapter's root."""
     ns = namespace
@@ -279,7 +280,7 @@ def test_gds_pairs_a_fabric_gpu_with_fabric_nvme_under_one_root(
 def test_a_fabric_gpu_pairs_with_cxl_memory_behind_one_adapter(
     env: Env, resource_api: Any, core: Any, namespace: str
 ) -> None:
-    """GPU + CXL memory (per-domain/gpu-cxl-memory.yaml): both attached through
+    """GPU + CXL memory (examples/gpu-cxl-memory.yaml): both attached through
     the claim's adapter; in the container, the node reports both behind it
     and the GPU and the memory device sit under its root."""
     ns = namespace
@@ -351,43 +352,6 @@ def held(resource_api: Any) -> list[tuple[str, str]]:
     slices = fabric_slices(resource_api)
     return sorted((s.spec.pool.name, attr(d, "fabricDevice")) for s in slices
                   for d in s.spec.devices or ())  # fmt: skip
-
-
-def test_an_upgrade_from_per_node_variants_keeps_a_running_pod(
-    env: Env, resource_api: Any, core: Any, namespace: str
-) -> None:
-    """Today's chart (per-node) runs a pod on gpu-1; the controller comes back
-    per-domain: the pod keeps running on its device, whose per-node variant
-    alone stays published in the old pool (the device in no domain pool); on
-    release it is detached and published once in its domain pool."""
-    ns, node = namespace, env.nodes[0].name
-    shape = "--fabric-pool-shape=per-domain"
-    env.ctl.extra = tuple(a for a in env.ctl.extra if a != shape)
-    try:
-        restart(env, "today")
-        wait_for("the per-node pool", lambda: ("fabric", "gpu-1") in held(resource_api), timeout=60)
-        tmpl = template(resource_api, ns, "old", [gpu_request(fabric_device="gpu-1")])
-        pod(core, ns, "old", node, tmpl)
-        running(env, core, ns, "old", timeout=150)
-        (result,) = claim_of(core, resource_api, ns, "old").status.allocation.devices.results
-        assert result.pool == "fabric"
-        before = attach_requests(env)
-    finally:
-        env.ctl.extra = (*env.ctl.extra, shape)
-        restart(env, "upgraded")
-
-    sw1 = [("fabric/cxl0.sw1", d) for d in ("cxl-0", "gpu-2", "nvme-0")]
-    old = [("fabric", "gpu-1"), ("fabric/cxl0.sw0", "gpu-0"), *sw1]
-    wait_for("the old variant alone beside the domain pools",
-             lambda: env.check_alive() and held(resource_api) == old, timeout=60)  # fmt: skip
-    assert core.read_namespaced_pod("old", ns).status.phase == "Running"
-    assert env.fabric.connections()["gpu-1"][:2] == (node, "adapter0")
-    gone(core, ns, "old")
-    wait_for("gpu-1 detached", lambda: "gpu-1" not in env.fabric.connections(), timeout=60)
-    once = [("fabric/cxl0.sw0", "gpu-0"), ("fabric/cxl0.sw0", "gpu-1"), *sw1]
-    wait_for("gpu-1 published once, the old pool withdrawn",
-             lambda: held(resource_api) == once, timeout=60)  # fmt: skip
-    assert attach_requests(env) == before  # nothing attached again
 
 
 # Local GPUs have no such attribute: the expression a class that prefers spares uses.

@@ -4,7 +4,10 @@ attach dialect (``connections`` and ``zones``).
 
 The real scheduler allocates fabric variants and waits in PreBind for
 FabricDeviceReady; the node agents prepare through our plugins. Scenarios
-follow issue 7.
+follow issue 7. Pinned to ``--fabric-pool-shape=per-node`` (no longer the
+default): its subject is the per-node variants (one per device, node and
+adapter, each with its adapter's root, and pairs matched on that root); the
+per-domain shape's counterparts are tests/e2e/test_fabric_domain_e2e.py.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ import pytest
 from driver.fabric_devices.naming import FAILED_CONDITION, READY_CONDITION
 from tests.e2e.fabric_helpers import (
     DIALECTS,
-    POOL_SIZE,
     ROOT,
     Env,
     attr,
@@ -37,6 +39,11 @@ from tests.e2e.pods import claim_of, gone, phase, pod, refused
 
 pytestmark = pytest.mark.cluster
 FABRIC_DIALECTS = DIALECTS
+
+
+@pytest.fixture(scope="module")
+def controller_args() -> tuple[str, ...]:
+    return ("--fabric-pool-shape=per-node",)  # the variants are the subject
 
 
 def test_pool_has_one_variant_per_reachable_adapter(env: Env, resource_api: Any) -> None:
@@ -110,7 +117,7 @@ def test_fabric_gpu_attached_released_and_reused(
         timeout=30,
     )
     assert detached.message == f"fabric device gpu-2 detached from node {node}"
-    assert len(fabric_pool(resource_api)) == POOL_SIZE
+    assert len(fabric_pool(resource_api)) == env.pool_size
     # The device is back: the next pod (on the other node) gets it.
     runs_with(env, core, ns, "second", tmpl, env.nodes[1].name, "gpu-2", "adapter1")
 
@@ -192,7 +199,7 @@ def test_pod_deleted_while_prebind_waits_is_detached_by_the_controller(
     finally:
         env.fabric.faults(attachLatencySeconds=0.2)
     pool = fabric_pool(resource_api)
-    assert len(pool) == POOL_SIZE
+    assert len(pool) == env.pool_size
     names = {n.name for n in env.nodes}
     assert {d.node_name for d in pool.values() if attr(d, "fabricDevice") == "gpu-1"} == names
     # The device is free again: a new pod (on the other node) gets it.
@@ -259,7 +266,7 @@ def test_gpu_and_vf_both_from_the_fabric_through_one_adapter(
     assert node_vfs(resource_api, node) == local_before
     gone(core, ns, "fabpair")
     wait_for("both detached", lambda: not env.fabric.connections(), timeout=60)
-    assert len(fabric_pool(resource_api)) == POOL_SIZE
+    assert len(fabric_pool(resource_api)) == env.pool_size
 
 
 def test_a_device_turning_critical_leaves_the_pool_on_the_fabric_event(
@@ -277,7 +284,9 @@ def test_a_device_turning_critical_leaves_the_pool_on_the_fabric_event(
     finally:
         env.fabric.faults(devices={"gpu-1": {"health": "OK"}})
     wait_for(
-        "gpu-1 back in the pool", lambda: len(fabric_pool(resource_api)) == POOL_SIZE, timeout=20
+        "gpu-1 back in the pool",
+        lambda: len(fabric_pool(resource_api)) == env.pool_size,
+        timeout=20,
     )
 
 

@@ -11,7 +11,9 @@ the claim names the device by its serial and, for CXL memory, by the memdev
 the node reports (its BDF, and the node's name of it). A detach the host
 refuses (CXL memory in use) keeps the device attached and says why until
 the memory is released. Each attach dialect: a CXL attach is a Memory
-Connection in one and a Zone PATCH in the other.
+Connection in one and a Zone PATCH in the other. The controller runs in the
+default shape (per-domain); the per-node examples' test switches it to
+per-node (the per-domain examples run in tests/e2e/test_fabric_domain_e2e.py).
 """
 
 from __future__ import annotations
@@ -23,7 +25,13 @@ from typing import Any
 import pytest
 import yaml
 
-from driver.fabric_devices.naming import NodeFabric, cxl_bdf_of, cxl_serial_of, variant_name
+from driver.fabric_devices.naming import (
+    NodeFabric,
+    cxl_bdf_of,
+    cxl_serial_of,
+    in_fabric_pool,
+    variant_name,
+)
 from tests.e2e.fabric_helpers import (
     DIALECTS,
     Env,
@@ -31,6 +39,7 @@ from tests.e2e.fabric_helpers import (
     SwitchLayout,
     attr,
     fabric_pool,
+    restart,
     running,
     template,
 )
@@ -51,7 +60,7 @@ LAYOUT = FabricLayout(
     type="CXL",
 )
 CXL_BYTES = 64 << 30  # tests/harness/fabricsim.switch's CXL memory size
-EXAMPLES = Path(__file__).resolve().parents[2] / "deviceclasses" / "examples"
+PER_NODE = Path(__file__).resolve().parents[2] / "deviceclasses" / "examples" / "per-node"
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +94,7 @@ def env_of(container: dict[str, Any]) -> dict[str, str]:
 
 def ready_entry(claim: Any) -> Any:
     """The claim's one fabric device status entry, ready."""
-    (entry,) = [d for d in claim.status.devices or [] if d.pool == "fabric"]
+    (entry,) = [d for d in claim.status.devices or [] if in_fabric_pool(d.pool, "fabric")]
     assert {c.type: c.status for c in entry.conditions} == {"FabricDeviceReady": "True"}
     return entry
 
@@ -101,7 +110,7 @@ def attached_and_running(
     running(env, core, ns, name)
     claim = claim_of(core, resource_api, ns, name)
     (result,) = claim.status.allocation.devices.results
-    assert result.pool == "fabric"
+    assert in_fabric_pool(result.pool, "fabric"), result  # its domain pool (or per-node)
     device = attr(fabric_pool(resource_api)[result.device], "fabricDevice")
     assert asked(env, device, sim.name, since) == 1, env.fabric.attach_requests()
     return claim, container_record(sim, ns, name)
@@ -214,15 +223,32 @@ def test_a_detach_refused_while_the_memory_is_in_use_waits_for_it(
 
 def example(resource_api: Any, core: Any, ns: str, file: str) -> str:
     """Create the example's claim template and pod in ``ns``; the pod's name."""
-    template_doc, pod_doc = yaml.safe_load_all((EXAMPLES / file).read_text())
+    template_doc, pod_doc = yaml.safe_load_all((PER_NODE / file).read_text())
     resource_api.create_namespaced_resource_claim_template(ns, template_doc)
     core.create_namespaced_pod(ns, pod_doc)
     return str(pod_doc["metadata"]["name"])
 
 
-def test_the_gpudirect_storage_and_cxl_tier_examples_run(
+def test_the_per_node_gpudirect_storage_and_cxl_tier_examples_run(
     env: Env, resource_api: Any, core: Any, namespace: str
 ) -> None:
+    """deviceclasses/examples/per-node/'s GDS and CXL tier, the controller
+    switched to ``--fabric-pool-shape=per-node`` (and back after)."""
+    plain, shape = env.ctl.extra, "--fabric-pool-shape=per-node"
+    env.ctl.extra, env.per_domain = (*plain, shape), False
+    restart(env, "controller-per-node")
+    try:
+        wait_for("the per-node pool", lambda: env.check_alive() and
+                 len(fabric_pool(resource_api)) == env.pool_size, timeout=60)  # fmt: skip
+        per_node_examples(env, resource_api, core, namespace)
+    finally:
+        env.ctl.extra, env.per_domain = plain, True
+        restart(env, "controller-per-domain")
+    wait_for("the domain pools", lambda: env.check_alive() and
+             len(fabric_pool(resource_api)) == env.pool_size, timeout=60)  # fmt: skip
+
+
+def per_node_examples(env: Env, resource_api: Any, core: Any, namespace: str) -> None:
     ns = namespace
     since = len(env.fabric.attach_requests())
     gds = example(resource_api, core, ns, "gpu-nvme-gds.yaml")

@@ -63,6 +63,7 @@ def fabric_layout() -> FabricLayout:
 @pytest.fixture(scope="module")
 def controller_args() -> tuple[str, ...]:
     return (
+        "--fabric-pool-shape=per-node",  # spares as per-node variants (per-domain: domain e2e)
         f"--spares-fixed=gpu:{MODEL}=1",
         "--spares-demand=gpu:*=2",
         "--spares-demand-window=600",

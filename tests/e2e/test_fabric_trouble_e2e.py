@@ -24,7 +24,6 @@ import pytest
 from kubernetes import watch
 
 from tests.e2e.fabric_helpers import (
-    POOL_SIZE,
     Env,
     attr,
     conditions,
@@ -186,4 +185,6 @@ def test_a_device_another_tenant_took_after_listing_fails_and_the_pod_gets_anoth
         # The hold is the controller's memory: a restart gives gpu-0 back now.
         env.ctl.stop()
         env.ctl.start()
-    wait_for("pool whole again", lambda: len(fabric_pool(resource_api)) == POOL_SIZE, timeout=60)
+    wait_for(
+        "pool whole again", lambda: len(fabric_pool(resource_api)) == env.pool_size, timeout=60
+    )

@@ -8,11 +8,17 @@ claim waiting in PreBind for a slow attach. The installed console script
 reads both from the API alone: the waiting one's binding state and wait,
 the failed one's reason, the pool's held, free and withheld devices, and
 where the attached device is once the node reports it.
+
+Pinned to ``--fabric-pool-shape=per-node``: in the per-domain shape (the
+default) a device withheld after a failed attach is published nowhere and
+has no counter, so the view does not list it at all (the per-node pool
+still counts it in its counter sets); that gap is open (issue 34).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -29,6 +35,11 @@ from tests.e2e.pods import claim_of, gone, pod
 from tests.harness.cluster import LocalCluster
 
 pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def controller_args() -> tuple[str, ...]:
+    return ("--fabric-pool-shape=per-node",)  # the withheld device's listing (docstring)
 
 
 def claims(cluster: LocalCluster, ns: str) -> dict[str, dict[str, Any]]:
@@ -77,7 +88,7 @@ def test_claims_and_fabric_show_a_failed_attach_and_a_waiting_one(
         print(text)
         name = claim_of(core, resource_api, ns, "slow").metadata.name
         (line,) = [x for x in text.splitlines() if x.startswith(name + " ")]
-        assert f"fabric/{dev['device']}   attaching " in line
+        assert re.search(rf"{re.escape(dev['pool'])}/{dev['device']}\s+attaching ", line), line
         (failed_line,) = [x for x in text.splitlines() if x.rstrip().endswith(err["message"])]
         assert failed_line.split()[1] == "pending"
         pool = fabric(local_cluster)

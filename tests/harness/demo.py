@@ -36,16 +36,18 @@ REPO = Path(__file__).resolve().parents[2]
 RUN = Path(os.environ.get("PATCHBAY_DEMO_DIR", "/tmp/patchbay-demo"))
 EXAMPLES = REPO / "deviceclasses" / "examples"
 # In this order: local GPUs first, then MIG on the last local GPU, then the
-# fabric (a GPU attached to node-c, a GPU + VF pair on one of its roots, a GPU
-# + NVMe drive on one root for GPUDirect Storage, a GPU + CXL memory behind
-# one adapter).
+# fabric, each device published once (the chart's default shape, per-domain;
+# node-c carries its reach labels, tests/harness/realnode.py): a GPU attached
+# to node-c, a GPU + VF pair through the adapter on the VF's root, a GPU +
+# NVMe drive through one adapter for GPUDirect Storage, a GPU + CXL memory
+# behind one adapter.
 WORKLOADS = (
     ("single-gpu.yaml", "node-a"),
     ("two-gpus.yaml", "node-a"),
     ("mig-1g.yaml", "node-a"),
     ("mig-profile-cel.yaml", "node-a"),
     ("fabric-gpu.yaml", None),
-    ("gpu-vf-pair.yaml", "node-c"),
+    ("fabric-gpu-vf-pair.yaml", "node-c"),
     ("gpu-nvme-gds.yaml", None),
     ("gpu-cxl-memory.yaml", None),
 )
@@ -84,7 +86,7 @@ def report(cluster: realnode.RealCluster, pods: list[str]) -> None:
     slices = json.loads(cluster.kubectl("get", "resourceslices", "-o", "json").stdout)["items"]
     devices = {(s["spec"]["pool"]["name"], d["name"]): d
                for s in slices for d in s["spec"].get("devices", [])}  # fmt: skip
-    print(f"\n{'pod':16} {'phase':8} {'node':7} {'pool':8} {'device':30} {'pcieRoot':11}")
+    print(f"\n{'pod':16} {'phase':8} {'node':7} {'pool':24} {'device':30} {'pcieRoot':11}")
     for name in pods:
         pod = json.loads(cluster.kubectl("get", "pod", name, "-n", NS, "-o", "json").stdout)
         phase, node = pod["status"].get("phase", "?"), pod["spec"].get("nodeName", "-")
@@ -100,7 +102,7 @@ def report(cluster: realnode.RealCluster, pods: list[str]) -> None:
         for r in results or [{"pool": "-", "device": "-"}]:
             attrs = devices.get((r["pool"], r["device"]), {}).get("attributes", {})
             root = attrs.get("resource.kubernetes.io/pcieRoot", {}).get("string", "-")
-            print(f"{name:16} {phase:8} {node:7} {r['pool']:8} {r['device']:30} {root:11}")
+            print(f"{name:16} {phase:8} {node:7} {r['pool']:24} {r['device']:30} {root:11}")
         if phase == "Running":
             print(f"{'':16} container saw: {seen(cluster, name)}")
 

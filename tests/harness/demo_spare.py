@@ -19,9 +19,11 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from driver.fabric_devices.naming import in_fabric_pool, is_adapter_pool
 from tests.harness import poll, realnode, realnode_chart
 
 NODE = "node-c"  # the GPU-less node behind the fabric
+FABRIC_POOL = "fabric"  # the chart's controller.fabricPool
 POD = "spare-gpu-job"
 # What a DeviceClass or claim that prefers spares selects (docs/fabric.md).
 SPARE_CEL = (
@@ -70,12 +72,14 @@ def _get(cluster: realnode.RealCluster, *args: str) -> Any:
 
 
 def spares(cluster: realnode.RealCluster) -> dict[str, str]:
-    """Fabric device -> variant name of every variant published as a spare on node-c."""
+    """Fabric device -> published name of every spare offered on node-c (in the
+    per-domain shape its slice names the node; per-node, its variant does)."""
     out = {}
     for s in _get(cluster, "resourceslices")["items"]:
         for d in s["spec"].get("devices", []):
             attrs = d.get("attributes", {})
-            if attrs.get("spare", {}).get("bool") and d.get("nodeName") == NODE:
+            on = d.get("nodeName") or s["spec"].get("nodeName")
+            if attrs.get("spare", {}).get("bool") and on == NODE:
                 out[attrs["fabricDevice"]["string"]] = d["name"]
     return out
 
@@ -118,7 +122,8 @@ def binding_line(cluster: realnode.RealCluster, ns: str, pod: str) -> str | None
     took = allocation_to_running(cluster, ns, pod)
     claim = claim_of(cluster, ns, pod) if took is not None else {}
     results = ((claim.get("status") or {}).get("allocation") or {}).get("devices", {})
-    fabric = [r for r in results.get("results", []) if r["pool"] == "fabric"]
+    fabric = [r for r in results.get("results", []) if in_fabric_pool(r["pool"], FABRIC_POOL)
+              and not is_adapter_pool(r["pool"], FABRIC_POOL)]  # fmt: skip
     if took is None or not fabric:
         return None
     waits = sorted({c for r in fabric for c in r.get("bindingConditions") or ()})

@@ -30,6 +30,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from tests.harness import realnode_chart
 from tests.harness import realnode_net as net
 from tests.harness.cluster import LocalCluster, PrerequisiteError, bin_dir
 from tests.harness.cluster_proc import ComponentError, stop_group, tail
@@ -175,7 +176,12 @@ class RealCluster:
 
 DEFAULT_NODES = [
     NodeSpec("node-a", "2x-h100-nic", {"patchbay.dev/simulated": "true"}),
-    NodeSpec("node-c", "fabric-adapters", {"patchbay.dev/simulated": "true"}),
+    # node-c's fabric reach labels, set as provisioning would (kubelet --node-labels).
+    NodeSpec(
+        "node-c",
+        "fabric-adapters",
+        {"patchbay.dev/simulated": "true", **realnode_chart.reach_labels()},
+    ),
 ]
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from driver.fabric_devices.naming import REACH_LABEL_PREFIX
 from tests.harness.fabricsim import switch
 from tests.harness.realnode_node import make_path
 
@@ -60,6 +61,16 @@ def fabric_values(node: str) -> dict[str, Any]:
             },
         },
     }
+
+
+def reach_labels() -> dict[str, str]:
+    """The reach labels of the node :func:`fabric_values` wires (docs/fabric.md,
+    "Reach labels"): each switch's devices reach it through an adapter of
+    their own, so each switch is a reach domain, ``<fabric>.<switch>``. Set
+    where the node is made, as provisioning would (kubelet ``--node-labels``)."""
+    fabrics = fabric_values("")["fabric"]["topology"]["fabrics"]
+    domains = [f"{f['id']}.{sw['id']}" for f in fabrics for sw in f["switches"]]
+    return {REACH_LABEL_PREFIX + d: "" for d in domains}
 
 
 class Release:

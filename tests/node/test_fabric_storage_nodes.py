@@ -1,8 +1,10 @@
 """NVMe drives and CXL memory from the fabric, in real containers on real nodes.
 
-The examples ``gpu-nvme-gds.yaml`` (a GPU and an NVMe drive on one
-``pcieRoot``) and ``gpu-cxl-memory.yaml`` (a GPU and CXL Type 3 memory behind
-one adapter) run unpinned: the scheduler can satisfy them only with the
+The examples ``gpu-nvme-gds.yaml`` (a fabric GPU and an NVMe drive) and
+``gpu-cxl-memory.yaml`` (a fabric GPU and CXL Type 3 memory), each through
+one fabric adapter of the node in one reach domain (the chart's default
+shape, per-domain; node-c carries its reach labels as provisioning would),
+run unpinned: the scheduler can satisfy them only with the
 simulated CXL fabric's devices behind node-c's adapter0
 (``tests.harness.realnode_chart.fabric_values``), so the controller attaches them, the
 fabric hot-adds them on node-c's simulated host, the plugin prepares them and
@@ -31,9 +33,9 @@ from tests.node.helpers import Tier, attr, example, seen
 # The first test of the session also waits for it: image build, nodes, helm install.
 pytestmark = [pytest.mark.node, pytest.mark.timeout(900)]
 
-ROOT = "resource.kubernetes.io/pcieRoot"
 GIB = 1 << 30
 PODS = {"gds-job": "drive", "cxl-tier-job": "memory"}  # pod -> its fabric request
+DOMAIN = "patchbay.dev/fabricDomain"
 
 
 def fabric_view(tier: Tier) -> dict[str, dict[str, Any]]:
@@ -63,7 +65,10 @@ def test_fabric_nvme_and_cxl_memory_reach_containers_and_return(tier: Tier, name
         tier.record(f"{pod}: apply to Running (fabric GPU + {request}, attached)",
                     f"{time.monotonic() - started:.2f}s")  # fmt: skip
         got[pod] = requests_of(tier, ns, pod)
+        adapter = got[pod].pop("adapter")  # the node's adapter, through which both attach
+        assert attr(adapter, "patchbay.dev/fabricAdapter") == "adapter0", adapter
         assert {attr(d, "patchbay.dev/attachment") for d in got[pod].values()} == {"fabric"}
+        assert {attr(d, DOMAIN) for d in got[pod].values()} == {attr(adapter, DOMAIN)}
         claim = tier.claim_of(ns, pod)
         conds = {c["type"]: c["status"] for d in claim["status"]["devices"]
                  for c in d["conditions"]}  # fmt: skip
@@ -72,7 +77,6 @@ def test_fabric_nvme_and_cxl_memory_reach_containers_and_return(tier: Tier, name
     # GPUDirect Storage: the drive's namespace (block) and its generic char device.
     gpu, drive = got["gds-job"]["gpu"], got["gds-job"]["drive"]
     assert attr(drive, "patchbay.dev/type") == "nvme"
-    assert attr(gpu, ROOT) == attr(drive, ROOT)
     env, nodes = seen(tier.logs(ns, "gds-job"))
     blocks = env["PATCHBAY_NVME_DEVICES"].split(",")
     generics = env["PATCHBAY_NVME_GENERIC_DEVICES"].split(",")

@@ -144,7 +144,8 @@ def test_the_node_prepares_nothing_for_the_claims_adapter() -> None:
     assert [d.request for d in devices] == ["gpu"]
 
 
-EXAMPLES = Path(__file__).parents[2] / "deviceclasses/examples/per-domain"
+EXAMPLES = Path(__file__).parents[2] / "deviceclasses/examples"
+PAIRINGS = ("fabric-gpu-vf-pair.yaml", "gpu-nvme-gds.yaml", "gpu-cxl-memory.yaml")
 
 
 def test_the_per_domain_examples_pair_on_what_the_pools_publish() -> None:
@@ -168,7 +169,7 @@ def test_the_per_domain_examples_pair_on_what_the_pools_publish() -> None:
     ).to_json()["attributes"]
     published["vf.patchbay.dev"] = {PCIE_ROOT: {"string": "pci0000:15"}}  # a local VF's root
     seen = 0
-    for path in sorted(EXAMPLES.glob("*.yaml")):
+    for path in (EXAMPLES / name for name in PAIRINGS):
         (tmpl,) = [d for d in yaml.safe_load_all(path.read_text()) if d and d["kind"] ==
                    "ResourceClaimTemplate"]  # fmt: skip
         devices = tmpl["spec"]["spec"]["devices"]

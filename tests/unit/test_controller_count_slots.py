@@ -27,6 +27,8 @@ from driver.controller.attach.holds import FailedHolds
 from driver.controller.attach.reports import NodeReports
 from driver.controller.attach.status import ClaimStatusWriter
 from driver.controller.attach.workers import Workers
+from driver.controller.pool.domain_pool import DomainPool
+from driver.controller.pool.domain_slot_pool import DomainSlotPool
 from driver.controller.pool.model import DevicePool, SlotPool, pool_model
 from driver.controller.pool.slots import (
     SLOT_ATTRIBUTE,
@@ -286,8 +288,10 @@ async def test_only_a_count_fabric_gets_model_slots() -> None:
     try:
         assert count.picks_devices and not redfish.picks_devices
         assert not MemoryFabric([gpu(0)]).picks_devices
-        assert isinstance(pool_model(count.picks_devices), SlotPool)
-        assert isinstance(pool_model(redfish.picks_devices), DevicePool)
+        assert isinstance(pool_model(count.picks_devices, "per-node"), SlotPool)
+        assert isinstance(pool_model(redfish.picks_devices, "per-node"), DevicePool)
+        assert isinstance(pool_model(count.picks_devices, "per-domain"), DomainSlotPool)
+        assert isinstance(pool_model(redfish.picks_devices, "per-domain"), DomainPool)
     finally:
         await count.close()
         await redfish.close()

@@ -71,7 +71,9 @@ def ready(w: World) -> dict[str, str]:
 async def test_a_spare_is_what_arrived_and_a_pod_takes_it_with_no_scale_up() -> None:
     w = world()
     spare = variant_name("GPU-1", "node-a", "adapter0")
-    async with running(Reconciler(w.api, w.fabric, settings(**RULES))):
+    async with running(
+        Reconciler(w.api, w.fabric, settings(fabric_pool_shape="per-node", **RULES))
+    ):
         await w.changed.until("a spare published", lambda: spares(w) != [])
         # Asked through gpu-0 (the first free H100); the manager chose gpu-1.
         assert spares(w) == [spare] and w.fabric.scale_ups == 1
@@ -92,7 +94,9 @@ async def test_slots_that_only_a_spares_device_can_serve_get_it() -> None:
     w = world()
     slots = [variant_name(slot_id("sw0", H100, "node-b", "adapter0", i), "node-b", "adapter0")
              for i in range(2)]  # fmt: skip
-    async with running(Reconciler(w.api, w.fabric, settings(**RULES))):
+    async with running(
+        Reconciler(w.api, w.fabric, settings(fabric_pool_shape="per-node", **RULES))
+    ):
         await w.changed.until("a spare published", lambda: spares(w) != [])
         assert spares(w) == [variant_name("GPU-1", "node-a", "adapter0")]
         # Two slots of node-b: gpu-0 is free, gpu-1 is node-a's spare.
@@ -106,10 +110,12 @@ async def test_slots_that_only_a_spares_device_can_serve_get_it() -> None:
 
 async def test_a_restart_keeps_the_spare_it_finds() -> None:
     w = world()
-    async with running(Reconciler(w.api, w.fabric, settings(**RULES))):
+    async with running(
+        Reconciler(w.api, w.fabric, settings(fabric_pool_shape="per-node", **RULES))
+    ):
         await w.changed.until("a spare published", lambda: spares(w) != [])
     (spare,) = spares(w)
-    rec = Reconciler(w.api, w.fabric, settings(**RULES))
+    rec = Reconciler(w.api, w.fabric, settings(fabric_pool_shape="per-node", **RULES))
     keep = rec.spares.reconcile
 
     def noted(*args: Any) -> Any:  # each of its passes wakes the wait below

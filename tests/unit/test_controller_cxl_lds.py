@@ -105,7 +105,7 @@ OWN = variant_name(SERIAL, "node-a", "adapter0", "cxlmem")  # the node's name of
 async def test_per_node_each_ld_has_its_own_variant_and_the_node_prepares_its_own() -> None:
     w = Lds(ld(1, "0001"), ld(2, "0002"))
     names = [variant_name(f"{SERIAL}:000{i}", "node-a", "adapter0", "cxlmem") for i in (1, 2)]
-    async with running(Reconciler(w.api, w.fabric, settings())):
+    async with running(Reconciler(w.api, w.fabric, settings(fabric_pool_shape="per-node"))):
         await w.changed.until("both LDs published", lambda: set(names) <= set(w.devices()))
         assert OWN not in w.devices()
         w.api.add(CLAIMS, allocated("fabric", names[1]))
@@ -137,13 +137,15 @@ async def test_a_claim_allocated_under_todays_name_runs_on_and_is_detached_on_re
     its variant's adapter, the node prepares that name as it always did (no
     ``PREPARED_AS_KEY``), and the release detaches the device."""
     before = Lds(ld(2, ""))
-    async with running(Reconciler(before.api, before.fabric, settings())):
+    async with running(
+        Reconciler(before.api, before.fabric, settings(fabric_pool_shape="per-node"))
+    ):
         await before.changed.until("today's name", lambda: OWN in before.devices())
     w = Lds(ld(1, "0001"), ld(2, "0002"))
     w.api = before.api  # the cluster as the old controller left it
     w.api.on_store = lambda _path, _obj: w.changed.changed()
     w.api.add(CLAIMS, allocated("fabric", OWN))
-    async with running(Reconciler(w.api, w.fabric, settings())):
+    async with running(Reconciler(w.api, w.fabric, settings(fabric_pool_shape="per-node"))):
         await w.changed.until("the claim ready", lambda: condition(w, READY_CONDITION))
         assert entry(w)["data"]["fabricDevice"] == "ld-2"
         assert PREPARED_AS_KEY not in entry(w)["data"]

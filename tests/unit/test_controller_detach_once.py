@@ -95,7 +95,7 @@ async def test_a_pass_on_the_inventory_before_a_detach_ends_does_not_detach_agai
     # A leftover: attached to node-a, and no claim needs it.
     await Fabric.attach(fabric, "gpu-0", "node-a", "adapter0")
     before = detaches_ok()
-    rec = Reconciler(w.api, fabric, settings())
+    rec = Reconciler(w.api, fabric, settings(fabric_pool_shape="per-node"))
     passes = watch_passes(rec, fabric, w.changed)
     async with running(rec):
         await w.changed.until("a pass on the inventory from before the detach", lambda: any(passes))
@@ -111,7 +111,11 @@ async def test_a_pass_on_the_inventory_before_a_detach_ends_does_not_detach_agai
 
 async def test_a_pass_on_the_inventory_before_a_spare_arrived_attaches_no_other() -> None:
     w, fabric = world(gpus=3)
-    rec = Reconciler(w.api, fabric, settings(spares_fixed=f"gpu:{MODEL}=1", spares_cap=1.0))
+    rec = Reconciler(
+        w.api,
+        fabric,
+        settings(fabric_pool_shape="per-node", spares_fixed=f"gpu:{MODEL}=1", spares_cap=1.0),
+    )
     passes = watch_passes(rec, fabric, w.changed)
     async with running(rec):
         await w.changed.until("a pass on the inventory from before the attach", lambda: any(passes))

@@ -84,7 +84,9 @@ async def test_an_upgrade_keeps_a_per_node_allocation_until_released() -> None:
     release the old pool is withdrawn and the device is published once."""
     w = Counting()
     old = variant_name("GPU-0", "node-a", "adapter0")
-    async with running(Reconciler(w.api, w.fabric, settings())):  # today's chart
+    async with running(
+        Reconciler(w.api, w.fabric, settings(fabric_pool_shape="per-node"))
+    ):  # the chart before
         await w.changed.until("the per-node pool", lambda: old in w.devices())
     allocated = claim("node-a")
     result = allocated["status"]["allocation"]["devices"]["results"][0]

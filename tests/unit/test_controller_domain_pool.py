@@ -215,7 +215,7 @@ async def test_the_controller_publishes_domain_pools_names_bad_labels_and_leaves
     assert (event["regarding"]["name"], event["type"]) == ("node-x", "Warning")
     assert event["reason"] == "FabricReachLabelWithoutReach" and LABEL in event["note"]
     # Back to the per-node shape: its pool is published, the domain pool withdrawn.
-    async with running(Reconciler(api, fabric, settings())):
+    async with running(Reconciler(api, fabric, settings(fabric_pool_shape="per-node"))):
         await changed.until(
             "the per-node pool alone", lambda: list(stored_pools(api)) == ["fabric"]
         )

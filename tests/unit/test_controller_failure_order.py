@@ -62,7 +62,11 @@ async def test_the_failure_is_written_after_the_pool_without_the_device() -> Non
     api.add(CLAIMS, claim)
     fabric.fail("attach", FabricApiError(400, "ActionNotSupported", "refused"))
     settings = ControllerSettings(
-        fabric_url="http://fabric", fabric_token="t", fabric_refresh=300, fabric_insecure=True
+        fabric_url="http://fabric",
+        fabric_token="t",
+        fabric_refresh=300,
+        fabric_insecure=True,
+        fabric_pool_shape="per-node",  # the per-node variant's name
     )
     rec = Reconciler(api, fabric, settings)
     task = asyncio.create_task(rec.run())

@@ -37,7 +37,7 @@ async def test_a_device_held_back_by_a_read_stays_published() -> None:
     w = World(2)
     fabric = Doubting(list(w.fabric.devices.values()), w)
     w.fabric = fabric
-    rec = Reconciler(w.api, fabric, settings())
+    rec = Reconciler(w.api, fabric, settings(fabric_pool_shape="per-node"))
     async with running(rec):
         await w.changed.until("both GPUs published", lambda: len(w.devices()) == 2)
         before = sorted(w.devices())
@@ -68,7 +68,7 @@ async def test_a_claim_whose_attached_device_is_held_back_is_told_and_keeps_it()
     w = World(2)
     fabric = Doubting(list(w.fabric.devices.values()), w)
     w.fabric = fabric
-    rec = Reconciler(w.api, fabric, settings())
+    rec = Reconciler(w.api, fabric, settings(fabric_pool_shape="per-node"))
     taken = variant_name("GPU-1", "node-a", "adapter0")
     claim = {
         "metadata": {"name": "c", "namespace": "default", "uid": "uid-1"},

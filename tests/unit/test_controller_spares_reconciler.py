@@ -32,7 +32,7 @@ async def test_a_fixed_spare_is_published_without_binding_conditions_and_survive
     w = World(gpus=2)
     spare_gpu1 = variant_name("GPU-1", "node-a", "adapter0")
     taken_gpu0 = variant_name("GPU-0", "node-a", "adapter0")
-    rules = settings(spares_fixed=f"gpu:{MODEL}=1", spares_cap=0.5)
+    rules = settings(fabric_pool_shape="per-node", spares_fixed=f"gpu:{MODEL}=1", spares_cap=0.5)
     async with running(Reconciler(w.api, w.fabric, rules)):
         await w.changed.until("a spare published", lambda: w.spares() != [])
     (name,) = w.spares()
@@ -62,7 +62,12 @@ async def test_a_fixed_spare_is_published_without_binding_conditions_and_survive
 
 async def test_a_demand_spare_follows_an_allocation_and_leaves_when_idle() -> None:
     w = World(gpus=3)
-    rules = settings(spares_demand="gpu:*=1", spares_idle_timeout=30, spares_cap=0.5)
+    rules = settings(
+        fabric_pool_shape="per-node",
+        spares_demand="gpu:*=1",
+        spares_idle_timeout=30,
+        spares_cap=0.5,
+    )
     rec = Reconciler(w.api, w.fabric, rules)
     taken = variant_name("GPU-0", "node-a", "adapter0")
     claim = {

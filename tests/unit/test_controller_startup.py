@@ -40,7 +40,11 @@ async def test_first_pass_publishes_whichever_input_is_ready_last(last: str) -> 
     held = {kind: api.pause(path) for kind, path in LISTS.items()}
     held["fabric"] = fabric.pause()
     settings = ControllerSettings(
-        fabric_url="http://fabric", fabric_token="t", fabric_refresh=300, fabric_insecure=True
+        fabric_url="http://fabric",
+        fabric_token="t",
+        fabric_refresh=300,
+        fabric_insecure=True,
+        fabric_pool_shape="per-node",  # one pool of one variant (node-a, adapter0)
     )
     rec = Reconciler(api, fabric, settings)
     stored = Signal()

@@ -76,10 +76,10 @@ async def test_plugin_maps_attached_devices_into_the_configured_pool(tmp_path: P
 
 def test_the_pool_shape_is_one_setting_and_a_wrong_one_is_named() -> None:
     env = dict(CONTROLLER_ENV)
-    assert parse_settings(ControllerSettings, [], env).fabric_pool_shape == "per-node"
-    env["FABRIC_POOL_SHAPE"] = "per-domain"
     assert parse_settings(ControllerSettings, [], env).fabric_pool_shape == "per-domain"
-    flag = ["--fabric-pool-shape=per-node"]
-    assert parse_settings(ControllerSettings, flag, env).fabric_pool_shape == "per-node"
+    env["FABRIC_POOL_SHAPE"] = "per-node"
+    assert parse_settings(ControllerSettings, [], env).fabric_pool_shape == "per-node"
+    flag = ["--fabric-pool-shape=per-domain"]
+    assert parse_settings(ControllerSettings, flag, env).fabric_pool_shape == "per-domain"
     with pytest.raises(ConfigError, match="FABRIC_POOL_SHAPE"):
         parse_settings(ControllerSettings, [], {**env, "FABRIC_POOL_SHAPE": "domain"})

@@ -216,7 +216,7 @@ def mine(pinned: Mapping[str, str], pool: str) -> set[str]:
     return {name for name, p in pinned.items() if p == pool}
 
 
-def pool_model(picks_devices: bool, shape: str = "per-node") -> PoolModel:
+def pool_model(picks_devices: bool, shape: str) -> PoolModel:
     """The pool's shape for a fabric whose manager picks the device (or not),
     and the ``fabric_pool_shape`` setting."""
     if picks_devices:

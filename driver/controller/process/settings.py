@@ -61,9 +61,10 @@ class ControllerSettings(
         "an attach before it fails (FabricDeviceFailed); that time is not attach_timeout's",
     )
     fabric_pool_shape: Literal["per-node", "per-domain"] = Field(
-        default="per-node",
-        description="how the fabric pool is published: per-node (a variant per device and "
-        "node) or per-domain (each device once, in a pool per reach domain; docs/fabric.md)",
+        default="per-domain",
+        description="how the fabric pool is published: per-domain (each device once, in a pool "
+        "per reach domain; nodes need their reach labels, docs/fabric.md) or per-node (a "
+        "variant per device and node: the pool grows with the cluster, docs/scale.md)",
     )
     failed_device_hold: float = Field(
         default=600.0,
