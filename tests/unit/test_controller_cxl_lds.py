@@ -170,7 +170,7 @@ async def test_two_lds_on_one_node_each_prepared_as_the_memdev_that_arrived() ->
     prepares it. Before the keys, both claims named the same node device."""
     w = Memdevs(ld(1, "0001"), ld(2, "0002"))
     names = [variant_name(f"{SERIAL}:000{i}", "node-a", "adapter0", "cxlmem") for i in (1, 2)]
-    async with running(Reconciler(w.api, w.fabric, settings())):
+    async with running(Reconciler(w.api, w.fabric, settings(fabric_pool_shape="per-node"))):
         await w.changed.until("both LDs published", lambda: set(names) <= set(w.devices()))
         w.api.add(CLAIMS, allocated("fabric", names[0], 1))
         w.api.add(CLAIMS, allocated("fabric", names[1], 2))
@@ -193,7 +193,7 @@ async def test_one_ld_released_is_detached_while_the_other_stays_prepared() -> N
     once. Before, the shared serial kept it until the other claim was gone."""
     w = Memdevs(ld(1, "0001"), ld(2, "0002"))
     names = [variant_name(f"{SERIAL}:000{i}", "node-a", "adapter0", "cxlmem") for i in (1, 2)]
-    async with running(Reconciler(w.api, w.fabric, settings())):
+    async with running(Reconciler(w.api, w.fabric, settings(fabric_pool_shape="per-node"))):
         await w.changed.until("both LDs published", lambda: set(names) <= set(w.devices()))
         w.api.add(CLAIMS, allocated("fabric", names[0], 1))
         w.api.add(CLAIMS, allocated("fabric", names[1], 2))
