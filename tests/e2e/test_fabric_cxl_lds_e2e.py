@@ -22,7 +22,13 @@ import pytest
 
 from driver.cxl.discovery import memories
 from driver.devices.model import PCI_BUS_ID
-from driver.fabric_devices.naming import NodeFabric, cxl_bdf_of, cxl_key, variant_name
+from driver.fabric_devices.naming import (
+    NodeFabric,
+    cxl_bdf_of,
+    cxl_key,
+    in_fabric_pool,
+    variant_name,
+)
 from tests.e2e.fabric_helpers import (
     Env,
     FabricLayout,
@@ -71,7 +77,7 @@ def test_two_lds_of_one_mld_on_one_node_each_prepared_as_its_own(
     got: dict[str, tuple[str, str, str]] = {}  # pod -> (LD, memdev BDF, dax path)
     for name in PODS:
         claim = claim_of(core, resource_api, ns, name)
-        (entry,) = [d for d in claim.status.devices or [] if d.pool == "fabric"]
+        (entry,) = [d for d in claim.status.devices or [] if in_fabric_pool(d.pool, "fabric")]
         data = entry.data
         device, bdf = data["fabricDevice"], data[PCI_BUS_ID]
         assert conns[device][:2] == (sim.name, "adapter0")
