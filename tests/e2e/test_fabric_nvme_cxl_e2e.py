@@ -149,6 +149,7 @@ def test_an_nvme_drive_from_the_fabric(
     (serial,) = report(core, sim.name).nvme  # what the node sees under adapter0
     assert ready_entry(claim).data == {
         "fabricDevice": "nvme-0", "serial": serial, "adapter": "adapter0",
+        "preparedAs": variant_name(serial, sim.name, "adapter0", "nvme"),
     }  # fmt: skip
     nodes = sorted(n["path"] for n in container["deviceNodes"])
     assert len(nodes) == 2 and re.fullmatch(r"/dev/ng(\d+)n1", nodes[0]), nodes

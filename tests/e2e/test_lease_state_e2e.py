@@ -162,6 +162,15 @@ def test_a_user_with_edit_cannot_change_the_lease_state(
     alice = client.ResourceV1Api(editor)
     alice.create_namespaced_resource_claim(namespace, claim("c"))
     patch = alice.patch_namespaced_resource_claim
+    # The guard is a policy of its own and comes into force on its own time (a
+    # run saw alice's first patch let through): wait until it refuses her a
+    # dry run, which changes nothing either way.
+    change = {"metadata": {"annotations": {STATE[0]: "2099-01-01T00:00:00Z"}}}
+    wait_for(
+        "the lease-state guard in force",
+        lambda: "written by patchbay only" in refusal(patch, "c", namespace, change, dry_run="All"),
+        timeout=60,
+    )
     for key, value in ((HOLDER, "bob"), (HOLDER, None), (HOLDER_POD, "p"),
                        *((k, "2099-01-01T00:00:00Z") for k in STATE)):  # fmt: skip
         message = refusal(patch, "c", namespace, {"metadata": {"annotations": {key: value}}})
