@@ -27,6 +27,7 @@ from driver.fabric_devices.naming import (
     in_fabric_pool,
     is_adapter_pool,
 )
+from driver.kube.reservations import allocated_node
 
 # The key of ``status.devices[].data`` that holds an attach's operation handle
 # while it is under way (replaced by the device's identity once it is ready).
@@ -99,18 +100,6 @@ def _served(entry: Mapping[str, Any], key: str = "fabricDevice") -> str:
     data = entry.get("data")
     served = data.get(key) if isinstance(data, Mapping) else None
     return served if isinstance(served, str) else ""
-
-
-def allocated_node(allocation: Mapping[str, Any]) -> str:
-    """The one node an allocation's ``nodeSelector`` names by ``metadata.name``
-    (what the scheduler writes for a device that binds to a node), or ""."""
-    terms = (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or ()
-    for term in terms:
-        for f in term.get("matchFields") or ():
-            values = list(f.get("values") or [])
-            if f.get("key") == "metadata.name" and f.get("operator") == "In" and len(values) == 1:
-                return str(values[0])
-    return ""
 
 
 def fabric_allocations(claim: Mapping[str, Any], pool: str) -> list[FabricAllocation]:

@@ -26,7 +26,7 @@ from driver import DRIVER_NAME
 from driver.inspect.events import EventIndex, newest, parse_time
 from driver.inspect.inventory import JsonObj, build
 from driver.inspect.table import table
-from driver.kube.reservations import reserved_for
+from driver.kube.reservations import allocated_node, reserved_for
 
 DEVICE_CLASS_SUFFIX = f".{DRIVER_NAME}"
 
@@ -111,8 +111,9 @@ def claims_view(
                 "device": r.get("device"),
                 "type": dev.type if dev else "?",
             }
-            if dev is not None and dev.node:
-                nodes.add(dev.node)
+            # A device published without a node (a per-domain fabric pool's): the
+            # node the allocation is bound to.
+            nodes.add(dev.node if dev is not None and dev.node else allocated_node(allocation))
             if r.get("bindingConditions"):
                 entry = entries.get((r.get("pool"), r.get("device"))) or {}
                 d["binding"] = binding(
@@ -134,7 +135,7 @@ def claims_view(
                 "namespace": ns,
                 "name": name,
                 "state": state,
-                "node": ",".join(sorted(nodes)),
+                "node": ",".join(sorted(nodes - {""})),
                 "pods": pods,
                 "podGroups": groups,
                 "devices": devices,

@@ -17,21 +17,29 @@ the pool still counts it but offers no variant, which the controller does
 while a device is held after a failed attach, while the fabric reports it
 critical or unavailable, or while no reported adapter reaches it; the
 ``why`` is the failure condition on the claim, else (withheld) the newest
-error Event naming the device. Allocations of variants no longer published (the
-controller drops a failed device at once) are listed by variant name.
+error Event naming the device. A hold is read from the Warnings that say it
+(``driver.fabric_devices.holds``: the device, the hold's length; until when
+is the Event's time plus that): in the per-domain shape a held device is
+published nowhere and has no counter, so a live hold is what lists it.
+Allocations of variants no longer published (the controller drops a failed
+device at once) are listed by variant name.
 
 In the per-domain shape (each device once, in a pool per reach domain:
 ``driver.inspect.fabric_domains``) a device of a domain pool is reachable
-from the Nodes its pool's slices select (no adapter until attached), and
-the view lists the domain pools: their Nodes and devices.
+from the Nodes its pool's slices select (no adapter until attached), a
+claim holding it is on the node its allocation is bound to (the
+scheduler's ``nodeSelector``; the adapter is the controller's pick, seen once
+the node reports the device attached), and the view lists the domain
+pools: their Nodes and devices.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from driver.fabric_devices.holds import hold_in
 from driver.fabric_devices.naming import (
     FABRIC_KIND,
     FABRIC_POOL,
@@ -43,11 +51,12 @@ from driver.fabric_devices.naming import (
 )
 from driver.health.monitor import TAINT_KEY as FAILED_TAINT
 from driver.inspect.claims import binding, binding_text
-from driver.inspect.events import EventIndex, newest
+from driver.inspect.events import EventIndex, Reported, event_time, newest, parse_time
 from driver.inspect.fabric_domains import domain_pools, selected_nodes
 from driver.inspect.inventory import PCIE_ROOT, JsonObj, build
 from driver.inspect.table import table
-from driver.kube.reservations import reserved_for
+from driver.kube.reservations import allocated_node, reserved_for
+from driver.leaseterms import format_duration
 
 
 def reports(nodes: Iterable[JsonObj]) -> dict[str, NodeFabric]:
@@ -78,6 +87,7 @@ def _allocations(claims: Iterable[JsonObj], pool: str, now: datetime) -> dict[st
                 now,
             )
             out[str(r["device"])] = {
+                "node": allocated_node(allocation) or None,  # per-domain: the variant names none
                 "claim": f"{meta.get('namespace')}/{meta.get('name')}",
                 "pods": list(reservation.pods),
                 "podGroups": list(reservation.pod_groups),
@@ -100,7 +110,23 @@ def _blank(name: str, holder: dict[str, Any] | None = None) -> dict[str, Any]:
         "holder": holder,
         "spare": None,
         "failed": None,
+        "hold": None,
     }
+
+
+def _holds(events: Iterable[JsonObj], now: datetime) -> dict[str, tuple[datetime, Reported]]:
+    """Device id -> until when a Warning says it is held and that Warning, for
+    the holds not over at ``now`` (the latest end when several say so)."""
+    out: dict[str, tuple[datetime, Reported]] = {}
+    for e in events:
+        said = hold_in(str(e.get("message", ""))) if e.get("type") == "Warning" else None
+        when = parse_time(event_time(e)) if said else None
+        if said is None or when is None:
+            continue
+        device, until = said[0], when + timedelta(seconds=said[1])
+        if until > now and (device not in out or until > out[device][0]):
+            out[device] = (until, newest([e]) or Reported("", "", "", ""))
+    return out
 
 
 def _pool_counters(slices: Iterable[JsonObj], pool: str) -> set[str]:
@@ -114,7 +140,7 @@ def _pool_counters(slices: Iterable[JsonObj], pool: str) -> set[str]:
     return out
 
 
-def _why(d: Mapping[str, Any], index: EventIndex) -> dict[str, Any] | None:
+def _why(d: Mapping[str, Any], index: EventIndex, hold: Reported | None) -> dict[str, Any] | None:
     """The failed binding's condition, else for a withheld device, or one still
     attached that no claim holds (its detach under way, or refused: CXL memory
     in use), the newest error Event naming it (a held one's old errors are not
@@ -124,6 +150,7 @@ def _why(d: Mapping[str, Any], index: EventIndex) -> dict[str, Any] | None:
         return {"reason": b["reason"], "message": b["message"], "object": d["holder"]["claim"]}
     left = d["attached"] is not None and not d["holder"]
     last = newest(index.naming(d["device"])) if d["state"] == "withheld" or left else None
+    last = last or (hold if d["state"] == "withheld" else None)  # a spare's: on its Node
     return last.as_dict() if last else None
 
 
@@ -136,7 +163,7 @@ def fabric_view(
     pool: str = FABRIC_POOL,
 ) -> dict[str, Any]:
     """The pool's devices (by id) and the nodes' adapters, as plain data."""
-    slices, claims = list(slices), list(claims)
+    slices, claims, events = list(slices), list(claims), list(events)
     held = _allocations(claims, pool, now)
     seen = reports(nodes)
     unoffered = _pool_counters(slices, pool)
@@ -175,8 +202,10 @@ def fabric_view(
         if v.attr(SPARE_ATTRIBUTE) is True:  # published as a warm spare there
             d["spare"] = {"node": v.node, "adapter": adapter, "variant": v.name}
         if v.name in held:
-            d["holder"] = {"variant": v.name, "node": v.node or None, "adapter": adapter}
-            d["holder"] |= held.pop(v.name)
+            h = held.pop(v.name)
+            d["holder"] = (
+                {"variant": v.name, "adapter": adapter} | h | {"node": v.node or h["node"]}
+            )
         unoffered -= {counter for _, counter, _ in v.consumes()}
     for node, r in sorted(seen.items()):
         for d in by_id.values():
@@ -185,6 +214,8 @@ def fabric_view(
             if attached is not None:
                 d["attached"] = {"node": node, "adapter": attached, "busy": d["identity"] in r.busy}
     by_id |= {name: _blank(name) for name in unoffered}  # counted by the pool, offered nowhere
+    holds = _holds(events, now)  # per-domain: a held device is published nowhere
+    by_id |= {name: _blank(name) for name in holds if name not in by_id}
     # Allocated variants no longer published (the controller drops a failed device at once).
     by_id |= {name: _blank(name, {"variant": name} | h) for name, h in held.items()}
     index = EventIndex(events)
@@ -200,7 +231,11 @@ def fabric_view(
             if d["reachable"]
             else "withheld"
         )
-        d["why"] = _why(d, index)
+        until, said = holds.get(d["device"]) or (None, None)
+        if until is not None and d["state"] == "withheld":
+            d["hold"] = {"until": until.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                         "secondsLeft": (until - now).total_seconds()}  # fmt: skip
+        d["why"] = _why(d, index, said)
     adapters = [
         {"node": n, "adapter": a, "pcieRoot": root}
         for n, r in sorted(seen.items())
@@ -223,6 +258,8 @@ def _state(d: Mapping[str, Any]) -> str:
         state = f"spare on {spare['node']}"
     elif failed and failed["effect"] == "NoSchedule" and not d["holder"]:
         state = "held out"  # detached, tainted NoSchedule (docs/health.md, "The fabric path")
+    elif d.get("hold"):
+        state = f"withheld, {format_duration(d['hold']['secondsLeft'])} left"
     else:
         state = str(d["state"])
     return f"{state}, failed {failed['reason']}" if failed else state

@@ -11,13 +11,16 @@ appear in ``reservedFor`` (``k8s.io/dynamic-resource-allocation``
 a claim as held by nobody. This is the one place that reads the field, for
 the preparer's log context and the ``kubectl patchbay`` views alike; it
 never raises on a malformed claim (a claim a prepare fails on is still
-logged, issue 17).
+logged, issue 17). Beside it, :func:`allocated_node`: the one node an
+allocation is bound to, which the controller attaches to and the views show
+for a device published without one (the per-domain fabric pools).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 POD_RESOURCE = "pods"  # core group: apiGroup is empty
 POD_GROUP_API_GROUP = "scheduling.k8s.io"
@@ -54,3 +57,15 @@ def reserved_for(claim: object) -> Reservation:
         elif group == POD_GROUP_API_GROUP and resource == POD_GROUP_RESOURCE:
             groups.append(r["name"])
     return Reservation(tuple(pods), tuple(groups))
+
+
+def allocated_node(allocation: Mapping[str, Any]) -> str:
+    """The one node an allocation's ``nodeSelector`` names by ``metadata.name``
+    (what the scheduler writes for a device that binds to a node), or ""."""
+    terms = (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or ()
+    for term in terms:
+        for f in term.get("matchFields") or ():
+            values = list(f.get("values") or [])
+            if f.get("key") == "metadata.name" and f.get("operator") == "In" and len(values) == 1:
+                return str(values[0])
+    return ""

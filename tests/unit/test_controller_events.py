@@ -95,8 +95,8 @@ async def test_a_failed_attach_is_a_warning_with_the_fabrics_message(env: Env) -
     kind, name, reason, note = env.events()[-1]
     assert (kind, name, reason) == ("ResourceClaim", "claim", "AttachFailed")
     assert note == (
-        "attaching gpu-0 to node-a via adapter0 failed: slot 3: link training; held out of "
-        "the pool for 300s"
+        "attaching gpu-0 to node-a via adapter0 failed: slot 3: link training; gpu-0 is held "
+        "out of the pool for 300s"
     )
     warning = env.api.objects(f"{EVENTS_V1}/namespaces/default/events")[-1]
     assert warning["type"] == "Warning" and warning["action"] == "Attach"

@@ -72,6 +72,7 @@ from driver.errors import (
     PatchbayError,
     SpareTaken,
 )
+from driver.fabric_devices.holds import held_for
 from driver.fabric_devices.naming import READY_CONDITION
 from driver.fabricclient.links import cause_of
 from driver.fabricclient.protocol import FabricApi
@@ -274,20 +275,20 @@ class Workers:
                 self._holds.hold(v.device_id)
             if (cases.holds(case) or case == cases.FULL) and self._published is not None:
                 await self._published()  # the hold, or the full node's cut, stored first
-            why = self._failure(case, exc)
+            why = self._failure(case, exc, v.device_id)
             self._events.attach_failed(a, v, why, case)
             cond = cl.condition(a.failure_condition, case, why, None)
             with contextlib.suppress(ApiError):  # a slot's device that arrived is gone
                 if await self._status.write(a, cond, self._model.failure_data(v)):
                     self._expect.outcome_written((a.claim_uid, a.device))
 
-    def _failure(self, case: str, exc: Exception) -> str:
-        """The failure's note and condition message: what happened, what follows."""
+    def _failure(self, case: str, exc: Exception, device_id: str) -> str:
+        """The failure's note and condition message: what happened, what follows
+        (a hold in :func:`held_for`'s words, which ``kubectl patchbay fabric`` reads)."""
         what = str(exc) if case == cases.FAILED else f"{cases.MEANING[case]}: {exc}"
         if not cases.holds(case):
             return f"{what}; the device is not held (it is not at fault)"
-        held = "held" if case == cases.FAILED else "the device is held"
-        return f"{what}; {held} out of the pool for {self._holds.seconds:g}s"
+        return f"{what}; {held_for(device_id, self._holds.seconds)}"
 
     def _trouble(self, a: cl.FabricAllocation, v: Variant, case: str, exc: Exception) -> None:
         """An attach waits out ``exc`` (``connect``, once per attach and error): the
@@ -354,7 +355,7 @@ class Workers:
             log.warning("attaching %s as a spare failed (%s): %s", v.name, case, exc)
             if cases.holds(case):
                 self._holds.hold(asked.device_id)
-            self._events.spare_failed(node, v, self._failure(case, exc))
+            self._events.spare_failed(node, v, self._failure(case, exc, asked.device_id))
         finally:
             self._sparing.discard(asked.device_id)
             got = self._spare_arrivals.pop(asked.device_id, "")
