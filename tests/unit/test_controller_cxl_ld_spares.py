@@ -124,3 +124,24 @@ async def test_count_slots_of_two_lds_each_prepared_as_the_memdev_that_arrived()
         assert data["fabricDevice"] == device and data[PCI_BUS_ID] == w.bdfs[device]
         assert data[PREPARED_AS_KEY] == memdev_name(w, device)
     assert w.bdfs["ld-1"] != w.bdfs["ld-2"]
+
+
+async def test_spares_whose_memdev_a_restart_cannot_tell_are_released_and_attached_again() -> None:
+    """A restarted controller noted nothing: node-a shows two memdevs of the
+    MLD's serial behind adapter0, and which spare is which cannot be told.
+    Each is released (not published under a guess) and attached again, one
+    at a time, its memdev noted; both are then published as their memdevs."""
+    w = Memdevs(ld(1, "0001"), ld(2, "0002"))
+    rules = settings(fabric_pool_shape="per-node", spares_fixed="cxlmem:CZ120=2", spares_cap=1.0)
+    async with running(Reconciler(w.api, w.fabric, rules)):
+        await w.changed.until("both LDs attached", lambda: len(w.bdfs) == 2)
+        names = {memdev_name(w, d) for d in ("ld-1", "ld-2")}
+        await w.changed.until("both spares published", lambda: names <= spares(w))
+    assert w.fabric.detached == []
+    async with running(Reconciler(w.api, w.fabric, rules)):
+        await w.changed.until("both released", lambda: len(w.fabric.detached) == 2)
+        await w.changed.until(
+            "both attached again and published",
+            lambda: len(w.fabric.attached) == 4 and names <= spares(w),
+        )
+    assert sorted(w.fabric.detached) == ["ld-1", "ld-2"]
