@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -25,7 +26,7 @@ def free(dev: str, nodes: tuple[str, ...] = NODES, model: str = H100) -> Free:
     return Free(dev, "gpu", model, tuple((n, "adapter0") for n in nodes))
 
 
-def spare(dev: str, node: str, since: float = 0.0, ready: bool = True, **kw: bool) -> Spare:
+def spare(dev: str, node: str, since: float = 0.0, ready: bool = True, **kw: Any) -> Spare:
     return Spare(dev, "gpu", H100, node, "adapter0", ready, since, **kw)
 
 

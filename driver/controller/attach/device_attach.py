@@ -20,7 +20,7 @@ from driver.controller.attach import memdevs
 from driver.controller.attach.connect import Connector
 from driver.controller.attach.reports import NodeReports
 from driver.controller.attach.serials import serial_data
-from driver.controller.pool.variant import Variant
+from driver.controller.pool.variant import Variant, as_memdev
 from driver.cxl import KIND as CXL_MEMORY
 from driver.devices.model import PCI_BUS_ID
 from driver.errors import AttachFailed
@@ -35,10 +35,12 @@ from driver.fabric_devices.naming import (
 class DeviceAttach:
     """:class:`~driver.controller.attach.model.AttachModel` for a device pool."""
 
-    def __init__(self, connector: Connector, reports: NodeReports) -> None:
+    def __init__(
+        self, connector: Connector, reports: NodeReports, found: memdevs.MemdevArrivals
+    ) -> None:
         self._connector = connector
         self._reports = reports
-        self._memdevs = memdevs.MemdevArrivals()
+        self._memdevs = found
 
     async def attach(
         self,
@@ -54,14 +56,7 @@ class DeviceAttach:
             raise AttachFailed(v.why or usual)
         memdev = ""
         if v.kind == CXL_MEMORY:
-            seen: list[frozenset[str]] = []  # before the (last) request, if one was made
-
-            def asking() -> None:
-                seen[:] = [memdevs.before(self._reports.get(v.node), v.identity, v.adapter)]
-
-            async with self._memdevs.one_at_a_time(v.node, v.identity):
-                deadline = await self._connector.connect(a, v, deadline, asking)
-                memdev = await self._memdev(v, seen[0] if seen else None, deadline)
+            deadline, memdev = await self._attach_memdev(a, v, deadline)
         else:
             deadline = await self._connector.connect(a, v, deadline)
             if not await self._reports.wait_until(
@@ -81,13 +76,38 @@ class DeviceAttach:
             data[PCI_BUS_ID] = cxl_bdf_of(memdev)
         return message, data | serial_data(self._reports.get(v.node), v.kind, v.identity)
 
+    async def _attach_memdev(
+        self, a: cl.FabricAllocation, v: Variant, deadline: float
+    ) -> tuple[float, str]:
+        """Attach CXL memory ``v``, one LD of its serial to its node at a time;
+        (the deadline, the key of the memdev it is there), noted for it."""
+        seen: list[frozenset[str]] = []  # before the (last) request, if one was made
+
+        def asking() -> None:
+            self._memdevs.forget(v.device_id)
+            seen[:] = [memdevs.before(self._reports.get(v.node), v.identity, v.adapter)]
+
+        async with self._memdevs.one_at_a_time(v.node, v.identity):
+            deadline = await self._connector.connect(a, v, deadline, asking)
+            memdev = await self._memdev(v, seen[0] if seen else None, deadline)
+        self._memdevs.note(v.device_id, memdev)
+        return deadline, memdev
+
+    def _arrived(self, v: Variant, seen: frozenset[str] | None) -> str:
+        """The memdev the attach of ``v`` brought (``memdevs.arrived``), or with
+        no request made the one it was noted or published as (``adopted``)."""
+        report = self._reports.get(v.node)
+        if seen is None:
+            return self._memdevs.adopted(report, v.device_id, v.identity, v.adapter, v.memdev)
+        return memdevs.arrived(report, v.identity, v.adapter, seen)
+
     async def _memdev(self, v: Variant, seen: frozenset[str] | None, deadline: float) -> str:
         """The node's key of the memdev the attach of CXL memory ``v`` brought
-        (``memdevs.arrived``); "" from an older plugin, which reports the serial."""
+        (:meth:`_arrived`); "" from an older plugin, which reports the serial."""
 
         def decided() -> bool:
             report = self._reports.get(v.node)
-            if memdevs.arrived(report, v.identity, v.adapter, seen):
+            if self._arrived(v, seen):
                 return True
             return self._reports.sees(v.node, v.kind, v.identity, v.adapter) and not (
                 memdevs.undecided(report, v.identity, v.adapter)
@@ -102,12 +122,17 @@ class DeviceAttach:
                     "cannot be told (no one of them alone arrived since its attach was asked)"
                 )
             raise AttachFailed(f"node {v.node} did not report {v.kind} {v.identity} in time")
-        return memdevs.arrived(self._reports.get(v.node), v.identity, v.adapter, seen)
+        return self._arrived(v, seen)
 
     async def attach_spare(
         self, a: cl.FabricAllocation, v: Variant, deadline: float, arrived: Callable[[str], None]
     ) -> tuple[Variant, float]:
-        return v, await self._connector.connect(a, v, deadline)
+        """A spare of CXL memory comes back as the memdev it is on its node
+        (``as_memdev``: published under that name, by which the node prepares it)."""
+        if v.kind != CXL_MEMORY:
+            return v, await self._connector.connect(a, v, deadline)
+        deadline, memdev = await self._attach_memdev(a, v, deadline)
+        return as_memdev(v, memdev), deadline
 
     def failure_data(self, v: Variant) -> dict[str, str] | None:
         return None

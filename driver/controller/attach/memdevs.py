@@ -14,6 +14,11 @@ the request), a memdev alone with its serial there is the LD; with two or
 more there, which one is this LD cannot be told, and the attach fails
 naming them.
 
+What an attach found is remembered per fabric device (:meth:`MemdevArrivals.note`)
+until its detach: a warm spare that is an LD is published under its memdev's
+node name (``driver.controller.spares.keeper``), and a claim that takes it
+later makes no request and is told its memdev from here, not guessed.
+
 A released LD is detached only once the node no longer holds it prepared;
 the node reports that by memdev (``busy``), so :func:`still_prepared` counts
 a busy memdev of the LD's serial as this LD's unless a live allocation on
@@ -39,6 +44,40 @@ class MemdevArrivals:
     def __init__(self) -> None:
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._users: dict[tuple[str, str], int] = {}
+        self._found: dict[str, str] = {}  # fabric device id -> its memdev's key
+
+    def note(self, device_id: str, key: str) -> None:
+        """``device_id`` is attached as the memdev ``key`` (until its detach)."""
+        if key:
+            self._found[device_id] = key
+        else:
+            self._found.pop(device_id, None)
+
+    def forget(self, device_id: str) -> None:
+        """``device_id`` was detached (or is asked for again): its memdev is gone."""
+        self._found.pop(device_id, None)
+
+    def found(self, device_id: str) -> str:
+        """The key ``note`` gave ``device_id`` ("" if none)."""
+        return self._found.get(device_id, "")
+
+    def adopted(
+        self, report: NodeFabric | None, device_id: str, serial: str, adapter: str, hint: str = ""
+    ) -> str:
+        """The memdev of ``device_id`` (an LD of ``serial``) attached behind
+        ``adapter`` when no request was seen: the one noted for it, else
+        ``hint`` (its published spare's), while the node still shows it there;
+        else the one memdev of ``serial`` there that no other device was
+        noted as; "" while none such (or from an older plugin)."""
+        if report is None:
+            return ""
+        keys = report.memdevs(serial, adapter)
+        for key in (self._found.get(device_id, ""), hint):
+            if key and key in keys:
+                return key
+        others = {k for d, k in self._found.items() if d != device_id}
+        left = [k for k in keys if k not in others]
+        return left[0] if len(left) == 1 else ""
 
     @contextlib.asynccontextmanager
     async def one_at_a_time(self, node: str, serial: str) -> AsyncIterator[None]:

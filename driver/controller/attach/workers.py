@@ -55,6 +55,7 @@ from driver.controller.attach.connect import Connector
 from driver.controller.attach.device_attach import DeviceAttach
 from driver.controller.attach.expectations import Expectations
 from driver.controller.attach.holds import FailedHolds
+from driver.controller.attach.memdevs import MemdevArrivals
 from driver.controller.attach.model import AttachModel
 from driver.controller.attach.reports import NodeReports
 from driver.controller.attach.retries import Retries
@@ -110,11 +111,13 @@ class Workers:
         self._timeout = attach_timeout
         self._budget = attach_timeout if unreachable_budget is None else unreachable_budget
         connector = Connector(fabric, status, attach_timeout, unreachable_budget, self._trouble)
-        devices = DeviceAttach(connector, reports)
+        # Which memdev each attached CXL LD is on its node (attach.memdevs).
+        self.memdevs = MemdevArrivals()
+        devices = DeviceAttach(connector, reports, self.memdevs)
         self._expect = Expectations()
         # The fabric's pool shape decides how an attach is asked (model.py).
         self._model: AttachModel = (
-            SlotAttach(fabric, reports, devices, self._expect.asking)
+            SlotAttach(fabric, reports, devices, self._expect.asking, self.memdevs)
             if fabric.picks_devices
             else devices
         )
@@ -376,6 +379,7 @@ class Workers:
                 log.info("fabric device %s detached", device_id)
                 self._events.detached(regarding, device_id, node.name)
             observe("detach", "ok", started)
+            self.memdevs.forget(device_id)
             self._holder.pop(device_id, None)
             self._retries.succeeded(device_id)
         except (FabricApiError, FabricUnavailable, TimeoutError, AttachFailed) as exc:

@@ -289,9 +289,9 @@ class DomainPool:
 
     def with_spares(
         self, specs: tuple[PoolSpec, ...], inv: FabricInventory,
-        reports: Mapping[str, NodeFabric], names: Collection[str],
+        reports: Mapping[str, NodeFabric], spares: Mapping[str, Variant],
     ) -> tuple[tuple[PoolSpec, ...], dict[str, Variant]]:  # fmt: skip
-        out, shown, waiting = spare_pools(self._base, specs, inv, reports, names, self._in_domains)
+        out, shown, waiting = spare_pools(self._base, specs, inv, spares, self._in_domains)
         self._held_back = waiting
         return out, shown
 

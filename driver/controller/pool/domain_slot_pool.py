@@ -28,7 +28,7 @@ from driver.controller.pool.domain_slots import (
 )
 from driver.controller.pool.domains import LabelFinding
 from driver.controller.pool.spare_pools import spare_pools, taken_spares
-from driver.controller.pool.variant import Variant, reachable
+from driver.controller.pool.variant import Variant
 from driver.devices.model import Device
 from driver.fabric_devices.naming import NodeFabric
 from driver.fabricclient.model import FabricInventory
@@ -100,10 +100,9 @@ class DomainSlotPool:
 
     def with_spares(
         self, specs: tuple[PoolSpec, ...], inv: FabricInventory,
-        reports: Mapping[str, NodeFabric], names: Collection[str],
+        reports: Mapping[str, NodeFabric], spares: Mapping[str, Variant],
     ) -> tuple[tuple[PoolSpec, ...], dict[str, Variant]]:  # fmt: skip
-        ready = [v for d in inv.devices for v in reachable(d, reports) if v.name in names]
-        specs, waiting = trim_for_spares(specs, self._built, ready, self._stored)
-        out, shown, held = spare_pools(self._base, specs, inv, reports, names, waiting)
+        specs, waiting = trim_for_spares(specs, self._built, spares.values(), self._stored)
+        out, shown, held = spare_pools(self._base, specs, inv, spares, waiting)
         self._held_back = held
         return out, shown

@@ -19,6 +19,7 @@ setting) and never asks which. Pure, except ``take_up``, which tells the workers
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Protocol
 
@@ -30,8 +31,8 @@ from driver.controller.pool.domain_slot_pool import DomainSlotPool
 from driver.controller.pool.domains import LabelFinding
 from driver.controller.pool.slots import build_count_pool
 from driver.controller.pool.variant import Variant
-from driver.devices.model import Device
-from driver.fabric_devices.naming import NodeFabric
+from driver.devices.model import PCI_BUS_ID, Device
+from driver.fabric_devices.naming import NodeFabric, cxl_bdf_of
 from driver.fabricclient.model import FabricInventory
 from driver.slices.build import PoolSpec
 
@@ -99,9 +100,10 @@ class PoolModel(Protocol):
 
     def with_spares(
         self, specs: Pools, inv: FabricInventory, reports: Mapping[str, NodeFabric],
-        names: Collection[str],
+        spares: Mapping[str, Variant],
     ) -> tuple[Pools, dict[str, Variant]]:  # fmt: skip
-        """``specs`` with the ready spares ``names`` published; the variants added."""
+        """``specs`` with the ready spares ``spares`` (by the names their nodes
+        know them by) published; the variants added."""
         ...
 
 
@@ -150,9 +152,11 @@ class DevicePool:
 
     def with_spares(
         self, specs: Pools, inv: FabricInventory, reports: Mapping[str, NodeFabric],
-        names: Collection[str],
+        spares: Mapping[str, Variant],
     ) -> tuple[Pools, dict[str, Variant]]:  # fmt: skip
-        return specs, {}  # a spare's variant is in the pool already
+        # A spare's variant is in the pool already; one its node names by its
+        # memdev (a CXL LD) is renamed so (``variant.as_memdev``).
+        return (renamed(specs[0], spares), *specs[1:]), dict(spares)
 
 
 class SlotPool:
@@ -204,11 +208,30 @@ class SlotPool:
 
     def with_spares(
         self, specs: Pools, inv: FabricInventory, reports: Mapping[str, NodeFabric],
-        names: Collection[str],
+        spares: Mapping[str, Variant],
     ) -> tuple[Pools, dict[str, Variant]]:  # fmt: skip
         # A count pool has no device variants: a ready spare's is added.
-        spec, shown = slot_spares.spare_variants(specs[0], inv, reports, names)
+        spec, shown = slot_spares.spare_variants(specs[0], inv, spares)
         return (spec, *specs[1:]), shown
+
+
+def renamed(spec: PoolSpec, spares: Mapping[str, Variant]) -> PoolSpec:
+    """``spec`` with each spare's variant on its node under the spare's name
+    (with the memdev it is attached as), where that differs."""
+    where = {(v.device_id, v.node, v.adapter): v for v in spares.values() if v.memdev}
+    if not where:
+        return spec
+    devices, slice_of = [], dict(spec.slice_of or {})
+    for d in spec.devices:
+        a = d.attributes
+        v = where.get((str(a.get("fabricDevice")), d.node_name or "", str(a.get("fabricAdapter"))))
+        if v is not None and v.name != d.name:
+            slice_of[v.name] = slice_of.pop(d.name)
+            d = dataclasses.replace(
+                d, name=v.name, attributes={**a, PCI_BUS_ID: cxl_bdf_of(v.memdev)}
+            )
+        devices.append(d)
+    return dataclasses.replace(spec, devices=tuple(devices), slice_of=slice_of)
 
 
 def mine(pinned: Mapping[str, str], pool: str) -> set[str]:

@@ -30,9 +30,9 @@ from typing import Any
 from driver.controller import claims as cl
 from driver.controller.pool.layout import node_major
 from driver.controller.pool.slots import Group, slot_group
-from driver.controller.pool.variant import Variant, offered, reachable, variant_device
+from driver.controller.pool.variant import Variant, offered, variant_device
 from driver.devices.model import CounterConsumption, Device
-from driver.fabric_devices.naming import SPARE_ATTRIBUTE, NodeFabric, counter_name
+from driver.fabric_devices.naming import SPARE_ATTRIBUTE, counter_name
 from driver.fabricclient.model import FabricInventory
 from driver.slices.build import PoolSpec
 
@@ -43,19 +43,19 @@ def slot_models(variants: Iterable[Variant]) -> dict[str, str]:
 
 
 def spare_variants(
-    spec: PoolSpec, inv: FabricInventory, reports: Mapping[str, NodeFabric], names: Collection[str]
+    spec: PoolSpec, inv: FabricInventory, spares: Mapping[str, Variant]
 ) -> tuple[PoolSpec, dict[str, Variant]]:
-    """``spec`` with the device variants ``names`` (ready spares) added, each
+    """``spec`` with the ready spares' variants ``spares`` added, each
     consuming its switch-and-model counter (``pool.mark_spares`` then drops
     their binding conditions); the added variants by name."""
     have = {d.name for d in spec.devices}
     counter_set = {c: s.name for s in spec.counter_sets for c, _ in s.counters}
     added: list[Device] = []
     variants: dict[str, Variant] = {}
-    for d in sorted(inv.devices, key=lambda d: d.id):
-        for v in reachable(d, reports):
-            if v.name not in names or v.name in have:
-                continue
+    by_id = {d.id: d for d in inv.devices}
+    for v in sorted(spares.values(), key=lambda v: (v.device_id, v.name)):
+        d = by_id.get(v.device_id)
+        if d is not None and v.name not in have:
             counter = counter_name(f"{d.switch}-{d.model}")
             where = counter_set.get(counter)
             use = (CounterConsumption(where, ((counter, "1"),)),) if where else ()

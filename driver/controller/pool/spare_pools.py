@@ -20,13 +20,12 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from driver import DRIVER_NAME
-from driver.controller.pool.variant import Variant, placed_device, reachable
+from driver.controller.pool.variant import Variant, memdev_of, placed_device
 from driver.devices.model import PCIE_ROOT, Device
 from driver.fabric_devices.naming import (
     FABRIC_KIND,
     IDENTITY_ATTRIBUTE,
     SPARE_POOLS,
-    NodeFabric,
 )
 from driver.fabricclient.model import FabricInventory
 from driver.slices.build import PoolSpec, slice_name_prefix
@@ -72,14 +71,14 @@ def in_domain_pools(base: str, stored: Iterable[Mapping[str, Any]]) -> set[str]:
 
 def spare_pools(
     base: str, specs: tuple[PoolSpec, ...], inv: FabricInventory,
-    reports: Mapping[str, NodeFabric], names: Collection[str], in_domains: Collection[str],
+    spares: Mapping[str, Variant], in_domains: Collection[str],
 ) -> tuple[tuple[PoolSpec, ...], dict[str, Variant], bool]:  # fmt: skip
-    """``specs`` with the ready spares ``names`` (their nodes' variant names)
-    out of the domain pools and, once the stored ones no longer hold them
+    """``specs`` with the ready spares ``spares`` (by their nodes' names of
+    them) out of the domain pools and, once the stored ones no longer hold them
     (``in_domains``), in their nodes' pools; the spare variants published;
     whether a spare waits for that (a pass is due once the pools are stored)."""
     by_id = {d.id: d for d in inv.devices}
-    ready = {v.name: v for d in inv.devices for v in reachable(d, reports) if v.name in names}
+    ready = {n: v for n, v in spares.items() if v.device_id in by_id}
     ids = {v.device_id for v in ready.values()}
     out = []
     for spec in specs:
@@ -127,4 +126,5 @@ def spare_variant(device: Device, node: str) -> Variant | None:
     if not all(isinstance(f, str) and f for f in fields):
         return None
     dev_id, ident, adapter, root = (str(f) for f in fields)
-    return Variant(device.name, dev_id, kind, ident, node, adapter, root)
+    v = Variant(device.name, dev_id, kind, ident, node, adapter, root)
+    return dataclasses.replace(v, memdev=memdev_of(device, v))

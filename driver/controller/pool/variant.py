@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from driver.cxl import KIND as CXL_MEMORY
 from driver.devices.model import (
     ATTACHMENT,
+    PCI_BUS_ID,
     PCIE_ROOT,
     AttributeValue,
     CounterConsumption,
@@ -34,6 +35,8 @@ from driver.fabric_devices.naming import (
     SPARE_ATTRIBUTE,
     NodeFabric,
     counter_name,
+    cxl_bdf_of,
+    cxl_key,
     variant_name,
 )
 from driver.fabricclient.model import FabricDevice
@@ -70,6 +73,10 @@ class Variant:
     # Its adapter has no room for it (driver.controller.pool.room): ``why`` says
     # which; the attach is refused, the device not held.
     full: bool = False
+    # CXL memory attached as a ready warm spare: the node's key of its memdev
+    # (``<serial>@<BDF>``); the variant is then named as the node names that
+    # memdev (:func:`as_memdev`; docs/fabric.md, "Logical devices").
+    memdev: str = ""
 
     @classmethod
     def of(cls, device: Device) -> Variant | None:
@@ -81,7 +88,24 @@ class Variant:
         if not device.node_name or not all(isinstance(f, str) and f for f in fields):
             return None
         dev_id, ident, adapter, root = (str(f) for f in fields)
-        return cls(device.name, dev_id, kind, ident, device.node_name, adapter, root)
+        v = cls(device.name, dev_id, kind, ident, device.node_name, adapter, root)
+        return dataclasses.replace(v, memdev=memdev_of(device, v))
+
+
+def memdev_of(device: Device, v: Variant) -> str:
+    """The memdev key a published CXL spare names (its ``pciBusID``), "" if none."""
+    bdf = device.attributes.get(PCI_BUS_ID)
+    return cxl_key(v.identity, bdf) if v.kind == CXL_MEMORY and isinstance(bdf, str) else ""
+
+
+def as_memdev(v: Variant, memdev: str) -> Variant:
+    """CXL memory ``v`` attached as the memdev ``memdev``, named as its node
+    names that memdev (the LDs of one MLD share the serial: only the memdev
+    tells them apart there); ``v`` as it is for "" (an older plugin's report)."""
+    if not memdev:
+        return v
+    return dataclasses.replace(v, name=variant_name(memdev, v.node, v.adapter, v.kind),
+                               memdev=memdev)  # fmt: skip
 
 
 def counter_set_name(pool: str, index: int) -> str:
@@ -162,6 +186,8 @@ def placed_device(device: FabricDevice, v: Variant) -> Device:
     no counters or binding: what a variant and a ready spare share."""
     attrs, capacity = fabric_attributes(device)
     attrs |= {"fabricAdapter": v.adapter, PCIE_ROOT: v.root}
+    if v.memdev:  # a CXL spare: the memdev it is attached as, as a local one says
+        attrs[PCI_BUS_ID] = cxl_bdf_of(v.memdev)
     return Device(
         name=v.name,
         kind=PUBLISHED_TYPE[device.kind],

@@ -15,6 +15,11 @@ idle clocks start at the restart; the count it finds per node and model
 stays wanted, not more, for a demand window; allocations it finds re-open
 their nodes' windows) instead of detaching and attaching again.
 
+A spare that is CXL memory is published under its memdev's node name (the
+LDs of one MLD share the serial: docs/fabric.md, "Logical devices"): the
+one its attach noted (``attach.memdevs``), or after a restart the one alone
+with its serial there; one that cannot be told is released, naming them.
+
 On a count-based manager's fabric the attach brings whatever device the
 manager chose: that one is the spare (``driver.controller.pool.slot_spares``
 publishes it and says which spares its waiting slots need back).
@@ -33,10 +38,11 @@ from dataclasses import dataclass
 from driver.controller import claims as cl
 from driver.controller.attach.workers import Workers
 from driver.controller.events import ControllerEvents, node_ref
-from driver.controller.pool.variant import Variant, offered, reachable
+from driver.controller.pool.variant import Variant, as_memdev, offered, reachable
 from driver.controller.spares.policy import Free, Key, Retire, Spare, SparePlan, SpareRules, plan
 from driver.controller.spares.replace import lost_gpus, replacements
-from driver.fabric_devices.naming import NodeFabric, variant_name
+from driver.cxl import KIND as CXL_MEMORY
+from driver.fabric_devices.naming import NodeFabric
 from driver.fabricclient.model import FabricDevice, FabricInventory
 from driver.metrics import FABRIC_REPLACEMENTS, FABRIC_SPARE_ALLOCATIONS, FABRIC_SPARES
 
@@ -47,7 +53,9 @@ log = logging.getLogger(__name__)
 class SpareView:
     """What a pass publishes and must leave attached."""
 
-    variants: frozenset[str] = frozenset()  # published as spares: no binding conditions
+    # Published as spares (no binding conditions), by name: as their nodes
+    # name them (CXL memory: by its memdev, ``pool.variant.as_memdev``).
+    variants: Mapping[str, Variant] = dataclasses.field(default_factory=dict)
     keep: frozenset[str] = frozenset()  # device ids: spares, not to be detached
     withdrawing: frozenset[str] = frozenset()  # device ids: detach once the pool is stored
 
@@ -110,16 +118,40 @@ class SpareKeeper:
             if self._workers.arriving(d.id):  # listed as its spare attach, under way
                 continue
             report = reports.get(conn.node)
-            if report is not None and d.identity in report.busy:
+            memdev = self._memdev(d, conn.adapter, report)
+            if report is not None and (memdev or d.identity) in report.busy:
                 continue
-            ready = conn.state == "Attached" and report is not None
+            ready = conn.state == "Attached" and report is not None and memdev is not None
             ready = ready and report is not None and report.sees(d.kind, d.identity, conn.adapter)
             healthy = offered(d) and report is not None and conn.adapter in report.adapters
+            why = self._undecided(d, conn.adapter, report) if memdev is None else ""
             since = self._since.setdefault(d.id, now)
-            out.append(Spare(d.id, d.kind, d.model, conn.node, conn.adapter, ready, since, healthy))
+            out.append(Spare(d.id, d.kind, d.model, conn.node, conn.adapter, ready, since,
+                             healthy and not why, why))  # fmt: skip
         listed = {s.device_id for s in out}
         out += [s for dev, s in self._attaching.items() if dev not in listed and dev not in needed]
         return out
+
+    def _memdev(self, d: FabricDevice, adapter: str, report: NodeFabric | None) -> str | None:
+        """The memdev CXL memory ``d``, attached behind ``adapter``, is on its
+        node: the one its attach noted, or found alone with its serial there
+        (``MemdevArrivals.adopted``); "" for another kind or a report by
+        serial (an older plugin); None while it cannot be told (its attach
+        runs, or several of its serial are there that no attach noted)."""
+        if d.kind != CXL_MEMORY or report is None or not report.memdevs(d.identity, adapter):
+            return ""
+        if self._workers.busy(d.id):
+            return None
+        return self._workers.memdevs.adopted(report, d.id, d.identity, adapter) or None
+
+    def _undecided(self, d: FabricDevice, adapter: str, report: NodeFabric | None) -> str:
+        """Why spare ``d`` cannot be published, its memdev not told ("" if it can
+        wait: its attach runs): released, and attached again as a spare."""
+        if report is None or self._workers.busy(d.id):
+            return ""
+        keys = report.memdevs(d.identity, adapter)
+        return (f"its memdev cannot be told: {len(keys)} CXL memdevs of serial {d.identity} "
+                f"behind {adapter} ({', '.join(keys)}) and none noted as its")  # fmt: skip
 
     def free(
         self, inv: FabricInventory, reports: Mapping[str, NodeFabric], busy: set[str]
@@ -201,10 +233,13 @@ class SpareKeeper:
         self._since = {s.device_id: s.since for s in p.keep}
         self._since |= {dev: s.since for dev, s in self._attaching.items()}
         shown = {s.device_id: s for s in p.keep if s.ready and s.device_id in by_id}
-        variants = frozenset(
-            variant_name(by_id[i].unique_identity, s.node, s.adapter, s.kind)
-            for i, s in shown.items()
-        )
+        variants = {}
+        for i, s in shown.items():
+            v = next((v for v in reachable(by_id[i], reports) if (v.node, v.adapter) ==
+                      (s.node, s.adapter)), None)  # fmt: skip
+            if v is not None:
+                v = as_memdev(v, self._memdev(by_id[i], s.adapter, reports.get(s.node)) or "")
+                variants[v.name] = v
         # A spare published without binding conditions is detached only once
         # the pool without that is stored: no scheduler can take it meanwhile.
         withdrawn = frozenset(r.spare.device_id for r in p.retire) & self._published

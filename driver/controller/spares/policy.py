@@ -103,6 +103,7 @@ class Spare:
     ready: bool  # attached and reported by its node: its variant there needs no wait
     since: float  # when it became a spare (attach started, or found attached)
     healthy: bool = True  # healthy, available, and its node reports its adapter
+    why: str = ""  # why it is not healthy, when not the usual (Retire's reason)
 
     @property
     def key(self) -> Key:
@@ -165,7 +166,7 @@ def _keep_per_key(
     for s in sorted(group, key=lambda s: (s.since, s.device_id)):
         floor = rules.floor(s.kind, s.model) + replacing
         if not s.healthy:
-            retired.append(Retire(s, "unhealthy"))
+            retired.append(Retire(s, s.why or "unhealthy"))
         elif len(kept) >= wanted:
             retired.append(Retire(s, "not wanted"))
         elif len(kept) >= floor and s.ready and now >= s.since + rules.idle_timeout:
