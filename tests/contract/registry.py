@@ -24,7 +24,7 @@ from tests.contract.scenarios import (
     two_step_mig,
 )
 from tests.contract.scenarios_health import condition, running_processes
-from tests.contract.scenarios_utilization import utilization
+from tests.contract.scenarios_utilization import process_utilization, utilization
 from tests.contract.world import World
 
 SCENARIOS: dict[str, Callable[[World], None]] = {
@@ -45,5 +45,6 @@ SCENARIOS: dict[str, Callable[[World], None]] = {
         events,
         condition,
         utilization,
+        process_utilization,
     )
 }

@@ -3,7 +3,8 @@
 Why apart from ``tests.contract.scenarios``: the same contract (the fake
 and the C mock must both answer so) for what idle detection (issue 37)
 reads: a whole GPU's utilization rate, NOT_SUPPORTED while MIG is on, and
-a MIG device's SM utilization from two GPM samples, on Hopper and newer.
+a MIG device's SM utilization from two GPM samples, on Hopper and newer;
+a shared GPU's per-process samples (``nvmlDeviceGetProcessUtilization``).
 """
 
 from __future__ import annotations
@@ -59,4 +60,29 @@ def utilization(world: World) -> None:
     raises("GPU_IS_LOST", b.mig_sample, H100.uuid, busy.gi_id)
     world.set_lost(L40S.uuid)
     raises("GPU_IS_LOST", b.utilization, L40S.uuid)
+    b.shutdown()
+
+
+def process_utilization(world: World) -> None:
+    """Each process's samples as set, per GPU, live in another process; none
+    set is no sample (NVML's NOT_FOUND, an empty list); NOT_SUPPORTED while
+    MIG is on; an injected failure once."""
+    b = started(world)
+    assert b.process_utilization(L40S.uuid) == []  # nothing running: no sample
+    world.set_process_utilization(L40S.uuid, {4242: (80, 12), 4243: (0, 0)})
+    got = {p.pid: (p.sm, p.memory) for p in b.process_utilization(L40S.uuid)}
+    assert got == {4242: (80, 12), 4243: (0, 0)}
+    assert all(p.timestamp > 0 for p in b.process_utilization(L40S.uuid))
+    assert b.process_utilization(H200.uuid) == []  # one GPU's processes, not the node's
+    other = world.other_process("process_utilization", L40S.uuid)
+    assert {p["pid"]: p["sm"] for p in other} == {4242: 80, 4243: 0}
+    world.set_process_utilization(L40S.uuid, {4243: (150, 3)})
+    assert [(p.pid, p.sm, p.memory) for p in b.process_utilization(L40S.uuid)] == [(4243, 100, 3)]
+    world.inject_failure("nvmlDeviceGetProcessUtilization", "NOT_SUPPORTED", 1, L40S.uuid)
+    raises("NOT_SUPPORTED", b.process_utilization, L40S.uuid)  # a GPU NVML cannot tell
+    assert len(b.process_utilization(L40S.uuid)) == 1
+    b.set_mig_mode(H100.uuid, True)
+    raises("NOT_SUPPORTED", b.process_utilization, H100.uuid)
+    world.set_lost(L40S.uuid)
+    raises("GPU_IS_LOST", b.process_utilization, L40S.uuid)
     b.shutdown()
