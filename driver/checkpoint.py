@@ -126,6 +126,11 @@ class ClaimRecord(BaseModel):
     # The CDI spec written for the claim (set with PrepareCompleted), so that
     # start-up can re-create it; None in records of older versions.
     cdi_spec: dict[str, Any] | None = None
+    # UIDs of the pods status.reservedFor named at prepare (a share's processes
+    # are mapped to its claim by them, driver.idle.shares); None where not
+    # known: records of older versions, a claim reserved for a PodGroup (then
+    # left out of the file: a resave keeps a record as written).
+    pods: list[str] | None = Field(default=None, exclude_if=lambda v: v is None)
 
     def not_understood(self, kinds: Collection[str]) -> str | None:
         """What in this record this build cannot act on, given the device

@@ -44,6 +44,7 @@ from driver.claims.threads import ThreadChoice
 from driver.devices.handler import ClaimSharing, DeviceHandler, Inventory, changes_device
 from driver.errors import CheckpointError, ClaimError, ConfigError, PatchbayError
 from driver.faults import crash_point
+from driver.kube.reservations import more_pods, pods_of
 from driver.metrics import (
     PREPARE_CALLS,
     PREPARE_SECONDS,
@@ -228,6 +229,8 @@ class ClaimPreparer:
         canonical_claim_uid(ref.uid)
         record = self.checkpoint.claims.get(ref.uid)
         if record is not None and record.state is ClaimState.PREPARE_COMPLETED:
+            if isinstance(claim, Mapping):
+                record.pods = more_pods(record.pods, claim)  # another pod of the claim
             return result_of(record)
         if isinstance(claim, BaseException):
             raise claim
@@ -241,12 +244,17 @@ class ClaimPreparer:
             if (d := self._inventory.lookup(r.pool, r.device)) is not None
         ]
         params = [c.parameters for c in allocation.configs]
+        pods = pods_of(claim)
         if not self._threads.for_prepare(kinds, params, record):
-            return self._prepare_sync(ref, allocation, identity)
-        return await asyncio.to_thread(self._prepare_sync, ref, allocation, identity)
+            return self._prepare_sync(ref, allocation, identity, pods)
+        return await asyncio.to_thread(self._prepare_sync, ref, allocation, identity, pods)
 
     def _prepare_sync(
-        self, ref: ClaimRef, allocation: Allocation, identity: ClaimIdentity | None = None
+        self,
+        ref: ClaimRef,
+        allocation: Allocation,
+        identity: ClaimIdentity | None = None,
+        pods: list[str] | None = None,
     ) -> PrepareResult:
         stale = self.checkpoint.claims.get(ref.uid)
         if stale is not None:
@@ -262,6 +270,7 @@ class ClaimPreparer:
             name=ref.name,
             state=ClaimState.PREPARE_STARTED,
             devices=[p[0] for p in planned],
+            pods=pods,
         )
         self.checkpoint.claims[ref.uid] = record
         self._taken.add(self.checkpoint, record)

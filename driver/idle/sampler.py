@@ -6,7 +6,10 @@ only between two samples, so the sampler keeps each instance's last sample
 and reads the mean since then (the first round of a MIG device gives no
 reading yet). A whole GPU answers its recent rate at once. A device NVML
 cannot read this round (NOT_SUPPORTED, the GPU lost, NVML down) reads None:
-unknown, which is never idle.
+unknown, which is never idle. A share with known pods reads its processes
+(``driver.idle.shares``), once per GPU and round for all its shares; where
+NVML has no per-process samples (NOT_SUPPORTED) or a busy process cannot be
+mapped, the whole GPU's rate.
 
 Blocking: one NVML session per round, under the MIG session lock when
 there is one (no reading sees a MIG change halfway); callers run
@@ -19,18 +22,29 @@ import contextlib
 import logging
 import threading
 from collections.abc import Collection
+from pathlib import Path
 
 from driver.errors import NvmlError
+from driver.idle.shares import read_shares
 from driver.idle.sources import Source
-from driver.nvml.backend import GpmSample, NvmlBackend
+from driver.nvml.backend import GpmSample, NvmlBackend, NvmlReturn
 
 log = logging.getLogger(__name__)
 
 
 class UtilizationSampler:
-    def __init__(self, nvml: NvmlBackend, lock: threading.RLock | None = None) -> None:
+    def __init__(
+        self,
+        nvml: NvmlBackend,
+        lock: threading.RLock | None = None,
+        proc_root: Path = Path("/proc"),
+    ) -> None:
         self._nvml = nvml
         self._lock = lock
+        self._proc = proc_root  # where a process's cgroup names its pod
+        # This round's shares per GPU: readings, None (the whole GPU's rate), or the error
+        self._round: dict[str, dict[Source, float] | NvmlError | None] = {}
+        self._sources: Collection[Source] = ()
         self._gpm: dict[Source, GpmSample] = {}  # each MIG instance's last sample
         self._failing: set[Source] = set()  # logged once until it reads again
         self._nvml_down = False  # logged once until NVML initialises again
@@ -48,6 +62,7 @@ class UtilizationSampler:
                 self._nvml_down = True
                 return dict.fromkeys(sources)
             self._nvml_down = False
+            self._round, self._sources = {}, sources
             try:
                 out: dict[Source, float | None] = {}
                 for source in sources:
@@ -58,6 +73,7 @@ class UtilizationSampler:
                     self._close(self._gpm.pop(gone))
                 return out
             finally:
+                self._round, self._sources = {}, ()
                 self._nvml.shutdown()
 
     def _read_one(self, source: Source) -> tuple[bool, float | None]:
@@ -81,6 +97,10 @@ class UtilizationSampler:
 
     def _measure(self, source: Source) -> float | None:
         """Percent; None for a MIG device's first sample (no reading yet)."""
+        if source.pods is not None:
+            shares = self._shares(source.gpu)
+            if shares is not None:
+                return shares[source]
         if source.gi_id is None:
             return float(self._nvml.utilization(source.gpu))
         new = self._nvml.mig_sample(source.gpu, source.gi_id)
@@ -92,6 +112,20 @@ class UtilizationSampler:
             return self._nvml.mig_utilization(old, new)
         finally:
             self._close(old)
+
+    def _shares(self, gpu: str) -> dict[Source, float] | None:
+        """This round's readings of ``gpu``'s shares; None: the whole GPU's rate."""
+        if gpu not in self._round:
+            shares = [s for s in self._sources if s.gpu == gpu and s.pods is not None]
+            try:
+                self._round[gpu] = read_shares(self._nvml, gpu, shares, self._proc)
+            except NvmlError as exc:
+                supported = exc.code != NvmlReturn.NOT_SUPPORTED
+                self._round[gpu] = exc if supported else None
+        got = self._round[gpu]
+        if isinstance(got, NvmlError):
+            raise got
+        return got
 
     def close(self) -> None:
         """Free the samples kept (NVML allocated them)."""

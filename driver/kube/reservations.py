@@ -33,6 +33,7 @@ class Reservation:
 
     pods: tuple[str, ...] = ()
     pod_groups: tuple[str, ...] = ()
+    pod_uids: tuple[str, ...] = ()  # the pods' UIDs, where every pod entry names one
 
     def __bool__(self) -> bool:
         return bool(self.pods or self.pod_groups)
@@ -47,6 +48,7 @@ def reserved_for(claim: object) -> Reservation:
     status = claim.get("status") if isinstance(claim, Mapping) else None
     entries = status.get("reservedFor") if isinstance(status, Mapping) else None
     pods: list[str] = []
+    uids: list[str] | None = []
     groups: list[str] = []
     for r in entries if isinstance(entries, list) else ():
         if not isinstance(r, Mapping) or not isinstance(r.get("name"), str):
@@ -54,9 +56,28 @@ def reserved_for(claim: object) -> Reservation:
         group, resource = r.get("apiGroup") or "", r.get("resource")
         if group == "" and resource == POD_RESOURCE:
             pods.append(r["name"])
+            uid = r.get("uid")
+            uids = [*uids, uid] if uids is not None and isinstance(uid, str) and uid else None
         elif group == POD_GROUP_API_GROUP and resource == POD_GROUP_RESOURCE:
             groups.append(r["name"])
-    return Reservation(tuple(pods), tuple(groups))
+    return Reservation(tuple(pods), tuple(groups), tuple(uids or ()))
+
+
+def pods_of(claim: object) -> list[str] | None:
+    """The UIDs of the pods ``claim`` is reserved for; None where they are not
+    all known (no pod, a pod entry without its UID, a PodGroup)."""
+    r = reserved_for(claim)
+    if r.pod_groups or not r.pods or len(r.pod_uids) != len(r.pods):
+        return None
+    return sorted(set(r.pod_uids))
+
+
+def more_pods(known: list[str] | None, claim: object) -> list[str] | None:
+    """``known`` with the pods ``claim`` now names (another pod prepared with it)."""
+    now = pods_of(claim)
+    if known is None or now is None:
+        return now
+    return sorted(set(known) | set(now))
 
 
 def allocated_node(allocation: Mapping[str, Any]) -> str:

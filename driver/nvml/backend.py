@@ -135,6 +135,16 @@ GPM_ARCHITECTURES = frozenset({"hopper", "blackwell"})
 """Architectures with GPM (GPU Performance Monitoring): a MIG device's utilization."""
 
 
+@dataclass(frozen=True)
+class ProcessUtilization:
+    """One ``nvmlProcessUtilizationSample_t``: a process's share of the GPU."""
+
+    pid: int
+    sm: int  # percent
+    memory: int  # percent
+    timestamp: int  # microseconds (CPU clock)
+
+
 class GpmSample(Protocol):
     """One GPM sample of a MIG GPU instance (opaque); two give a utilization."""
 
@@ -195,6 +205,12 @@ class NvmlBackend(Protocol):
     def running_processes(self, uuid: str) -> list[int]:
         """PIDs of the compute and graphics processes on the GPU (on any of its
         MIG devices too), sorted: what holds it besides our claims."""
+        ...
+
+    def process_utilization(self, uuid: str) -> list[ProcessUtilization]:
+        """Per-process samples on the GPU (``nvmlDeviceGetProcessUtilization``,
+        every sample NVML still holds; none: an empty list); NOT_SUPPORTED
+        where NVML cannot tell them (MIG enabled, some GPUs)."""
         ...
 
     def condition(self, uuid: str) -> GpuCondition:

@@ -31,6 +31,7 @@ from driver.nvml.backend import (
     MigInstance,
     MigProfile,
     NvmlReturn,
+    ProcessUtilization,
     SystemInfo,
     XidEvent,
     counts_errors,
@@ -237,6 +238,15 @@ class FakeNvml:
         gpu = self._gpu(uuid)
         self._fail("nvmlDeviceGetComputeRunningProcesses_v3", uuid)
         return sorted(gpu.processes)
+
+    def process_utilization(self, uuid: str) -> list[ProcessUtilization]:
+        gpu = self._gpu(uuid)
+        self._fail("nvmlDeviceGetProcessUtilization", uuid)
+        if gpu.mig_current:
+            raise nvml_error(NvmlReturn.NOT_SUPPORTED, "MIG is enabled: no process utilization")
+        now = time.time_ns() // 1000
+        return [ProcessUtilization(pid, min(sm, 100), min(mem, 100), now)
+                for pid, (sm, mem) in sorted(gpu.process_util.items())]  # fmt: skip
 
     def condition(self, uuid: str) -> GpuCondition:
         gpu = self._gpu(uuid)

@@ -75,6 +75,8 @@ class FakeGpu:
     compute_mode: int = 0  # nvmlComputeMode_t, like the C mock's "compute_mode"
     xids: list[int] = field(default_factory=list)
     processes: list[int] = field(default_factory=list)  # PIDs, like the C mock's "processes"
+    # pid -> (sm, memory) percent: the C mock's "process_utilization"
+    process_util: dict[int, tuple[int, int]] = field(default_factory=dict)
     # The C mock's "recovery_action" (None: unsupported, its -1), "row_remap_pending",
     # "row_remap_failure", "ecc_uncorrected" (hack/nvml-mock/recovery.c).
     recovery_action: int | None = 0
@@ -146,6 +148,13 @@ class FakeMachine:
         """The processes running on the GPU (a container's CUDA process, say)."""
         with self.changed:
             self.gpus[uuid].processes = sorted(pids)
+            self.changed.notify_all()
+
+    def set_process_utilization(self, uuid: str, samples: dict[int, tuple[int, int]]) -> None:
+        """Each process's (SM, memory) utilization on the GPU from now on, percent
+        (``nvmlDeviceGetProcessUtilization``); an empty dict: no samples."""
+        with self.changed:
+            self.gpus[uuid].process_util = dict(samples)
             self.changed.notify_all()
 
     def set_utilization(

@@ -26,6 +26,7 @@ from driver.nvml.backend import (
     MigInstance,
     MigProfile,
     NvmlReturn,
+    ProcessUtilization,
     SystemInfo,
     counts_errors,
     cuda_version,
@@ -42,6 +43,7 @@ from driver.nvml.pynvml_utilization import (
     PynvmlGpmSample,
     gpu_utilization,
     mig_sample,
+    process_utilization,
     sm_utilization,
 )
 
@@ -336,6 +338,9 @@ class PynvmlBackend:
         ):
             pids |= {int(p.pid) for p in call(query, h)}
         return sorted(pids)
+
+    def process_utilization(self, uuid: str) -> list[ProcessUtilization]:
+        return process_utilization(self._handle(uuid))
 
     def condition(self, uuid: str) -> GpuCondition:
         return read_condition(self._handle(uuid))

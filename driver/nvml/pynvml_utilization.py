@@ -13,13 +13,26 @@ from typing import Any
 
 import pynvml
 
-from driver.nvml.backend import GpmSample, NvmlReturn, nvml_error
+from driver.errors import NvmlError
+from driver.nvml.backend import GpmSample, NvmlReturn, ProcessUtilization, nvml_error
 from driver.nvml.pynvml_library import call
 
 
 def gpu_utilization(h: Any) -> int:
     """The GPU's utilization rate, percent."""
     return int(call(pynvml.nvmlDeviceGetUtilizationRates, h).gpu)
+
+
+def process_utilization(h: Any) -> list[ProcessUtilization]:
+    """Every per-process sample NVML holds for the GPU; NOT_FOUND (no sample) is none."""
+    try:
+        raw = call(pynvml.nvmlDeviceGetProcessUtilization, h, 0)
+    except NvmlError as exc:
+        if exc.code == NvmlReturn.NOT_FOUND:
+            return []
+        raise
+    return [ProcessUtilization(int(s.pid), int(s.smUtil), int(s.memUtil), int(s.timeStamp))
+            for s in raw]  # fmt: skip
 
 
 class PynvmlGpmSample:

@@ -190,6 +190,12 @@ class NvmlStateFile:
         from them."""
         self.update(lambda s: self._gpu(s, uuid).update(processes=sorted(pids)))
 
+    def set_process_utilization(self, uuid: str, samples: dict[int, tuple[int, int]]) -> None:
+        """Each process's (SM, memory) utilization on the GPU from now on, percent;
+        the mock answers ``nvmlDeviceGetProcessUtilization`` from them."""
+        entries = [{"pid": p, "sm": sm, "mem": mem} for p, (sm, mem) in sorted(samples.items())]
+        self.update(lambda s: self._gpu(s, uuid).update(process_utilization=entries))
+
     def set_utilization(
         self, uuid: str, percent: int, *, gi_id: int | None = None, memory: int | None = None
     ) -> None:

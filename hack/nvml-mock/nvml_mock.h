@@ -221,6 +221,8 @@ struct gpu_state {
     unsigned long long xid[MAX_XIDS];
     int nproc; /* processes running on the GPU (processes.c) */
     unsigned int pid[MAX_PROCS];
+    int nputil; /* per-process utilization samples (processes.c) */
+    struct { unsigned int pid, sm, mem; } putil[MAX_PROCS];
     int nholder; /* processes with an event set on the GPU open (events.c) */
     unsigned int holder[MAX_PROCS];
     int recovery_action; /* NVML_FI_DEV_GET_GPU_RECOVERY_ACTION; -1: unsupported */

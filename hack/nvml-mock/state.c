@@ -7,6 +7,8 @@
  *    "gpus": [{"uuid", "model", "serial", "pci_bus_id", "minor",
  *              "mig_current", "mig_pending", "lost", "compute_mode" (0 when absent),
  *              "xid_queue": [79], "processes": [4242] (PIDs running on it),
+ *              "process_utilization": [{"pid": 4242, "sm": 30, "mem": 5}]
+ *                 (nvmlDeviceGetProcessUtilization: processes.c),
  *              "holders": [4243] (PIDs with an event set on it open: events.c),
  *              "recovery_action" (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, 0 when
  *              absent, -1: the field is not supported), "row_remap_pending",
@@ -132,6 +134,12 @@ static int load_gpu(const struct json *j, struct gpu_state *g)
     struct json *ps = json_get(j, "processes");
     for (struct json *e = ps ? ps->child : NULL; e && g->nproc < MAX_PROCS; e = e->next)
         g->pid[g->nproc++] = (unsigned int)e->num;
+    struct json *pu = json_get(j, "process_utilization");
+    for (struct json *e = pu ? pu->child : NULL; e && g->nputil < MAX_PROCS; e = e->next) {
+        g->putil[g->nputil].pid = uint_of(e, "pid", 0);
+        g->putil[g->nputil].sm = uint_of(e, "sm", 0);
+        g->putil[g->nputil++].mem = uint_of(e, "mem", 0);
+    }
     struct json *hs = json_get(j, "holders");
     for (struct json *e = hs ? hs->child : NULL; e && g->nholder < MAX_PROCS; e = e->next)
         g->holder[g->nholder++] = (unsigned int)e->num;
@@ -230,6 +238,10 @@ static void write_gpu(FILE *f, const struct gpu_state *g, int last)
     fputs("], \"processes\": [", f);
     for (int i = 0; i < g->nproc; i++)
         fprintf(f, "%s%u", i ? ", " : "", g->pid[i]);
+    fputs("], \"process_utilization\": [", f);
+    for (int i = 0; i < g->nputil; i++)
+        fprintf(f, "%s{\"pid\": %u, \"sm\": %u, \"mem\": %u}", i ? ", " : "",
+                g->putil[i].pid, g->putil[i].sm, g->putil[i].mem);
     fputs("], \"holders\": [", f);
     for (int i = 0; i < g->nholder; i++)
         fprintf(f, "%s%u", i ? ", " : "", g->holder[i]);

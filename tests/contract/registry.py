@@ -24,7 +24,11 @@ from tests.contract.scenarios import (
     two_step_mig,
 )
 from tests.contract.scenarios_health import condition, running_processes
-from tests.contract.scenarios_utilization import utilization
+from tests.contract.scenarios_utilization import (
+    process_utilization,
+    shares_by_process,
+    utilization,
+)
 from tests.contract.world import World
 
 SCENARIOS: dict[str, Callable[[World], None]] = {
@@ -45,5 +49,7 @@ SCENARIOS: dict[str, Callable[[World], None]] = {
         events,
         condition,
         utilization,
+        process_utilization,
+        shares_by_process,
     )
 }

@@ -59,6 +59,7 @@ class World(Protocol):
     def reset_gpu(self, uuid: str) -> None: ...
     def set_condition(self, uuid: str, **facts: Any) -> None: ...
     def set_utilization(self, uuid: str, percent: int, gi_id: int | None = None) -> None: ...
+    def set_process_utilization(self, uuid: str, samples: dict[int, tuple[int, int]]) -> None: ...
     def inject_failure(
         self, function: str, error: str, times: int = 1, gpu: str | None = None
     ) -> None: ...
@@ -104,6 +105,9 @@ class FakeWorld:
 
     def set_utilization(self, uuid: str, percent: int, gi_id: int | None = None) -> None:
         self.machine.set_utilization(uuid, percent, gi_id=gi_id)
+
+    def set_process_utilization(self, uuid: str, samples: dict[int, tuple[int, int]]) -> None:
+        self.machine.set_process_utilization(uuid, samples)
 
     def inject_failure(
         self, function: str, error: str, times: int = 1, gpu: str | None = None
@@ -174,6 +178,9 @@ class MockWorld:
 
     def set_utilization(self, uuid: str, percent: int, gi_id: int | None = None) -> None:
         self.state.set_utilization(uuid, percent, gi_id=gi_id)
+
+    def set_process_utilization(self, uuid: str, samples: dict[int, tuple[int, int]]) -> None:
+        self.state.set_process_utilization(uuid, samples)
 
     def inject_failure(
         self, function: str, error: str, times: int = 1, gpu: str | None = None

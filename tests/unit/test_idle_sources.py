@@ -46,3 +46,19 @@ def test_gpus_mig_devices_and_shares_have_sources_the_rest_none() -> None:
 def test_a_claim_still_preparing_is_not_watched() -> None:
     cp = checkpoint(ClaimState.PREPARE_STARTED, record("gpu", "GPU-a", "gpu-0"))
     assert watched(cp) == {}
+
+
+def test_a_share_is_read_by_its_claims_pods_a_whole_gpu_is_not() -> None:
+    cp = checkpoint(
+        ClaimState.PREPARE_COMPLETED,
+        record("gpu", "GPU-a", "gpu-0"),
+        record("gpu", "GPU-b", "gpu-1", shareID="s1"),
+        record("shared-gpu", "GPU-c", "gpu-2-shared"),
+    )
+    cp.claims[UID].pods = ["pod-1", "pod-2"]
+    pods = frozenset({"pod-1", "pod-2"})
+    assert watched(cp) == {
+        held("gpu-0"): Source("GPU-a"),
+        held("gpu-1", "s1"): Source("GPU-b", pods=pods),
+        held("gpu-2-shared"): Source("GPU-c", pods=pods),
+    }

@@ -21,7 +21,7 @@ from driver.devices.model import Device
 from driver.inspect.claims import claims_view, render_claims
 from driver.inspect.fabric import fabric_view, render_fabric
 from driver.inspect.inventory import build
-from driver.kube.reservations import Reservation, reserved_for
+from driver.kube.reservations import Reservation, more_pods, pods_of, reserved_for
 from driver.logconfig import JsonFormatter
 from tests.claims_doubles import NODE, OnceHandler, Reader
 from tests.unit.inspect_objects import condition, fabric_claim, fabric_slices, node
@@ -49,7 +49,7 @@ def test_reserved_for_tells_pods_from_pod_groups() -> None:
         }
     }
     got = reserved_for(claim)
-    assert got == Reservation(pods=("p1",), pod_groups=("trainers",))
+    assert got == Reservation(pods=("p1",), pod_groups=("trainers",), pod_uids=("1",))
     assert got.labels() == ("p1", "podgroup/trainers")
     assert not reserved_for({"status": {"reservedFor": "odd"}})
     assert reserved_for(None) == Reservation()
@@ -103,3 +103,19 @@ def test_the_device_inventory_names_the_group_as_holder() -> None:
     inv = build(fabric_slices(), [claim])
     held = [d for d in inv.devices if d.holder is not None]
     assert held and {d.holder.pods for d in held if d.holder} == {("podgroup/trainers",)}
+
+
+def test_pods_of_a_claim_by_uid_only_where_every_pod_is_named() -> None:
+    def claim(*entries: dict[str, Any]) -> dict[str, Any]:
+        return {"status": {"reservedFor": list(entries)}}
+
+    a, b = (
+        {"resource": "pods", "name": "a", "uid": "u-a"},
+        {"resource": "pods", "name": "b", "uid": "u-b"},
+    )
+    assert pods_of(claim(b, a)) == ["u-a", "u-b"]
+    assert pods_of(claim(a, {"resource": "pods", "name": "c"})) is None  # a pod without its UID
+    assert pods_of(claim(a, dict(GROUP))) is None  # a PodGroup's pods are not named
+    assert pods_of(claim()) is None
+    assert more_pods(["u-a"], claim(b)) == ["u-a", "u-b"]
+    assert more_pods(None, claim(b)) == ["u-b"]

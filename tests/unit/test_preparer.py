@@ -265,3 +265,19 @@ async def test_shared_checkpoint_is_read_again_only_after_another_process_wrote_
     assert set(new.checkpoint.claims) == {a.uid, b.uid}
     assert (await old.unprepare([a]))[a.uid] == ""
     assert len(loads) == 2 and set(old.checkpoint.claims) == {b.uid}
+
+
+async def test_the_record_keeps_the_uids_of_the_claims_pods(
+    env: tuple[Reader, FlakyHandler, ClaimPreparer, Path],
+) -> None:
+    """A share's processes are mapped to its claim by these (driver.idle.shares)."""
+    reader, _handler, prep, tmp = env
+    ref, other = reader.add("c1", ["gpu-1"]), reader.add("c2", ["gpu-2"])
+    reader.claims[("ns", "c1")]["status"]["reservedFor"] = [
+        {"resource": "pods", "name": "p2", "uid": "uid-2"},
+        {"resource": "pods", "name": "p1", "uid": "uid-1"},
+    ]
+    await prep.prepare([ref, other])
+    stored = Checkpoint.model_validate_json((tmp / "cp.json").read_text())
+    assert stored.claims[ref.uid].pods == ["uid-1", "uid-2"]
+    assert stored.claims[other.uid].pods is None  # reserved for no pod it names
