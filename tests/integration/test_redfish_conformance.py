@@ -64,9 +64,9 @@ def fabric(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FabricService]:
         {"port": f"up{i}", "node": n, "adapter": "adapter0", "hostDir": str(root / n)}
         for i, n in enumerate(("node-a", "node-b"))
     ]
-    up[0]["vppbs"] = (
-        5  # node-a's adapter room: a Virtual CXL Switch with five vPPBs (gpu-0, nvme-0, both LDs, and gpu-1 in the zone test)
-    )
+    # node-a's adapter room: a Virtual CXL Switch with five vPPBs (gpu-0, nvme-0,
+    # both LDs, and gpu-1 in the zone test).
+    up[0]["vppbs"] = 5
     devices: list[dict[str, Any] | None] = [
         {"kind": "gpu", "id": "gpu-0"},
         {"kind": "nic", "id": "nic-0", "netdev": "fab0f0", "totalVfs": 2, "numVfs": 2},
