@@ -46,6 +46,7 @@ from driver.metrics import PLUGIN, PLUGIN_REGISTERED
 from driver.node import hotplug
 from driver.node.nvml_gate import NvmlGate, retry_while_unavailable
 from driver.slices.build import PoolSpec, slice_name_prefix
+from driver.slices.order import node_order
 from driver.slices.publisher import SlicePublisher
 from plugin.device_metrics import DeviceCounts, export_device_counts
 from plugin.device_types import (
@@ -166,7 +167,9 @@ class NodePlugin:
             log.info("node pool now has %d devices", len(devices))
 
     def publish(self) -> None:
-        """Declare the node pool as the inventory and device health say."""
+        """Declare the node pool as the inventory and device health say, in
+        the node's order (``driver.slices.order``: full GPUs, shares and VFs
+        before the MIG placements)."""
         self._published = True
         self.publisher.set_pool(
             PoolSpec(
@@ -174,7 +177,9 @@ class NodePlugin:
                 pool_name=self.pool_name,
                 name_prefix=slice_name_prefix(self.pool_name, DRIVER_NAME),
                 node_selection={"nodeName": self.settings.node_name},
-                devices=tuple(self.health.tainted(self.inventory.devices(self.pool_name))),
+                devices=tuple(
+                    node_order(self.health.tainted(self.inventory.devices(self.pool_name)))
+                ),
                 counter_sets=self._counter_sets,
                 owner=self.owner,
             )

@@ -27,7 +27,9 @@ stay empty for 7g and whole-GPU claims. Within that:
   next start (3g: 4 on GPU 0, 1, ..., then 0): they are the ones that can
   use slot 7, and a 3g at 4 leaves slot 0 for a 4g or a second 3g.
 - Full GPUs (plain ones first, then partitionable ones) from the top down,
-  so whole-GPU claims and partitions grow from opposite ends.
+  so whole-GPU claims and partitions grow from opposite ends. They are
+  published before every placement (``driver.slices.order``: a whole-GPU
+  request evaluates its class on each device before its first fit).
 
 Measured with ``tests/bench/mig_bench.py`` (the honest refusal metric, one
 stream for every order): 26 % / 36 % fewer fragmentation refusals than name
@@ -40,18 +42,19 @@ order), then over whole-pool variants, keeping the compute served.
 
 For the stable allocator (slices in no fixed order: an informer's list),
 devices are also emitted in profile groups arranged so that the slice
-builder's 64-device cuts fall between groups where possible: a profile's
-candidates then sit in one slice and keep their order.
+builder's 64-device cuts fall between groups where possible
+(``driver.slices.order.arrange_groups``): a profile's candidates then sit
+in one slice and keep their order.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import combinations
 
 from driver.devices.model import Device
 from driver.mig.layout import MEMORY_SLOTS, placement_of
 from driver.slices.limits import MAX_DEVICES_WITH_COUNTERS_OR_TAINTS
+from driver.slices.order import arrange_groups
 
 
 def _int(device: Device, name: str) -> int:
@@ -68,42 +71,14 @@ def placement_key(device: Device) -> tuple[int, ...]:
     return (gpu, int(start >= MEMORY_SLOTS // 2), -start)
 
 
-def _best_subset(sizes: list[int], room: int) -> tuple[int, ...]:
-    """Indices of groups filling ``room`` best (exactly if possible), fewest first."""
-    best: tuple[int, ...] = ()
-    best_sum = 0
-    for count in range(1, len(sizes) + 1):
-        for combo in combinations(range(len(sizes)), count):
-            total = sum(sizes[i] for i in combo)
-            if best_sum < total <= room:
-                best, best_sum = combo, total
-                if total == room:
-                    return best
-    return best
-
-
-def arrange_groups(groups: Sequence[Sequence[Device]], cap: int) -> list[Device]:
-    """Concatenate ``groups`` so that cuts every ``cap`` devices split few of them."""
-    remaining = [list(g) for g in groups if g]
-    out: list[Device] = []
-    while remaining:
-        room = cap - len(out) % cap
-        chosen = _best_subset([len(g) for g in remaining[:12]], room)
-        if not chosen:  # nothing fits the room: the largest group is split anyway
-            chosen = (max(range(len(remaining)), key=lambda i: len(remaining[i])),)
-        for i in chosen:
-            out.extend(remaining[i])
-        remaining = [g for i, g in enumerate(remaining) if i not in chosen]
-    return out
-
-
 def preference_order(full_gpus: Sequence[Device], migs: Sequence[Device]) -> list[Device]:
-    """Full GPUs (plain ones first, then partitionable ones high index first)
-    and MIG devices grouped by profile, arranged for the slice cuts."""
+    """Full GPUs first (plain ones, then partitionable ones high index first),
+    then the MIG devices grouped by profile, arranged for the slice cuts."""
     plain = [d for d in full_gpus if not d.has_counters()]
     shared = sorted((d for d in full_gpus if d.has_counters()), key=lambda d: -_int(d, "index"))
     by_profile: dict[str, list[Device]] = {}
     for device in migs:
         by_profile.setdefault(str(device.attributes.get("profile")), []).append(device)
-    groups = [plain + shared] + [sorted(g, key=placement_key) for g in by_profile.values()]
-    return arrange_groups(groups, MAX_DEVICES_WITH_COUNTERS_OR_TAINTS)
+    groups = [sorted(g, key=placement_key) for g in by_profile.values()]
+    head = plain + shared
+    return head + arrange_groups(groups, MAX_DEVICES_WITH_COUNTERS_OR_TAINTS, len(head))

@@ -31,6 +31,7 @@ from driver.mig.discovery import mig_support
 from driver.nvml.fake import FakeNvml
 from driver.nvml.fake_state import FakeMachine
 from driver.slices.build import PoolSpec, build_slices, slice_name_prefix, slice_object
+from driver.slices.order import node_order
 from driver.vf.config import PfPoolConfig, PfSelector
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
@@ -75,7 +76,8 @@ class HostPools:
         self.host = SimHost.build(TOPOLOGIES[topology](), self.work / "host", name="template")
         self.gpus = self.host.nvml.read()["gpus"]
 
-    def _families(self, node: str, flavor: NodeFlavor) -> list[DeviceType]:
+    def families(self, node: str, flavor: NodeFlavor) -> list[DeviceType]:
+        """The plugin's device families for ``node``, as its flags in ``flavor`` make them."""
         machine = FakeMachine()
         for g in self.gpus:  # the host's GPUs, with this node's own UUIDs
             uuid = f"GPU-{node}-{g['uuid'][-12:]}"[:40]
@@ -103,13 +105,13 @@ class HostPools:
     def spec(self, node: Obj, flavor: NodeFlavor) -> PoolSpec:
         """The pool spec the plugin publishes for ``node`` (a Node object as JSON)."""
         name = node["metadata"]["name"]
-        found = scan_all(self._families(name, flavor))
+        found = scan_all(self.families(name, flavor))
         return PoolSpec(
             driver=DRIVER_NAME,
             pool_name=name,
             name_prefix=slice_name_prefix(name, DRIVER_NAME),
             node_selection={"nodeName": name},
-            devices=tuple(found.devices),
+            devices=tuple(node_order(found.devices)),
             counter_sets=found.counter_sets,
             owner=owner_reference(node),
         )

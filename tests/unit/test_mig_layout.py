@@ -175,3 +175,14 @@ def test_order_from_the_bottom_balanced_by_gpu_memory_heavy_by_placement() -> No
     assert order("1g.20gb") == [(g, s) for s in (6, 4, 2, 0) for g in (0, 1)]
     assert order("7g.80gb") == [(0, 0), (1, 0)]
     assert [d.name for d in devices if d.kind == "gpu"] == ["gpu-1", "gpu-0"]
+
+
+def test_full_gpus_come_before_every_placement_on_four_h100() -> None:
+    """The full GPUs (in their own order: from the top down) head the pool, so a
+    whole-GPU request walks no placement (``driver.slices.order``). Arranged
+    from the top of the slice, 4 x H100's 1g, 1g.20gb, 2g and 3g groups
+    filled the first 64 exactly and put the full GPUs in the second slice."""
+    gpu_type, _, _ = node("H100-SXM5-80GB", 4)
+    devices = gpu_type.discover().devices
+    assert [d.name for d in devices[:5]] == ["gpu-3", "gpu-2", "gpu-1", "gpu-0", devices[4].name]
+    assert devices[4].kind == "mig" and all(d.kind == "mig" for d in devices[4:])
