@@ -50,6 +50,22 @@ def tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def set_aside(path: Path) -> Path | None:
+    """Move an earlier process's log at ``path`` to the first free
+    ``<path>.<n>`` (1, 2, ...: oldest first) and return where it went (None if
+    there was none). A launcher object whose process is a new one (a new
+    module's fabric or controller, not a restart) calls it, so the log at
+    ``path`` holds only that process's lines while the earlier ones are kept
+    for a post-mortem."""
+    if not path.exists():
+        return None
+    n = 1
+    while (kept := path.with_name(f"{path.name}.{n}")).exists():
+        n += 1
+    path.rename(kept)
+    return kept
+
+
 class Component:
     """One child process with its log file, started in its own process group."""
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.harness.cluster_pki import Pki
-from tests.harness.cluster_proc import stop_group, tail
+from tests.harness.cluster_proc import set_aside, stop_group, tail
 
 REPO = Path(__file__).resolve().parents[2]
 CONTROLLER_GROUP = "patchbay:controllers"
@@ -76,9 +76,17 @@ SERVER_SANS = ("DNS:localhost", "IP:127.0.0.1")
 
 
 class _Proc:
+    """A launched process and its log. A new object is a new process (a new
+    module's fabric or controller): the log an earlier one left at
+    ``log_path`` is set aside, so this one's log holds only its own lines (an
+    xdist worker runs many modules in one run directory, and a test that
+    counts lines in the log must not count an earlier module's). ``start()``
+    after ``stop()`` is a restart of the same process: its log goes on."""
+
     def __init__(self, name: str, log_path: Path) -> None:
         self.name = name
         self.log_path = log_path
+        set_aside(log_path)
         self.proc: subprocess.Popen[bytes] | None = None
         self.env: dict[str, str] = {}  # added to the process's environment
 
