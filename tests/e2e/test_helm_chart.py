@@ -28,8 +28,9 @@ from kubernetes.client.exceptions import ApiException
 from driver.controller.process.settings import ControllerSettings
 from driver.settingsflags import parse_settings
 from plugin.settings import PluginSettings
+from tests.e2e.admission import until_refused
 from tests.e2e.chart import CHART, NO_NODE, Applier, by_kind, render, run_helm
-from tests.e2e.helpers import delete_quietly, make_node, unique, wait_for
+from tests.e2e.helpers import delete_quietly, make_node, unique
 
 pytestmark = pytest.mark.cluster
 
@@ -205,16 +206,11 @@ def test_plugin_may_write_only_its_own_nodes_slices(
     plugin_api = _as_plugin(local_cluster, user, own)
     slices = client.ResourceV1Api(plugin_api)
     try:
-
-        def other_node_denied() -> bool:
-            try:
-                slices.create_resource_slice(_slice(unique("x"), other))
-            except ApiException as err:
-                assert err.status == 403, err.body
-                return "may only write its own Node and ResourceSlices" in err.body
-            return False  # the policy is not active yet (informers); the slice leaks to cleanup
-
-        wait_for("the admission policy to deny another node's slice", other_node_denied, 30)
+        until_refused(
+            "the admission policy on another node's slice",
+            "may only write its own Node and ResourceSlices", slices.create_resource_slice,
+            _slice(unique("x"), other), statuses=(403,), timeout=30,
+        )  # fmt: skip
         mine = unique("slice")
         slices.create_resource_slice(_slice(mine, own))
         # spec.nodeName is immutable, so "another node's slice" is one that exists there.

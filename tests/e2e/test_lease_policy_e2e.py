@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
+from tests.e2e.admission import refusal, until_refused
 from tests.e2e.chart import Applier, render
 from tests.e2e.helpers import unique, wait_for
 from tests.e2e.lease_cluster import apply_lease_objects
@@ -54,16 +54,6 @@ def claim(name: str, cls: str = "gpu.patchbay.dev", **notes: str) -> dict[str, A
     }
 
 
-def refusal(fn: Any, *args: Any, **kwargs: Any) -> str:
-    """The apiserver's message refusing the call ("" if it was accepted)."""
-    try:
-        fn(*args, **kwargs)
-    except ApiException as err:
-        assert err.status in (400, 403, 422), err
-        return str(err.body)
-    return ""
-
-
 @pytest.fixture
 def policy(helm: Path, applier: Applier, api_client: client.ApiClient) -> Iterator[str]:
     """The chart's lease objects applied, and one DeviceLeasePolicy; its name."""
@@ -88,11 +78,8 @@ def test_a_claim_that_breaks_a_lease_policy_is_refused_naming_it(
     # The policy takes effect once the apiserver's admission has its parameters
     # (until its REST mapper knows the new CRD it refuses with "failed to find
     # resource referenced by paramKind": docs/leases.md).
-    unexplained = wait_for(
-        "the lease policy enforced",
-        lambda: refusal(create, team, claim(unique("c")), dry_run="All"),
-        timeout=60,
-        done=lambda message: f"DeviceLeasePolicy {policy}:" in message,
+    unexplained = until_refused(
+        "the lease policy", f"DeviceLeasePolicy {policy}:", create, team, claim(unique("c"))
     )
     assert f"DeviceLeasePolicy {policy}" in unexplained
     assert f"metadata.annotations[{REASON}] is required" in unexplained

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
 
+from tests.e2e.admission import refusal, until_admitted, until_refused
 from tests.e2e.chart import Applier, render
 from tests.e2e.helpers import unique, wait_for
 from tests.harness.cluster import LocalCluster
@@ -45,33 +45,28 @@ def claim(name: str, **notes: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "annotations": notes}, "spec": SPEC}
 
 
-def refusal(fn: Any, *args: Any, **kwargs: Any) -> str:
-    """The apiserver's message refusing the call ("" if it was accepted)."""
-    try:
-        fn(*args, **kwargs)
-    except ApiException as err:
-        assert err.status in (400, 403, 422), err
-        return str(err.body)
-    return ""
-
-
 def notes(obj: Any) -> dict[str, str]:
     return dict(obj.metadata.annotations or {})
 
 
 @pytest.fixture
 def guarded(helm: Path, applier: Applier, resource_api: client.ResourceV1Api,
-            namespace: str) -> None:  # fmt: skip
-    """The chart's holder and lease-state policies applied and in force."""
+            editor: client.ApiClient, namespace: str) -> None:  # fmt: skip
+    """The chart's holder and lease-state policies applied and in force: each
+    is a policy of its own and comes into force on its own time (a run saw
+    alice's first change let through), so both are awaited."""
     for doc in render(helm, unique("pbs"), "default"):
         if doc["kind"] in KINDS and "lease-" in doc["metadata"]["name"]:
             applier.apply(doc, "default")
-    create = resource_api.create_namespaced_resource_claim
-    wait_for(
-        "the lease holder recorded at admission",
-        lambda: HOLDER in notes(create(namespace, claim(unique("probe")), dry_run="All")),
-        timeout=60,
-    )
+    until_admitted(
+        "the lease holder recorded at admission", resource_api.create_namespaced_resource_claim,
+        namespace, claim(unique("probe")), check=lambda made: HOLDER in notes(made),
+    )  # fmt: skip
+    stamped = claim(unique("probe"), **{STATE[1]: "2099-01-01T00:00:00Z"})
+    until_refused(
+        "the lease-state guard", "is written by patchbay only",
+        client.ResourceV1Api(editor).create_namespaced_resource_claim, namespace, stamped,
+    )  # fmt: skip
 
 
 @pytest.fixture
@@ -162,15 +157,6 @@ def test_a_user_with_edit_cannot_change_the_lease_state(
     alice = client.ResourceV1Api(editor)
     alice.create_namespaced_resource_claim(namespace, claim("c"))
     patch = alice.patch_namespaced_resource_claim
-    # The guard is a policy of its own and comes into force on its own time (a
-    # run saw alice's first patch let through): wait until it refuses her a
-    # dry run, which changes nothing either way.
-    change = {"metadata": {"annotations": {STATE[0]: "2099-01-01T00:00:00Z"}}}
-    wait_for(
-        "the lease-state guard in force",
-        lambda: "written by patchbay only" in refusal(patch, "c", namespace, change, dry_run="All"),
-        timeout=60,
-    )
     for key, value in ((HOLDER, "bob"), (HOLDER, None), (HOLDER_POD, "p"),
                        *((k, "2099-01-01T00:00:00Z") for k in STATE)):  # fmt: skip
         message = refusal(patch, "c", namespace, {"metadata": {"annotations": {key: value}}})

@@ -40,6 +40,7 @@ from driver.health.monitor import HealthMonitor
 from driver.health.records import HealthRecords, Phase
 from driver.kube.api import KubeApi
 from driver.kube.events import WARNING, EventRecorder, ObjectRef
+from tests.e2e.admission import until_refused
 from tests.e2e.chart import Applier
 from tests.e2e.helpers import delete_quietly, make_node, unique, wait_for
 from tests.e2e.plugin_token import (
@@ -108,18 +109,11 @@ def plugin(
 
 @pytest.fixture(scope="module")
 def policy_active(plugin: Plugin) -> Plugin:
-    """The policy is in force once a probe label is refused by it (the
-    apiserver loads policies through informers). Each probe uses a fresh key:
-    one let through before the policy was loaded is then no change."""
-
-    def refused() -> bool:
-        try:
-            plugin.core.patch_node(plugin.node, {"metadata": {"labels": {unique("probe"): "x"}}})
-        except ApiException as err:
-            return err.status == 403 and POLICY_SAYS in str(err.body)
-        return False
-
-    wait_for("the plugin node-fields policy to refuse a label", refused, 30)
+    """The policy is in force once it refuses the plugin a label (a dry run)."""
+    until_refused(
+        "the plugin node-fields policy", POLICY_SAYS, plugin.core.patch_node, plugin.node,
+        {"metadata": {"labels": {unique("probe"): "x"}}}, statuses=(403,), timeout=30,
+    )  # fmt: skip
     return plugin
 
 

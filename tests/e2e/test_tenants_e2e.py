@@ -15,13 +15,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tests.e2e.admission import refusal, until_refused
 from tests.e2e.chart import Applier, by_kind, render
 from tests.e2e.helpers import delete_quietly, events_about, unique, wait_for
 from tests.e2e.pods import gone, phase, pod, running
@@ -180,16 +180,6 @@ def labelled_namespace(core: client.CoreV1Api, labels: dict[str, str]) -> str:
     return name
 
 
-def refusal(create: Any) -> str:
-    """The apiserver's message when ``create()`` is refused, "" when it succeeds."""
-    try:
-        create()
-    except ApiException as exc:
-        assert exc.status in (403, 422), exc.body
-        return str(json.loads(exc.body)["message"])
-    return ""
-
-
 def test_a_restricted_class_only_in_labelled_namespaces(
     sim: SimNode,
     resource_api: client.ResourceV1Api,
@@ -231,16 +221,10 @@ def test_a_restricted_class_only_in_labelled_namespaces(
             f"namespace {namespace} may not use DeviceClass {cls}: "
             f"the namespace needs the label {label}=true"
         )
-
-        def claim_refused() -> str:
-            msg = refusal(
-                lambda: resource_api.create_namespaced_resource_claim(
-                    namespace, claim_body(unique("c"), cls)
-                )
-            )
-            return msg if denied in msg else ""
-
-        wait_for("the policy in force", claim_refused, timeout=30)
+        until_refused(
+            "the restricted-class policy", denied, resource_api.create_namespaced_resource_claim,
+            namespace, claim_body(unique("c"), cls), timeout=30,
+        )  # fmt: skip
         first_available = claim_body("fa", GPU_CLASS)
         first_available["spec"]["devices"]["requests"] = [
             {"name": "gpu", "firstAvailable": [{"name": "a", "deviceClassName": cls}]}

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import json
 import ssl
 import subprocess
 import urllib.request
@@ -31,6 +30,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tests.e2e.admission import until_admitted, until_refused
 from tests.e2e.chart import by_kind, render
 from tests.e2e.helpers import delete_quietly, unique, wait_for
 from tests.e2e.plugin_nodes import plugin_node
@@ -144,39 +144,19 @@ def claim(name: str, parameters: dict[str, Any], driver: str = "patchbay.dev") -
     }
 
 
-def refusal(create: Any, delete: Any, name: str, *, expect: str) -> str:
-    """The apiserver's refusal of ``create(name)``, once the registration is in
-    effect (it reaches the apiserver's webhook informer within moments; a
-    create admitted before that is deleted and retried)."""
-    seen: list[str] = []
-
-    def refused() -> bool:
-        try:
-            create()
-        except ApiException as exc:
-            seen.append(f"{exc.status} {json.loads(exc.body)['message']}")
-            return expect in seen[-1]
-        delete(name)
-        return False
-
-    wait_for(f"{name} refused with {expect!r}", refused, timeout=30)
-    return seen[-1]
-
-
 def test_a_claim_with_an_unknown_field_is_refused_naming_it(
     register: Any, resource_api: client.ResourceV1Api, namespace: str,
     local_cluster: LocalCluster, tmp_path: Path,
 ) -> None:  # fmt: skip
     register("Fail")
     body = claim("typo", TYPO)
-    message = refusal(
-        lambda: resource_api.create_namespaced_resource_claim(namespace, body),
-        lambda n: resource_api.delete_namespaced_resource_claim(n, namespace),
-        "typo",
-        expect=DENIED,
-    )
+    # The registration reaches the apiserver's webhook informer within moments;
+    # refused as Invalid (422), no other status.
+    message = until_refused(
+        "the webhook", DENIED, resource_api.create_namespaced_resource_claim, namespace, body,
+        statuses=(422,), timeout=30,
+    )  # fmt: skip
     print(message)
-    assert message.startswith("422 ")
     assert f"ResourceClaim {namespace}/typo: spec.devices.config[0] (requests: gpu)" in message
     assert "invalid GpuConfig: field driverCapabilites: Extra inputs are not permitted" in message
     # What a user sees from kubectl apply.
@@ -200,12 +180,10 @@ def test_a_template_with_an_unknown_field_is_refused_naming_it(
 ) -> None:
     register("Fail")
     bad = {"metadata": {"name": "tmpl"}, "spec": {"spec": claim("x", TYPO)["spec"]}}
-    message = refusal(
-        lambda: resource_api.create_namespaced_resource_claim_template(namespace, bad),
-        lambda n: resource_api.delete_namespaced_resource_claim_template(n, namespace),
-        "tmpl",
-        expect=DENIED,
-    )
+    message = until_refused(
+        "the webhook", DENIED, resource_api.create_namespaced_resource_claim_template, namespace,
+        bad, statuses=(422,), timeout=30,
+    )  # fmt: skip
     assert f"ResourceClaimTemplate {namespace}/tmpl: spec.spec.devices.config[0]" in message
     assert "field driverCapabilites" in message
     good = {"metadata": {"name": "tmpl"}, "spec": {"spec": claim("x", GOOD)["spec"]}}
@@ -225,20 +203,18 @@ def test_with_the_webhook_down_failure_policy_decides_and_allocation_goes_on(
     core: client.CoreV1Api, namespace: str,
 ) -> None:  # fmt: skip
     create = resource_api.create_namespaced_resource_claim
-    delete = resource_api.delete_namespaced_resource_claim
     register("Fail")
-    refusal(lambda: create(namespace, claim("probe", TYPO)), lambda n: delete(n, namespace),
-            "probe", expect=DENIED)  # fmt: skip
+    until_refused("the webhook", DENIED, create, namespace, claim("probe", TYPO),
+                  statuses=(422,), timeout=30)  # fmt: skip
     create(namespace, claim("held", GOOD))  # admitted while the webhook is up
     webhook.ctl.stop()
     try:
-        message = refusal(
-            lambda: create(namespace, claim("down", GOOD)),
-            lambda n: delete(n, namespace),
-            "down",
-            expect='failed calling webhook "opaque-configs.patchbay.dev"',
-        )
-        assert message.startswith("500 ")
+        # With failurePolicy Fail and the webhook down: an Internal Error (500).
+        until_refused(
+            "the registration with the webhook down",
+            'failed calling webhook "opaque-configs.patchbay.dev"',
+            create, namespace, claim("down", GOOD), statuses=(500,), timeout=30,
+        )  # fmt: skip
         # The scheduler adds its finalizer (an UPDATE, skipped by the
         # matchCondition) and writes the allocation (resourceclaims/status,
         # never registered): the pod runs while the webhook is down.
@@ -249,20 +225,9 @@ def test_with_the_webhook_down_failure_policy_decides_and_allocation_goes_on(
         assert "resource.kubernetes.io/delete-protection" in (held.metadata.finalizers or [])
 
         register("Ignore")
-        wait_for(
-            "a claim admitted unchecked with failurePolicy Ignore",
-            lambda: _created(create, namespace, claim("unchecked", TYPO)),
-            timeout=30,
-        )
+        until_admitted(
+            "a claim admitted unchecked with failurePolicy Ignore", create, namespace,
+            claim("unchecked", TYPO), statuses=(500,), timeout=30,
+        )  # fmt: skip
     finally:
         webhook.up()
-
-
-def _created(create: Any, namespace: str, body: dict[str, Any]) -> bool:
-    try:
-        create(namespace, body)
-    except ApiException as exc:
-        if exc.status == 500 and "failed calling webhook" in json.loads(exc.body)["message"]:
-            return False  # the Fail registration still in effect
-        raise
-    return True
