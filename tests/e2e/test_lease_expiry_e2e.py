@@ -24,6 +24,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from tests.e2e import pods
+from tests.e2e.admission import until_admitted, until_refused
 from tests.e2e.helpers import events_about, unique, wait_for
 from tests.e2e.kubectl_views import SCRIPT, kubectl_patchbay
 from tests.e2e.lease_cluster import claim_gone, controller, leases, metric, reasons
@@ -38,6 +39,9 @@ __all__ = ["controller", "leases"]  # the shared fixtures
 REASON, DURATION = "patchbay.dev/lease-reason", "patchbay.dev/lease-duration"
 EXPIRY, HOLDER = "patchbay.dev/lease-expiry", "patchbay.dev/lease-holder"
 GRACE = 1  # the policy's eviction grace period
+SPEC = {
+    "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.patchbay.dev"}}]}
+}
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +53,11 @@ def node(local_cluster: LocalCluster, resource_api: client.ResourceV1Api,
 
 
 @pytest.fixture
-def team(core: client.CoreV1Api, namespace: str, leases: Any) -> Iterator[str]:
-    """``namespace``, governed by a policy: 2s of warning, grace period GRACE."""
+def team(core: client.CoreV1Api, resource_api: client.ResourceV1Api, namespace: str,
+         leases: Any) -> Iterator[str]:  # fmt: skip
+    """``namespace``, governed by a policy: 2s of warning, grace period GRACE;
+    the policy in force at admission, and the holder recorded there (the
+    apiserver loads both on their own time)."""
     label = unique("team")
     core.patch_namespace(namespace, {"metadata": {"labels": {"lease-team": label}}})
     name = unique("short")
@@ -63,6 +70,15 @@ def team(core: client.CoreV1Api, namespace: str, leases: Any) -> Iterator[str]:
                  "evictionGracePeriodSeconds": GRACE, "maxExtension": "1h",
                  "maxExtensionTotal": "90m", "extendGroups": ["ml-leads"]},
     })  # fmt: skip
+    create = resource_api.create_namespaced_resource_claim
+    until_refused(f"DeviceLeasePolicy {name}", f"DeviceLeasePolicy {name}:", create, namespace,
+                  {"metadata": {"name": unique("probe")}, "spec": SPEC})  # fmt: skip
+    until_admitted(
+        "the lease holder recorded at admission", create, namespace,
+        {"metadata": {"name": unique("probe"), "annotations": {REASON: "probe", DURATION: "10m"}},
+         "spec": SPEC},
+        check=lambda made: HOLDER in (made.metadata.annotations or {}),
+    )  # fmt: skip
     yield namespace
     leases.delete(name=name)
 
@@ -75,8 +91,7 @@ def leased_pod(
     running pod using it; the claim's name."""
     name = unique("c")
     body = {"metadata": {"name": name, "annotations": {REASON: "e2e", DURATION: duration}},
-            "spec": {"devices": {"requests": [
-                {"name": "gpu", "exactly": {"deviceClassName": "gpu.patchbay.dev"}}]}}}  # fmt: skip
+            "spec": SPEC}  # fmt: skip
     (client.ResourceV1Api(as_user) if as_user else resource_api).create_namespaced_resource_claim(
         ns, body
     )
