@@ -252,6 +252,7 @@ class Reconciler:
         self.holds.expire()
         allocs = cl.all_allocations(list(self.claims.objects.values()), self.pool)
         self.requeue.note(allocs, self.claims.objects.values())
+        self.workers.memdevs.learn(memdevs.claimed(allocs, inv))  # a restart noted nothing
         self._tell_doubts(inv, allocs)
         pinned = {a.device: a.pool for a in allocs}
         carried = {n: self.published[n] for n in pinned if n in self.published}
