@@ -44,6 +44,7 @@ from driver.controller.attach.holds import FailedHolds
 from driver.controller.attach.reports import NodeReports
 from driver.controller.attach.status import ClaimStatusWriter
 from driver.controller.attach.workers import Workers
+from driver.controller.broken import BrokenResources, LeaseNamed
 from driver.controller.events import CONTROLLER, ControllerEvents, gone_adapters, node_ref
 from driver.controller.health.failures import FabricFailures
 from driver.controller.pool.domains import LabelFinding
@@ -72,7 +73,7 @@ log = logging.getLogger(__name__)
 PUBLISH_WAIT_S = 10.0
 
 
-class Settings(Protocol):
+class Settings(LeaseNamed, Protocol):
     """What the reconciler reads of ``process.settings.ControllerSettings``
     (each one setting there: flag, env var and Helm value)."""
 
@@ -120,6 +121,7 @@ class Reconciler:
         self.recorder = EventRecorder(api, CONTROLLER, settings.identity)
         self.events = ControllerEvents(self.recorder)
         self.failures = FabricFailures(self.events)  # failed fabric GPUs: tainted, held out
+        self.broken = BrokenResources(api, self.events, settings)  # told even if no claim meets it
         self.holds.failed = self.failures.held_out  # no attach starts for one
         self._adapters: tuple[dict[str, NodeFabric], set[tuple[str, str]]] | None = None
         self._findings: set[LabelFinding] = set()
@@ -184,9 +186,11 @@ class Reconciler:
         while True:
             try:
                 requested = time.monotonic()
-                self.inventory = carry_held_back(await self.fabric.inventory(), self.inventory)
+                read = await self.fabric.inventory()
+                self.inventory = carry_held_back(read, self.inventory)
                 self.workers.inventory_read(requested)
                 self.mark()
+                await self.broken.seen(read)
             except (FabricApiError, FabricUnavailable) as exc:
                 log.warning("fabric inventory read failed: %s", exc)
             with contextlib.suppress(TimeoutError):  # not wait_for: docs/design.md
