@@ -2,8 +2,10 @@
 
 Why: "why is my pod's fabric GPU not there?" is answered by
 ``kubectl describe resourceclaim`` (attach started, attached, attach failed
-with the fabric's message, detached) and ``kubectl describe node`` (a fabric
-adapter the node no longer reports, or the fabric no longer lists). Every
+with the fabric's message, detached), ``kubectl describe node`` (a fabric
+adapter the node no longer reports, or the fabric no longer lists) and
+``kubectl describe lease`` of the controller's leader Lease (a broken fabric
+resource, ``driver.controller.broken``). Every
 reason the controller records is named here (docs/events.md lists them);
 the writing, deduplication and rate limit are ``driver.kube.events``.
 
@@ -127,6 +129,14 @@ class ControllerEvents:
                 "(published, attached: a partial read detaches and releases nothing)"
             )
             self.recorder.warning(claim_ref(a), FABRIC_RESOURCE_BROKEN, "WatchFabric", note)
+
+    def resource_broken(self, lease: ObjectRef, uri: str, why: str, held: list[str]) -> None:
+        """A fabric read could not use ``uri`` (``driver.controller.broken``)."""
+        if self.recorder is not None:
+            doubt = f"holds back {', '.join(held)}" if held else "holds back no device"
+            note = (f"fabric resource {uri} is broken: {why}; {doubt} (kept as last seen); "
+                    "the rest of the fabric is offered and attached")  # fmt: skip
+            self.recorder.warning(lease, FABRIC_RESOURCE_BROKEN, "WatchFabric", note)
 
     def detached(self, regarding: ObjectRef, device_id: str, node: str) -> None:
         if self.recorder is not None:

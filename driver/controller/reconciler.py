@@ -10,7 +10,8 @@ unpublished or detached for it, and a ready claim holding it is told
 (an Event). A fabric connection that no allocation needs any more (claim
 deallocated or deleted, pod deleted while PreBind waited, a previous
 incarnation's leftovers) is detached once its node no longer reports it held
-by a prepared claim (a node whose Node object is gone holds nothing).
+by a prepared claim (a node whose Node object is gone holds nothing; a
+device on a host that is none of our nodes is left alone: ``controller.hosts``).
 A fabric GPU its node reports failed is tainted in the pool, detached once
 no prepared claim holds it (even while still allocated) and held out
 (``driver.controller.health.failures``).
@@ -44,8 +45,10 @@ from driver.controller.attach.holds import FailedHolds
 from driver.controller.attach.reports import NodeReports
 from driver.controller.attach.status import ClaimStatusWriter
 from driver.controller.attach.workers import Workers
+from driver.controller.broken import BrokenResources, LeaseNamed
 from driver.controller.events import CONTROLLER, ControllerEvents, gone_adapters, node_ref
 from driver.controller.health.failures import FabricFailures
+from driver.controller.hosts import OtherHosts
 from driver.controller.pool.domains import LabelFinding
 from driver.controller.pool.layout import mark_spares
 from driver.controller.pool.model import pool_model
@@ -72,7 +75,7 @@ log = logging.getLogger(__name__)
 PUBLISH_WAIT_S = 10.0
 
 
-class Settings(Protocol):
+class Settings(LeaseNamed, Protocol):
     """What the reconciler reads of ``process.settings.ControllerSettings``
     (each one setting there: flag, env var and Helm value)."""
 
@@ -120,6 +123,8 @@ class Reconciler:
         self.recorder = EventRecorder(api, CONTROLLER, settings.identity)
         self.events = ControllerEvents(self.recorder)
         self.failures = FabricFailures(self.events)  # failed fabric GPUs: tainted, held out
+        self.broken = BrokenResources(api, self.events, settings)  # told even if no claim meets it
+        self.hosts, self.others = OtherHosts(), frozenset[str]()  # on no node of ours: left alone
         self.holds.failed = self.failures.held_out  # no attach starts for one
         self._adapters: tuple[dict[str, NodeFabric], set[tuple[str, str]]] | None = None
         self._findings: set[LabelFinding] = set()
@@ -184,9 +189,11 @@ class Reconciler:
         while True:
             try:
                 requested = time.monotonic()
-                self.inventory = carry_held_back(await self.fabric.inventory(), self.inventory)
+                read = await self.fabric.inventory()
+                self.inventory = carry_held_back(read, self.inventory)
                 self.workers.inventory_read(requested)
                 self.mark()
+                await self.broken.seen(read)
             except (FabricApiError, FabricUnavailable) as exc:
                 log.warning("fabric inventory read failed: %s", exc)
             with contextlib.suppress(TimeoutError):  # not wait_for: docs/design.md
@@ -250,13 +257,16 @@ class Reconciler:
             self.failures.restore(self.published)  # kept in the pool's taints
         self.failures.update(inv, reports, self.nodes.objects)
         self.holds.expire()
+        self.others = self.hosts.devices(inv, self.nodes.objects)  # never published or detached
         allocs = cl.all_allocations(list(self.claims.objects.values()), self.pool)
         self.requeue.note(allocs, self.claims.objects.values())
+        self.workers.memdevs.learn(memdevs.claimed(allocs, inv))  # a restart noted nothing
         self._tell_doubts(inv, allocs)
         pinned = {a.device: a.pool for a in allocs}
         carried = {n: self.published[n] for n in pinned if n in self.published}
         served = {a.device: self._device_of(a) for a in allocs if a.device in self.variants}
-        model, held, w, nodes = self.model, self.holds.held(), self.workers, self.nodes.objects
+        held, w, nodes = self.holds.held() | self.others, self.workers, self.nodes.objects
+        model = self.model
         specs, variants = model.build(
             self.pool, inv, reports, held, pinned, carried, served, nodes.values()
         )
@@ -273,7 +283,7 @@ class Reconciler:
         self.spares.note_allocations(allocs, self.variants | where, models, nodes, now)
         in_use = {self._device_of(a) for a in allocs if a.device in self.variants}
         reserved, reclaim = model.shortfall(inv, allocs, self.variants, w.served, in_use, w.busy)
-        out = self.holds.held() | self.failures.ids()  # never a spare
+        out = self.holds.held() | self.failures.ids() | self.others  # never a spare
         spares = self.spares.reconcile(
             inv, reports, nodes, in_use, out, now, reserved, reclaim, self.failures.by_node()
         )
@@ -310,7 +320,8 @@ class Reconciler:
         # turned ready is the attach's own status write, and cancelling then
         # would drop the rest of its work (the Attached Event, its figures).
         self.workers.cancel_unneeded({(a.claim_uid, a.device) for a in allocs})
-        in_doubt = {ident for ident, _ in inv.held_back}  # seen as last read: never detached
+        # Seen as last read, or on another host (driver.controller.hosts): never detached.
+        in_doubt = {ident for ident, _ in inv.held_back} | self.others
         memdevs_kept = frozenset((a.node, a.memdev) for a in allocs if a.memdev and not a.failed)
         for device in inv.devices:
             conn = device.connection
@@ -319,7 +330,8 @@ class Reconciler:
             if conn is None or (wanted and device.id not in self.failures):
                 continue
             if device.id in in_doubt:
-                log.debug("%s is held back by the last read: no detach", device.id)
+                log.debug("%s is held back by the last read or another host's: no detach",
+                          device.id)  # fmt: skip
                 continue
             if self.workers.scaling_up(conn.node):  # a pass follows its answer
                 log.debug("%s may be what a scale-up for %s brings: no detach before its "
@@ -364,6 +376,8 @@ class Reconciler:
         device = next((d for d in inv.devices if d.id == v.device_id), None)
         conn = device.connection if device is not None else None
         if conn is None or (conn.node, conn.adapter) == (v.node, v.adapter):
+            return False
+        if v.device_id in self.others:  # another host's: its attach meets the manager's refusal
             return False
         report = reports.get(conn.node)
         if conn.state != "Attached" or (report is not None and v.identity in report.busy):

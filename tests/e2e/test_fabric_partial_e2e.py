@@ -4,7 +4,10 @@ attach dialects: the shared fabric environment of tests/e2e/conftest.py
 
 - One broken Endpoint (the simulated fabric's ``brokenEndpoint``: its GET
   answers 500): every other device is still offered and attaches; the
-  doubtful device is held back, not unpublished; a claim that waits for it
+  doubtful device is held back, not unpublished; the breakage is told on the
+  controller's leader Lease before any claim meets it (a
+  ``FabricResourceBroken`` Event naming the URI, the 500 and the device it
+  holds back, once however many reads see it); a claim that waits for it
   gets a ``FabricResourceBroken`` Event naming the URI and no failure; a
   running claim whose device turns doubtful keeps it (nothing detached)
   and is told; once the fault is lifted the waiting claim's attach goes on.
@@ -15,9 +18,11 @@ attach dialects: the shared fabric environment of tests/e2e/conftest.py
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from tests.e2e.fabric_helpers import (
     DIALECTS,
@@ -38,6 +43,8 @@ FABRIC_DIALECTS = DIALECTS
 ENDPOINTS = "/redfish/v1/Fabrics/pcie0/Endpoints"
 BROKEN = "FabricResourceBroken"
 REFUSED = "FabricAttachRefused"
+# The controller's leader Lease (tests/harness/fabricsim.py starts it in "default").
+LEASE_NS, LEASE = "default", "patchbay-controller"
 
 
 def connected(env: Env) -> set[str]:
@@ -71,6 +78,23 @@ def told(core: Any, ns: str, claim: str, reason: str, *words: str) -> Any:
     return event
 
 
+def on_lease(core: Any, since: dt.datetime, *words: str) -> Any:
+    """Wait for the controller's ``FabricResourceBroken`` Event on its leader
+    Lease, last seen at or after ``since``, whose note holds every one of ``words``."""
+
+    def last(e: Any) -> dt.datetime:
+        seen: list[dt.datetime] = [e.event_time, e.series and e.series.last_observed_time]
+        return max(t for t in seen if t)
+
+    def found() -> Any:
+        return next((e for e in events_about(core, LEASE_NS, LEASE, BROKEN)
+                     if last(e) >= since and all(w in e.message for w in words)), None)  # fmt: skip
+
+    event = wait_for(f"a {BROKEN} Event on the Lease naming {words}", found, timeout=60)
+    print(f"{BROKEN} on the Lease: {event.message}")
+    return event
+
+
 def test_a_broken_endpoint_holds_back_only_its_device(
     env: Env, resource_api: Any, core: Any, namespace: str
 ) -> None:
@@ -83,6 +107,7 @@ def test_a_broken_endpoint_holds_back_only_its_device(
     pool = fabric_pool(resource_api)
     offered = {held.device} | {n for n, d in pool.items() if attr(d, "fabricDevice") == "gpu-1"}
     assert len(offered) == (2 if env.per_domain else 3)  # gpu-1 once, or on both nodes
+    since = dt.datetime.now(dt.UTC).replace(microsecond=0)  # Event times: whole seconds or finer
     env.fabric.faults(
         devices={"gpu-0": {"brokenEndpoint": True}, "gpu-1": {"brokenEndpoint": True}}
     )
@@ -90,6 +115,13 @@ def test_a_broken_endpoint_holds_back_only_its_device(
         # gpu-0, attached and in use, turns doubtful: kept, and its claim told.
         told(core, ns, kept.metadata.name, BROKEN, "gpu-0", f"{ENDPOINTS}/gpu-0", "HTTP 500")
         assert "gpu-0" in connected(env)
+        # Told on the Lease before any claim meets gpu-1: its URI, the 500, what it holds back.
+        told_once = on_lease(core, since, f"fabric resource {ENDPOINTS}/gpu-1 is broken",
+                             f"GET {ENDPOINTS}/gpu-1", "HTTP 500", "holds back gpu-1")  # fmt: skip
+        lease = client.CoordinationV1Api(core.api_client).read_namespaced_lease(LEASE, LEASE_NS)
+        assert told_once.type == "Warning"
+        assert told_once.involved_object.kind == "Lease"
+        assert told_once.involved_object.uid == lease.metadata.uid  # kubectl describe lease
         # The rest of the fabric (gpu-2 on the other switch) is offered and attaches.
         pod(core, ns, "other", node, template(resource_api, ns, "other", [gpu_request(
             fabric_device="gpu-2")]))  # fmt: skip
@@ -109,6 +141,12 @@ def test_a_broken_endpoint_holds_back_only_its_device(
         assert connected(env) == {"gpu-0", "gpu-2"}  # gpu-1 waits; gpu-0 not detached
         # Nothing unpublished for the partial reads.
         assert offered <= set(fabric_pool(resource_api))
+        # Read again and again with gpu-1's Endpoint broken: still one occurrence.
+        again = on_lease(core, since, f"fabric resource {ENDPOINTS}/gpu-1 is broken")
+        assert again.metadata.uid == told_once.metadata.uid
+        assert (again.series.count if again.series else 1) == (
+            told_once.series.count if told_once.series else 1
+        ), "told once per read, not once per breakage"
     finally:
         env.fabric.faults(
             devices={"gpu-0": {"brokenEndpoint": False}, "gpu-1": {"brokenEndpoint": False}}

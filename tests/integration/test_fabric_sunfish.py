@@ -14,14 +14,22 @@ agents behind one ``/redfish/v1/``. What it shows, and the client now reads:
   ports naming each other (``ConnectedSwitchPorts``, ``ConnectedSwitches``);
 - it refuses a POST without ``@odata.type``, and has no Connections
   collection until the first is created;
-- a Connection's DELETE fails in its agent forwarding (``AgentForwardingFailure``,
-  a ``BaseException``, escapes Flask): the connection is dropped without an
-  answer, and the client's error names the request.
+- a Connection's DELETE: Sunfish forwards it to the fabric-manager agent,
+  which answers 500 (its file backend removes the Connection, then walks
+  every ``index.json`` of its tree to drop links to it and meets one that is
+  not JSON); Sunfish turns that into ``AgentForwardingFailure``, a
+  ``BaseException`` that escapes Flask, so the HTTP connection is dropped
+  without an answer: no 500 reaches the client. The client's error names
+  the DELETE and the URI (``FabricUnreachable``: no answer), and Sunfish
+  still lists the Connection, so the device still reads attached (a detach
+  reports done only when the manager shows it detached).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -37,8 +45,14 @@ SERIAL = "0x4c1d96fffeddd835"
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with sunfish(tmp_path_factory.mktemp("sunfish")) as url:
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the harness runs Sunfish and its agents (their logs: ``<app>.log``)."""
+    return tmp_path_factory.mktemp("sunfish")
+
+
+@pytest.fixture(scope="module")
+def service(work: Path) -> Iterator[str]:
+    with sunfish(work) as url:
         yield url
 
 
@@ -76,7 +90,9 @@ async def test_every_name_is_unique_in_the_pool_built_in_both_shapes(service: st
     assert len(published) == len({d.id for d in inv.devices if d.identity and d.available}) >= 8
 
 
-async def test_attach_reads_back_attached_and_the_failed_detach_is_named(service: str) -> None:
+async def test_attach_reads_back_attached_and_the_failed_detach_is_named(
+    service: str, work: Path
+) -> None:
     async with FabricClient(service, "unused", systems=SYSTEMS) as fc:
         assert (await fc.device("VT1.3")).connection is None
         result = await fc.attach("VT1.3", "node-2", "I2")
@@ -88,4 +104,19 @@ async def test_attach_reads_back_attached_and_the_failed_detach_is_named(service
         assert conn.uri == result.connection_uri
         with pytest.raises(FabricUnreachable) as exc:
             await fc.detach("VT1.3")
-    assert f"fabric DELETE {conn.uri}: " in str(exc.value)
+        # Not done: Sunfish still lists the Connection, the device reads attached.
+        after = (await fc.device("VT1.3")).connection
+        assert after is not None and (after.uri, after.state) == (conn.uri, "Attached")
+    # No answer came (the connection dropped): the error names the DELETE and the URI.
+    message = str(exc.value)
+    assert message.startswith(f"fabric DELETE {conn.uri}: ServerDisconnected"), message
+    assert "500" not in message
+    # What happened behind it: the agent answered Sunfish's forwarded DELETE 500.
+    agent = (work / "app_fabric_mgr.py.log").read_text()
+    forwarded = re.compile(
+        "AgentForwardingFailure: Agent forwarding failure while deleting object "
+        rf"http://127\.0\.0\.1:\d+/{re.escape(conn.uri)} \. Error code: 500\. "
+    )
+    told = forwarded.findall((work / "app_sunfish_server.py.log").read_text())
+    assert len(told) == 1, "Sunfish's forwarding did not fail on the agent's 500"
+    assert f"Exception on {conn.uri} [DELETE]" in agent

@@ -18,6 +18,11 @@ What an attach found is remembered per fabric device (:meth:`MemdevArrivals.note
 until its detach: a warm spare that is an LD is published under its memdev's
 node name (``driver.controller.spares.keeper``), and a claim that takes it
 later makes no request and is told its memdev from here, not guessed.
+A restarted controller noted nothing: each pass reads what the ready
+claims' status names (:func:`claimed`: ``fabricDevice`` and ``pciBusID``)
+into the notes (:meth:`MemdevArrivals.learn`), so an LD attached before the
+restart is still known as its memdev, and a sibling LD's adopted attach or
+spare is not confused with it.
 
 A released LD is detached only once the node no longer holds it prepared;
 the node reports that by memdev (``busy``), so :func:`still_prepared` counts
@@ -31,11 +36,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 
+from driver.controller.claims import FabricAllocation
 from driver.cxl import KIND as CXL_MEMORY
-from driver.fabric_devices.naming import NodeFabric, cxl_bdf_of, cxl_serial_of
-from driver.fabricclient.model import FabricDevice
+from driver.fabric_devices.naming import NodeFabric, cxl_bdf_of, cxl_key, cxl_serial_of
+from driver.fabricclient.model import FabricDevice, FabricInventory
 
 
 class MemdevArrivals:
@@ -52,6 +58,13 @@ class MemdevArrivals:
             self._found[device_id] = key
         else:
             self._found.pop(device_id, None)
+
+    def learn(self, claimed: Iterable[tuple[str, str]]) -> None:
+        """Note each ``(device id, memdev key)`` not noted yet (:func:`claimed`:
+        what the claims' status says; what this incarnation saw comes first)."""
+        for device_id, key in claimed:
+            if key:
+                self._found.setdefault(device_id, key)
 
     def forget(self, device_id: str) -> None:
         """``device_id`` was detached (or is asked for again): its memdev is gone."""
@@ -92,6 +105,17 @@ class MemdevArrivals:
             self._users[key] -= 1
             if not self._users[key]:  # no one waits: forget it
                 del self._users[key], self._locks[key]
+
+
+def claimed(allocs: Iterable[FabricAllocation], inv: FabricInventory) -> list[tuple[str, str]]:
+    """``(device id, memdev key)`` of each ready, unfailed allocation of CXL
+    memory whose status names the memdev its LD arrived as (``pciBusID``)."""
+    cxl = {d.id: d.identity for d in inv.devices if d.kind == CXL_MEMORY and d.identity}
+    return [
+        (a.served, cxl_key(cxl[a.served], a.memdev))
+        for a in allocs
+        if a.ready and not a.failed and a.memdev and a.served in cxl
+    ]
 
 
 def before(report: NodeFabric | None, serial: str, adapter: str) -> frozenset[str]:
