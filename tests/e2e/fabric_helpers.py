@@ -5,6 +5,7 @@ Split from tests/e2e/test_fabric_e2e.py to keep each module small.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -252,6 +253,15 @@ def conditions(claim: Any, device: str) -> dict[str, str]:
         if in_fabric_pool(d.pool, "fabric") and d.device == device:
             return {c.type: c.status for c in d.conditions or []}
     return {}
+
+
+def detaches(env: Env, device: str) -> int:
+    """Detach tasks the fabric started for ``device`` from this module's nodes
+    (its log, one line each). The log outlives a module: an xdist worker's
+    earlier fabric modules wrote theirs in the same file, with other nodes."""
+    said = env.fabric.log_path.read_text(errors="replace")
+    nodes = "|".join(re.escape(n.name) for n in env.nodes)
+    return len(re.findall(rf"detach {re.escape(device)} from (?:{nodes})-", said))
 
 
 def claim_gone_or_free(resource_api: Any, ns: str, name: str) -> bool:

@@ -22,7 +22,6 @@ devices are offered again in the domain pools while held.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from tests.e2e.fabric_helpers import (
     attr,
     claim_gone_or_free,
     conditions,
+    detaches,
     fabric_slices,
     gpu_request,
     running,
@@ -75,15 +75,6 @@ def old_pool(resource_api: Any) -> set[str]:
 def attaches(env: Env) -> Counter[str]:
     """Fabric device -> attach requests the fabric received."""
     return Counter(r["target"] for r in env.fabric.attach_requests())
-
-
-def detaches(env: Env, device: str) -> int:
-    """Detach tasks the fabric started for ``device`` from this module's nodes
-    (its log, one line each). The log outlives a module: an xdist worker's
-    earlier fabric modules wrote theirs in the same file, with other nodes."""
-    said = env.fabric.log_path.read_text(errors="replace")
-    nodes = "|".join(re.escape(n.name) for n in env.nodes)
-    return len(re.findall(rf"detach {re.escape(device)} from (?:{nodes})-", said))
 
 
 def upgrade(env: Env) -> None:
