@@ -27,12 +27,35 @@ IDLE = "Idle"  # the condition type
 BELOW_THRESHOLD, BUSY, UNKNOWN = "BelowThreshold", "Busy", "UtilizationUnknown"  # reasons
 
 _MESSAGE = re.compile(r"utilization below ([0-9]+(?:\.[0-9]+)?)% for [0-9.e+]+s, since (\S+)")
+_BUSY = re.compile(r"utilization ([0-9]+)% \(threshold")
 
 
 def idle_message(threshold: float, window: float, since: str, highest: float) -> str:
     """The message of an ``Idle=True`` (``since`` an RFC 3339 UTC stamp)."""
     return (f"utilization below {threshold:g}% for {window:g}s, since {since}"
             f" (highest {highest:.0f}%)")  # fmt: skip
+
+
+def busy_message(latest: float, threshold: float) -> str:
+    """The message of an ``Idle=False`` (``Busy``): the reading that ended the stretch."""
+    return f"utilization {latest:.0f}% (threshold {threshold:g}%)"
+
+
+def reading(cond: Mapping[str, Any]) -> str | None:
+    """What an ``Idle`` condition says of the device's utilization, as the node
+    last reported it (it writes only when the verdict changes): ``<5%``
+    (below its threshold, idle), ``37%`` (the reading that turned it busy
+    again), ``unknown``; None for another condition."""
+    if cond.get("type") != IDLE:
+        return None
+    message = str(cond.get("message") or "")
+    if cond.get("status") == "True":
+        found = _MESSAGE.match(message)
+        return f"<{float(found.group(1)):g}%" if found else "idle"
+    if cond.get("reason") == UNKNOWN:
+        return "unknown"
+    busy = _BUSY.match(message)
+    return f"{busy.group(1)}%" if busy else "busy"
 
 
 def _seconds(text: str) -> float | None:

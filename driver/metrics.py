@@ -291,6 +291,12 @@ LEASES = Sampled(
     " (its pods being evicted), reclaimed (idle: its pods being evicted), audited (ended under"
     " policies in audit mode: nothing evicted)", ("state",), CONTROLLER,
 )  # fmt: skip
+LEASE_SECONDS_TO_EXPIRY = Sampled(
+    "patchbay_device_lease_seconds_to_expiry",
+    "Seconds until a running device lease (active or expiring) ends, per claim: below 0 while"
+    " its expiry waits for the controller (docs/leases.md)", ("claim_namespace", "claim"),
+    CONTROLLER,
+)  # fmt: skip
 LEASE_EVICTIONS = counter(
     "patchbay_device_lease_evictions_total",
     "Pods evicted through the Eviction API to take their claim's devices back, by cause:"

@@ -41,7 +41,7 @@ from driver.backoff import Backoff
 from driver.idle import conditions as c
 from driver.idle.sources import Held, Source
 from driver.idle.window import IdlePolicy, UtilizationWindow, Verdict
-from driver.idleterms import BELOW_THRESHOLD, BUSY, UNKNOWN, idle_message
+from driver.idleterms import BELOW_THRESHOLD, BUSY, UNKNOWN, busy_message, idle_message
 from driver.metrics import DEVICE_IDLE_SECONDS, DEVICE_UTILIZATION, Samples
 
 log = logging.getLogger(__name__)
@@ -127,8 +127,7 @@ class IdleReporter:
         latest = w.latest or 0.0
         if reported is None and latest < thr:
             return None  # low, not yet for the window: an earlier Idle=True may stand
-        message = f"utilization {latest:.0f}% (threshold {thr:g}%)"
-        return c.condition(False, BUSY, message, self._wall())
+        return c.condition(False, BUSY, busy_message(latest, thr), self._wall())
 
     async def _report(self, h: Held, now: float) -> None:
         cond = self.wanted(h, now)

@@ -8,7 +8,11 @@ started, expires (and how far off), the lease's state (``pending`` before
 allocation, ``active``, ``expiring`` once warned, ``expired``, ``reclaimed`` when idle
 devices were taken back, ``audited`` when it ended under audit mode) and, where the
 node plugin marked a device ``Idle`` in the claim's ``status.devices``, since
-when. Read from the claims alone (``driver.leaseterms`` reads the annotations).
+when; ``-o wide`` adds each device's utilization as its node last reported
+it there (``driver.idleterms.reading``: the node writes only when a device
+turns idle or busy again, so a busy device never idle since it was
+prepared, or one with no source, shows ``-``). Read from the claims alone
+(``driver.leaseterms`` reads the annotations).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from driver import DRIVER_NAME
-from driver.idleterms import IDLE
+from driver.idleterms import IDLE, reading
 from driver.inspect.claims import ours
 from driver.inspect.inventory import JsonObj
 from driver.inspect.table import table
@@ -35,6 +39,25 @@ def _idle_since(claim: JsonObj) -> str:
         if c.get("type") == IDLE and c.get("status") == "True"
     ]
     return min(since, default="")
+
+
+def _utilization(claim: JsonObj) -> list[str]:
+    """Per device of ours allocated to ``claim``, in order, what its ``Idle``
+    condition last said of its utilization (``-``: nothing reported)."""
+    status = claim.get("status") or {}
+    entries = {
+        (e.get("pool"), e.get("device"), e.get("shareID")): e
+        for e in status.get("devices") or ()
+        if e.get("driver") == DRIVER_NAME
+    }
+    out = []
+    for r in ((status.get("allocation") or {}).get("devices") or {}).get("results") or ():
+        if r.get("driver") != DRIVER_NAME:
+            continue
+        entry = entries.get((r.get("pool"), r.get("device"), r.get("shareID"))) or {}
+        said = [reading(c) for c in entry.get("conditions") or ()]
+        out.append(next((x for x in said if x is not None), "-"))
+    return out
 
 
 def leases_view(
@@ -64,6 +87,7 @@ def leases_view(
             "extended": format_duration(lease.extended) if lease.extended else "",
             "state": state if lease.start is not None or lease.phase else "pending",
             "idleSince": _idle_since(c),
+            "utilization": _utilization(c),
         })  # fmt: skip
     out.sort(key=lambda v: (v["namespace"], v["name"]))
     return out
@@ -78,9 +102,11 @@ def _left(seconds: float | None) -> str:
 def render_leases(
     views: Iterable[Mapping[str, Any]], wide: bool = False, all_ns: bool = True
 ) -> str:
-    """The table: one line per claim (``-o wide`` adds the start, extension and full reason)."""
+    """The table: one line per claim (``-o wide`` adds the start, extension,
+    full reason and the devices' utilization as last reported)."""
     head = (["NAMESPACE"] if all_ns else []) + ["NAME", "HOLDER", "REASON", "DEVICES", "STATE"]
     head += ["STARTED", "EXPIRES", "EXTENDED", "IDLE SINCE"] if wide else ["EXPIRES", "IDLE SINCE"]
+    head += ["UTILIZATION"] if wide else []
     rows = []
     for v in views:
         reason = v["reason"] if wide or len(v["reason"]) <= 40 else v["reason"][:39] + "…"
@@ -88,5 +114,6 @@ def render_leases(
         row += [",".join(v["devices"]) or "<none>", v["state"]]
         expires = f"{v['expires']} ({_left(v['secondsLeft'])})" if v["expires"] else ""
         row += [v["started"], expires, v["extended"]] if wide else [expires]
-        rows.append([*row, v["idleSince"]])
+        row.append(v["idleSince"])
+        rows.append([*row, ",".join(v["utilization"]) or "-"] if wide else row)
     return table(head, rows)

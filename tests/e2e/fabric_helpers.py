@@ -5,6 +5,7 @@ Split from tests/e2e/test_fabric_e2e.py to keep each module small.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -252,6 +253,13 @@ def conditions(claim: Any, device: str) -> dict[str, str]:
         if in_fabric_pool(d.pool, "fabric") and d.device == device:
             return {c.type: c.status for c in d.conditions or []}
     return {}
+
+
+def detaches(env: Env, device: str) -> int:
+    """Detach tasks this module's fabric started for ``device`` (its log, one
+    line each; a new fabric's log holds only its own, tests/harness/fabricsim)."""
+    said = env.fabric.log_path.read_text(errors="replace")
+    return len(re.findall(rf"detach {re.escape(device)} from ", said))
 
 
 def claim_gone_or_free(resource_api: Any, ns: str, name: str) -> bool:

@@ -22,7 +22,6 @@ devices are offered again in the domain pools while held.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from tests.e2e.fabric_helpers import (
     attr,
     claim_gone_or_free,
     conditions,
+    detaches,
     fabric_slices,
     gpu_request,
     running,
@@ -75,13 +75,6 @@ def old_pool(resource_api: Any) -> set[str]:
 def attaches(env: Env) -> Counter[str]:
     """Fabric device -> attach requests the fabric received."""
     return Counter(r["target"] for r in env.fabric.attach_requests())
-
-
-def detaches(env: Env, device: str) -> int:
-    """Detach tasks this module's fabric started for ``device`` (its log, one
-    line each; a new fabric's log holds only its own, tests/harness/fabricsim)."""
-    said = env.fabric.log_path.read_text(errors="replace")
-    return len(re.findall(rf"detach {re.escape(device)} from ", said))
 
 
 def upgrade(env: Env) -> None:

@@ -8,7 +8,10 @@ namespace by label and one device class; claims in that namespace asking
 for that class (directly or among firstAvailable choices) must give a
 reason and may ask for at most the policy's maximum. Claims outside it
 (another namespace, another class), claims that meet it, and updates that do
-not touch the lease pass.
+not touch the lease pass. A policy in audit mode (``spec.audit``) is judged
+by the chart's second copy of the admission policy, bound with [Warn,
+Audit]: the same claims are accepted, and the apiserver's warning names the
+policy, its mode and the field.
 """
 
 from __future__ import annotations
@@ -176,3 +179,42 @@ def test_a_malformed_policy_is_refused_naming_the_field(
         assert made["spec"]["idle"]["action"] == "Event"
     finally:
         policies.delete(name=full["metadata"]["name"])
+
+
+def test_a_policy_in_audit_mode_warns_at_apply_time_and_refuses_nothing(
+    helm: Path, applier: Applier, api_client: client.ApiClient, core: client.CoreV1Api,
+    resource_api: client.ResourceV1Api, namespace: str,
+) -> None:  # fmt: skip
+    policies = apply_lease_objects(helm, applier, api_client, LEASE_KINDS)
+    name = unique("audited")
+    core.patch_namespace(namespace, {"metadata": {"labels": {"audit-team": name}}})
+    policies.create(body={**POLICY, "metadata": {"name": name}, "spec": {
+        **POLICY["spec"], "namespaceSelector": {"matchLabels": {"audit-team": name}},
+        "audit": True,
+    }})  # fmt: skip
+    create = resource_api.create_namespaced_resource_claim_with_http_info
+
+    def warned(body: dict[str, Any], **kwargs: Any) -> str:
+        """The apiserver's warnings on creating ``body`` (it must be accepted)."""
+        _, status, headers = create(namespace, body, **kwargs)
+        assert status == 201
+        return str(headers.get("Warning") or "")
+
+    try:
+        said = f"DeviceLeasePolicy {name} (audit mode: reported, not refused)"
+        unexplained = wait_for(
+            "the audit policy in force",
+            lambda: warned(claim(unique("c")), dry_run="All"),
+            timeout=60,
+            done=lambda warning: said in warning,
+        )
+        assert f"metadata.annotations[{REASON}] is required" in unexplained
+        assert warned(claim("no-reason")).count(f"[{REASON}] is required") == 1
+        long = warned(claim("long", **{REASON: "training", DURATION: "24h"}))
+        assert f"{said}: ResourceClaim {namespace}/long" in long
+        assert f"[{DURATION}] 24h is longer than spec.maxDuration 8h" in long
+        kept = resource_api.list_namespaced_resource_claim(namespace).items
+        assert {c.metadata.name for c in kept} == {"no-reason", "long"}  # refused nothing
+        assert warned(claim("fine", **{REASON: "training", DURATION: "2h"})) == ""
+    finally:
+        policies.delete(name=name)

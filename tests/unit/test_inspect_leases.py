@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from driver.errors import ConfigError
+from driver.idleterms import BELOW_THRESHOLD, BUSY, IDLE, UNKNOWN, busy_message, idle_message
 from driver.inspect.cli import parser, render, wants
 from driver.inspect.extend import request_extension
 from driver.inspect.fetch import Snapshot, Wants
@@ -105,3 +106,28 @@ async def test_lease_extend_writes_a_new_request_as_the_user() -> None:
     assert first != second  # the same ask twice is two requests
     with pytest.raises(ConfigError, match="--by: 'soon' is not a duration"):
         await request_extension(api, "team", "c", "soon", "x")
+
+
+def test_wide_shows_each_devices_utilization_as_its_node_last_reported_it() -> None:
+    c = leased("mixed", "gpu-0", "gpu-1", "gpu-2", "vf-0", **{
+        HOLDER: "alice", REASON: "sweep", START: "2026-12-01T08:00:00Z",
+        EXPIRY: "2026-12-01T12:00:00Z",
+    })  # fmt: skip
+    said = {
+        "gpu-0": {"type": IDLE, "status": "True", "reason": BELOW_THRESHOLD,
+                  "message": idle_message(5, 1800, "2026-12-01T09:00:00Z", 2)},
+        "gpu-1": {"type": IDLE, "status": "False", "reason": BUSY,
+                  "message": busy_message(37.4, 5)},
+        "gpu-2": {"type": IDLE, "status": "False", "reason": UNKNOWN, "message": "no NVML"},
+    }  # fmt: skip
+    c["status"]["devices"] = [
+        {"driver": "patchbay.dev", "pool": "node-a", "device": d, "conditions": [cond]}
+        for d, cond in said.items()
+    ] + [{"driver": "other.dev", "pool": "node-a", "device": "vf-0", "conditions": [
+        {"type": IDLE, "status": "True", "message": idle_message(1, 1, "x", 0)}]}]  # fmt: skip
+    (row,) = leases_view([c], NOW)
+    assert row["utilization"] == ["<5%", "37%", "unknown", "-"]  # vf-0: no source, nothing said
+    lines = render_leases([row], wide=True, all_ns=False).splitlines()
+    assert lines[0].split()[-1] == "UTILIZATION"
+    assert lines[1].split()[-1] == "<5%,37%,unknown,-"
+    assert "UTILIZATION" not in render_leases([row], all_ns=False)

@@ -29,6 +29,7 @@ from driver.leaseterms import (
     WARNED,
     stamp,
 )
+from driver.metrics import CONTROLLER as REGISTRY
 from tests.unit.lease_world import CLAIMS, NS, PODS, T0, World, claim, metric, world
 
 __all__ = ["world"]  # the fixture
@@ -183,3 +184,28 @@ async def test_an_extension_moves_the_expiry_names_who_and_is_capped(world: Worl
     await world.caught_up(keeper)
     await keeper.tick()
     assert world.pods() == []
+
+
+async def test_seconds_to_expiry_follow_the_stamp_until_the_lease_ends(world: World) -> None:
+    def left() -> float | None:
+        labels = {"claim_namespace": NS, "claim": "to-expiry"}
+        return REGISTRY.get_sample_value("patchbay_device_lease_seconds_to_expiry", labels)
+
+    await world.api.create(CLAIMS, claim("to-expiry", **{DURATION: "2h"}))
+    keeper = await world.keeper()
+    await world.caught_up(keeper)
+    assert left() is None  # not allocated: no clock, no sample
+    await world.allocate("to-expiry", ("p1",), at=T0 - 60)
+    await world.caught_up(keeper)
+    await keeper.tick()
+    await world.caught_up(keeper)
+    assert left() == pytest.approx(7200 - 60)
+    world.now = T0 - 60 + 7200 - 600  # warned: still running
+    await keeper.tick()
+    await world.caught_up(keeper)
+    assert world.notes("to-expiry")[PHASE] == WARNED
+    assert left() == pytest.approx(600)
+    world.now += 700  # expired: evicted and deleted, no longer a running lease
+    await keeper.tick()
+    await world.caught_up(keeper)
+    assert left() is None

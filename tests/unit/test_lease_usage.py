@@ -7,9 +7,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from driver.controller.leases.usage import DeviceSeconds, holdings
+from driver.controller.leases.usage import DeviceSeconds, holdings, seconds_to_expiry
 from driver.idleterms import IDLE, idle_message
-from driver.leaseterms import HOLDER, stamp
+from driver.leaseterms import (
+    AUDIT_EXPIRED,
+    EXPIRED,
+    EXPIRY,
+    HOLDER,
+    PHASE,
+    RECLAIMED,
+    START,
+    WARNED,
+    stamp,
+)
 from driver.metrics import CONTROLLER as REGISTRY
 
 T0 = 1_796_083_200.0
@@ -73,3 +83,20 @@ def test_device_seconds_add_up_between_passes_from_what_each_pass_saw() -> None:
     usage.advance(1000.0, [])  # nothing held: nothing counts
     assert seconds("allocated", "usage-b", "bob", gpu) == before[0] + 2 * 30 + 2 * 60
     assert seconds("idle", "usage-b", "bob", gpu) == before[1] + 60
+
+
+def test_seconds_to_expiry_only_of_running_leases() -> None:
+    def leased(name: str, expiry: float | None, phase: str = "") -> dict[str, Any]:
+        notes = {PHASE: phase} if phase else {}
+        if expiry is not None:
+            notes.update({START: stamp(T0 - 60), EXPIRY: stamp(expiry)})
+        return {"metadata": {"namespace": "exp", "name": name, "annotations": notes}}
+
+    claims = [
+        leased("active", T0 + 3600), leased("warned", T0 + 30, WARNED),
+        leased("overdue", T0 - 5),  # the controller has not acted yet
+        leased("expired", T0 - 60, EXPIRED), leased("reclaimed", T0 + 60, RECLAIMED),
+        leased("audited", T0 - 60, AUDIT_EXPIRED), leased("unstamped", None),
+    ]  # fmt: skip
+    got = {tuple(labels): value for labels, value in seconds_to_expiry(claims, T0)}
+    assert got == {("exp", "active"): 3600, ("exp", "warned"): 30, ("exp", "overdue"): -5}

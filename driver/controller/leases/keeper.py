@@ -65,7 +65,7 @@ from driver.controller.leases.policies import (
     parse_policy,
     terms_for,
 )
-from driver.controller.leases.usage import DeviceSeconds
+from driver.controller.leases.usage import DeviceSeconds, seconds_to_expiry
 from driver.errors import ApiError, ApiStatusError, ConfigError
 from driver.kube.api import RESOURCE_V1, claim_path
 from driver.kube.cache import ObjectCache
@@ -91,7 +91,13 @@ from driver.leaseterms import (
     stamp,
     users,
 )
-from driver.metrics import LEASE_EVICTIONS, LEASE_EVICTIONS_BLOCKED, LEASE_WOULD_EVICT, LEASES
+from driver.metrics import (
+    LEASE_EVICTIONS,
+    LEASE_EVICTIONS_BLOCKED,
+    LEASE_SECONDS_TO_EXPIRY,
+    LEASE_WOULD_EVICT,
+    LEASES,
+)
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +125,9 @@ class LeaseKeeper:
         self._told: set[tuple[str, float | None]] = set()  # (policy, node threshold) reported
         self.usage = DeviceSeconds()
         LEASES.add_source(self, LeaseKeeper.states)
+        LEASE_SECONDS_TO_EXPIRY.add_source(
+            self, lambda k: seconds_to_expiry(k.claims.objects.values(), k.wall())
+        )
 
     def mark(self) -> None:
         self._dirty.set()

@@ -1,4 +1,4 @@
-"""Device-seconds: how much of what is allocated is used, per namespace, holder and class.
+"""Device-seconds, and the time leases have left: the keeper's figures per claim.
 
 Why: the figure a platform team asks for ("how much of what we pay for is
 used", issue 37) is the device-seconds claims hold against the
@@ -20,6 +20,12 @@ reports it ``Idle=True`` (``driver.idleterms``): so idle time starts at the
 node's report, one idle window after the device went low. Only the leader
 counts, from the moment it leads: a leader change loses the seconds
 between the two. Time is the caller's monotonic clock.
+
+``patchbay_device_lease_seconds_to_expiry`` (:func:`seconds_to_expiry`,
+read at each scrape) says, per claim whose lease runs (active or warned),
+how long it has left by the wall clock the stamps use: what an alert on
+"a lease ends within the hour" needs, which ``patchbay_device_leases``
+(counts by state) cannot tell.
 """
 
 from __future__ import annotations
@@ -29,8 +35,8 @@ from typing import Any
 
 from driver import DRIVER_NAME
 from driver.idleterms import report_of
-from driver.leaseterms import lease_of
-from driver.metrics import ALLOCATED_DEVICE_SECONDS, IDLE_DEVICE_SECONDS
+from driver.leaseterms import WARNED, lease_of
+from driver.metrics import ALLOCATED_DEVICE_SECONDS, IDLE_DEVICE_SECONDS, Samples
 
 Labels = tuple[str, str, str]  # namespace, holder, class
 
@@ -72,6 +78,17 @@ def holdings(claims: Iterable[Mapping[str, Any]]) -> dict[Labels, tuple[int, int
             held, low = out.get(labels, (0, 0))
             key = (r.get("pool"), r.get("device"), r.get("shareID"))
             out[labels] = (held + 1, low + (1 if key in idle else 0))
+    return out
+
+
+def seconds_to_expiry(claims: Iterable[Mapping[str, Any]], now: float) -> Samples:
+    """((namespace, name), seconds left) of each claim whose lease runs at ``now``
+    (stamped, not yet expired, reclaimed or audited)."""
+    out = []
+    for claim in claims:
+        lease = lease_of(claim)
+        if lease.expiry is not None and lease.phase in ("", WARNED):
+            out.append(((lease.namespace, lease.name), lease.expiry - now))
     return out
 
 
