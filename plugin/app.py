@@ -148,6 +148,10 @@ class NodePlugin:
             devices, attached = await asyncio.to_thread(self.fabric.split, devices)
             came_or_went = self.inventory.replace_pool(self.settings.fabric_pool, attached)
             self._fabric_gpus |= {d.local_id for d in attached if d.kind == "gpu"}
+            # A failed fabric GPU's record ends with its detach: attached again, it starts healthy.
+            if failed := self.health.fabric_gpus():
+                for uuid in await asyncio.to_thread(self.fabric.detached, failed, attached):
+                    self.health.detached(uuid)
             self.report_fabric()
         changed = self.inventory.replace_pool(self.pool_name, devices)
         counter_sets = drawn_on(found.counter_sets, devices)  # none of a fabric GPU's

@@ -172,6 +172,21 @@ class FabricNodeView:
     def behind_adapter(self, bdf: str) -> bool:
         return self.adapter_of(bdf) is not None
 
+    def detached(self, gpus: Mapping[str, str], attached: Sequence[Device]) -> list[str]:
+        """Which of ``gpus`` (UUID -> the PCI address it had here) left the node:
+        nothing at that address any more, or another GPU there. One the scan
+        did not find (NVML lost it or is unavailable) but still on the bus has
+        not left; reads sysfs, so it runs where :meth:`split` does."""
+        here = {d.local_id for d in attached if d.kind == "gpu"}
+        at = {d.attributes.get(PCI_BUS_ID): d.local_id for d in attached if d.kind == "gpu"}
+        gone = []
+        for uuid, bdf in gpus.items():
+            if uuid in here or not bdf:
+                continue  # still here, or no address to tell by: the failure stays
+            if at.get(bdf, uuid) != uuid or self._path(bdf) is None:
+                gone.append(uuid)
+        return gone
+
     def pf_mac(self, pf_bdf: str) -> str | None:
         """The permanent MAC address of a PF's first network interface."""
         try:

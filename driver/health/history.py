@@ -26,8 +26,9 @@ The format (compact JSON; times RFC 3339 in UTC, to the second)::
                              "reason": "", "since": "...", "resets": ["..."],
                              "steps": [["<time>", "<state after>", "<step>", "<note>"]]}}}
 
-A GPU without a record reads ``"state": "healthy"`` with its resets and
-past steps only. Pure functions, no I/O.
+A GPU without a record reads ``"state": "healthy"`` (``"detached"``: a
+fabric GPU whose detach ended its record) with its resets and past steps
+only. Pure functions, no I/O.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from driver.health.records import HEALTHY, HealthRecords
+from driver.health.records import DETACHED, ENDED, HEALTHY, HealthRecords
 
 HEALTH_ANNOTATION = "patchbay.dev/health"
 VERSION = 1
@@ -67,7 +68,7 @@ class GpuHistory:
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"state": self.state}
-        if self.state != HEALTHY:
+        if self.state not in ENDED:
             out |= {"class": self.failure_class, "xid": self.xid, "reason": self.reason}
             out["since"] = self.since
         return out | {"resets": list(self.resets), "steps": [list(s) for s in self.steps]}
@@ -138,7 +139,7 @@ def _drop_oldest(gpus: dict[str, dict[str, Any]]) -> bool:
     oldest = min(stepped, key=lambda u: (gpus[u]["steps"][0][0], u))
     gpu = gpus[oldest]
     gpu["steps"] = gpu["steps"][1:]
-    if gpu["state"] == HEALTHY and not gpu["steps"] and not gpu["resets"]:
+    if gpu["state"] in ENDED and not gpu["steps"] and not gpu["resets"]:
         del gpus[oldest]
     return True
 
@@ -154,8 +155,9 @@ def node_health(records: HealthRecords, reset_limit: int, reset_window: float) -
         )
         record = data.gpus.get(uuid)
         if record is None:
-            if steps or resets:
-                out[uuid] = GpuHistory(HEALTHY, resets=resets, steps=steps)
+            if steps or resets:  # a fabric GPU whose detach ended it reads "detached"
+                state = DETACHED if steps and steps[-1][1] == DETACHED else HEALTHY
+                out[uuid] = GpuHistory(state, resets=resets, steps=steps)
             continue
         out[uuid] = GpuHistory(
             record.phase, record.failure_class, record.xid, record.reason,

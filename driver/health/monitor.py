@@ -12,8 +12,11 @@ module keeps the complete list: every device of the plugin's pools,
 :class:`driver.health.records.HealthRecords`, which outlives the process:
 a restart keeps a failed GPU tainted, and so does an unplug and re-plug.
 Only :meth:`HealthMonitor.mark_healthy` (after a passing health check,
-:mod:`driver.health.recovery`) ends a record. VFs have no health source and
-stay healthy.
+:mod:`driver.health.recovery`) ends a record, and, for a GPU a fabric
+adapter brought, :meth:`HealthMonitor.detached`: the node never resets or
+checks a fabric GPU (the controller detaches it and keeps its failure in
+its pool), and a later attach of the same GPU starts without the old
+record. VFs have no health source and stay healthy.
 
 Concurrency: lives on the plugin's asyncio loop. :meth:`report_xid` may be
 called from any thread: it reads the GPU's condition (NVML, blocking) there
@@ -28,11 +31,11 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 
-from driver.devices.model import Device, DeviceTaint
+from driver.devices.model import ATTACHMENT, PCI_BUS_ID, Device, DeviceTaint
 from driver.health.classes import FailureClass, classify, worst
 from driver.health.model import DeviceHealth, HealthStatus
 from driver.health.policy import HealthSettings
-from driver.health.records import GpuRecord, HealthRecords, Phase
+from driver.health.records import DETACHED, GpuRecord, HealthRecords, Phase
 from driver.kube.events import ObjectEvents
 from driver.metrics import GPU_FAILURES
 from driver.nvml.backend import XID_FALLEN_OFF_BUS
@@ -101,7 +104,7 @@ class HealthMonitor:
         self.leaving: Callable[[str], bool] | None = None
         for uuid, record in self.records.load().items():
             cls = failure_class(record)
-            if record.boot != boot_id and boot_id and cls in (
+            if record.boot != boot_id and boot_id and not record.fabric and cls in (
                 FailureClass.RESET, FailureClass.REBOOT
             ):  # fmt: skip
                 # The node rebooted: that reset the GPU. Check it before it is healthy.
@@ -132,14 +135,16 @@ class HealthMonitor:
                 self._away.add(uuid)
             elif uuid in self._away:
                 self._away.discard(uuid)
-                if record.phase != Phase.RESETTING and failure_class(record) in (
-                    FailureClass.RESET, FailureClass.REBOOT
-                ):  # fmt: skip
+                cured = failure_class(record) in (FailureClass.RESET, FailureClass.REBOOT)
+                if cured and not record.fabric and record.phase != Phase.RESETTING:
                     record.phase, record.reason = Phase.CHECKING, ""
                     record.add("replugged", "the GPU came back: checking it")
                     self.records.put(uuid, record)
                     if self.on_record is not None:
                         self.on_record(uuid)
+            if not record.fabric and (bus_id := self._fabric_bus_id(uuid)) is not None:
+                record.fabric, record.bus_id = True, bus_id  # recorded by an older build
+                self.records.put(uuid, record)
         self._notify(health_changed=False)
 
     def gpus(self) -> list[str]:
@@ -154,6 +159,17 @@ class HealthMonitor:
 
     def unhealthy(self) -> dict[str, GpuRecord]:
         return dict(self.records.data.gpus)
+
+    def fabric_gpus(self) -> dict[str, str]:
+        """UUID -> PCI address of each fabric GPU with a record (where its detach shows)."""
+        return {u: r.bus_id for u, r in self.records.data.gpus.items() if r.fabric}
+
+    def _fabric_bus_id(self, uuid: str) -> str | None:
+        """The PCI address of ``uuid`` if a fabric adapter brought it, else None."""
+        for d in (d for ds in self._pools.values() for d in ds):
+            if d.kind == "gpu" and d.local_id == uuid and d.attributes.get(ATTACHMENT) == "fabric":
+                return str(d.attributes.get(PCI_BUS_ID) or "")
+        return None
 
     def report_xid(self, uuid: str, xid: int) -> None:
         """An XID from NVML; thread-safe (reads the GPU's condition here)."""
@@ -202,7 +218,11 @@ class HealthMonitor:
             {"class": cls.value, "xid": xid, "since": time.time(), "boot": self.boot_id}
         )
         effect = self.settings.taint_effect(cls)
-        record.add("unhealthy", f"XID {xid}, {cls.value} class, {effect} taint")
+        bus_id = self._fabric_bus_id(uuid)
+        if bus_id is not None:  # the controller's to detach: never reset here
+            record.fabric, record.bus_id = True, bus_id
+        where = ", a fabric GPU" if record.fabric else ""
+        record.add("unhealthy", f"XID {xid}, {cls.value} class, {effect} taint{where}")
         self.records.put(uuid, record)
         GPU_FAILURES.labels(cls.value).inc()
         note = (f"GPU {uuid} reported critical XID {xid} ({cls.value} class): "
@@ -226,6 +246,17 @@ class HealthMonitor:
         else:
             return
         self.records.put(uuid, record)
+        self._notify(uuid)
+
+    def detached(self, uuid: str) -> None:
+        """A fabric GPU with a record left the node (the controller detached it):
+        its record ends here; the fabric pool keeps its failure from now on."""
+        if uuid not in self.fabric_gpus():
+            return
+        self.records.end(uuid, DETACHED, "detached: its failure is the fabric pool's now")
+        self._away.discard(uuid)
+        log.info("GPU %s: fabric GPU detached, its health record ends", uuid,
+                 extra={"device": uuid})  # fmt: skip
         self._notify(uuid)
 
     def update(self, uuid: str, record: GpuRecord) -> None:

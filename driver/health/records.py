@@ -8,7 +8,9 @@ them, so they outlive a record) and the steps of its past recoveries
 (``past``: a GPU that was given back keeps its story). Events expire; this
 is what the Node's ``patchbay.dev/health`` annotation
 (:mod:`driver.health.history`) and so ``kubectl patchbay nodes`` show. A
-GPU's record leaves the file only when a health check passed.
+GPU's record leaves the file only when a health check passed, or, for a
+GPU a fabric adapter brought, when it was detached (the controller's pool
+keeps its failure from then on: docs/health.md, "The fabric path").
 
 The file is ``<plugin dir>/gpu-health.json``, written atomically
 (``driver.atomicfile``) like the claim checkpoint (``driver.checkpoint``):
@@ -42,6 +44,8 @@ VERSION = 1
 HISTORY = 12  # steps kept per GPU (its record's and its past ones together)
 PAST_GPUS = 32  # GPUs whose past steps are kept (the most recently active ones)
 HEALTHY = "healthy"  # the state after a passing check (a GPU without a record)
+DETACHED = "detached"  # the state after a fabric GPU's detach ended its record
+ENDED = (HEALTHY, DETACHED)  # the states of a GPU whose record went (its past steps stay)
 
 
 class Phase:
@@ -72,6 +76,10 @@ class GpuRecord(BaseModel):
     reason: str = ""
     boot: str = ""
     mig: bool | None = None  # MIG mode before a reset started, to restore after it
+    # A GPU a fabric adapter brought: never reset here, its record ends with its
+    # detach (seen at its PCI address, ``bus_id``); the fabric pool keeps the failure.
+    fabric: bool = False
+    bus_id: str = ""
     history: list[Step] = Field(default_factory=list)
 
     def add(self, step: str, note: str = "") -> None:
@@ -150,11 +158,16 @@ class HealthRecords:
 
     def heal(self, uuid: str, note: str) -> None:
         """The health check passed: the record goes, its steps stay in ``past``."""
+        self.end(uuid, HEALTHY, note)
+
+    def end(self, uuid: str, state: str, note: str) -> None:
+        """The record goes, ending in ``state`` (:data:`HEALTHY` after a passing
+        check, :data:`DETACHED` for a fabric GPU that left); its steps stay in ``past``."""
         record = self.data.gpus.get(uuid)
         if record is None:
             return
-        healed = Step(at=time.time(), step=HEALTHY, note=note, phase=HEALTHY)
-        steps = [*self.history(uuid), healed][-HISTORY:]
+        last = Step(at=time.time(), step=state, note=note, phase=state)
+        steps = [*self.history(uuid), last][-HISTORY:]
         del self.data.gpus[uuid]
         self.data.past.pop(uuid, None)
         self.data.past[uuid] = steps

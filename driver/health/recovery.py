@@ -23,6 +23,12 @@ unless a claim was prepared on the GPU meanwhile (then back to ``tainted``);
 one that dies in ``checking`` checks again. Nothing is published healthy
 without a passing check, and nothing is reset while a prepared claim uses it:
 the claim preparer's lock is held from the last look through the reset.
+
+A GPU a fabric adapter brought is never reset or checked here, whatever
+its class: the controller detaches it once its pods are gone and holds it
+out of its pool (docs/health.md, "The fabric path"); a reset racing that
+detach would hot-remove a GPU under ``nvidia-smi``, and a GPU published
+healthy here would end the failure the fabric pool keeps.
 """
 
 from __future__ import annotations
@@ -104,8 +110,8 @@ class GpuRecovery:
 
     async def step(self, uuid: str) -> None:
         record = self.monitor.record(uuid)
-        if record is None:
-            return
+        if record is None or record.fabric:
+            return  # a fabric GPU is the controller's to detach: never reset here
         if record.phase == Phase.TAINTED:
             await self._maybe_reset(uuid, record)
         elif record.phase == Phase.RESETTING:

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from driver.health.history import GpuHistory, NodeHealth
-from driver.health.records import HEALTHY
+from driver.health.records import ENDED
 from driver.inspect.events import parse_time
 from driver.inspect.inventory import USED, Dev
 
@@ -50,7 +50,7 @@ def health_view(node: Mapping[str, Any] | None, devs: Iterable[Dev], now: dateti
     rows = []
     for uuid, g in health.gpus.items():
         row: dict[str, Any] = {"gpu": names.get(uuid, ""), "uuid": uuid, "state": g.state}
-        if g.state != HEALTHY:
+        if g.state not in ENDED:
             row |= {"class": g.failure_class, "xid": g.xid, "reason": g.reason, "since": g.since}
         row |= {
             "resets": _used(g, health.reset_window, now),
@@ -79,7 +79,7 @@ def render_health(rows: Iterable[Mapping[str, Any]], wide: bool = False) -> list
     lines = []
     for r in rows:
         state = r["state"]
-        if state != HEALTHY:
+        if state not in ENDED:
             why = f"{r['class']} class, XID {r['xid']}"
             why += f": {r['reason']}" if r["reason"] else ""
             state += f" ({why}) since {r['since']}"

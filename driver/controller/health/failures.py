@@ -22,8 +22,9 @@ object of its own, no state that lives only in a process.
 
 It ends, and the device is offered again, when
 
-- the node it is attached to reports it no more (the node's reset and
-  health check cured it before the detach); or
+- the node it is attached to reports it no more while it is attached
+  (its record there was removed by hand: a node never resets or checks a
+  fabric GPU, and its record ends with the detach); or
 - the fabric manager reports the detached device ``Critical`` (Redfish
   ``Status.Health``): the manager holds it out from then on (the pool offers
   no Critical device) and its ``OK`` brings it back; or
@@ -209,7 +210,7 @@ class FabricFailures:
 
     def _cured(self, inv: FabricInventory, reports: Mapping[str, NodeFabric]) -> None:
         """A failure ends while its device is attached when the node it is
-        attached to reports it no more (its reset and check passed there)."""
+        attached to reports it no more (its record there was removed by hand)."""
         for d in inv.devices:
             f, conn = self._failed.get(d.id), d.connection
             report = reports.get(conn.node) if conn is not None else None
