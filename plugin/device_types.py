@@ -68,6 +68,7 @@ def device_types(settings: PluginSettings, store: CheckpointStore) -> list[Devic
             hami_library=settings.hami_core_library,
             state_dir=settings.plugin_dir,
             compatibility_groups=settings.compatibility_groups,
+            placement=fabric.place if fabric is not None else None,
         ),
         VfType(
             load_pool_config(settings.vf_config),

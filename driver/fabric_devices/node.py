@@ -51,6 +51,7 @@ from driver.fabric_devices.naming import (
     variant_name,
 )
 from driver.fabric_devices.usage import FabricUsage
+from driver.gpu.discovery import Place
 from driver.gpu.fraction import KIND as SHARED_GPU
 from driver.health.monitor import TAINT_KEY, HealthMonitor
 from driver.nvme import KIND as NVME
@@ -186,6 +187,14 @@ class FabricNodeView:
             if at.get(bdf, uuid) != uuid or self._path(bdf) is None:
                 gone.append(uuid)
         return gone
+
+    def place(self, bdf: str) -> Place:
+        """Where the GPU at ``bdf`` sits, from one look at sysfs: the scan
+        numbers local GPUs first (``driver.gpu.discovery.local_first``)."""
+        path = self._path(bdf)
+        if path is None:
+            return Place.GONE
+        return Place.LOCAL if self._adapter_above(path) is None else Place.FABRIC
 
     def pf_mac(self, pf_bdf: str) -> str | None:
         """The permanent MAC address of a PF's first network interface."""

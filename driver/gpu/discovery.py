@@ -2,14 +2,20 @@
 
 NVML tells what a GPU is; sysfs tells where it sits. ``pcieRoot`` comes from
 the device's sysfs path (never guessed from the bus id), ``numaNode`` from
-its ``numa_node`` file. Device names are ``gpu-<index>``: short, stable for
-a given NVML enumeration order, and valid DNS labels.
+its ``numa_node`` file. Device names are ``gpu-<n>``: short and valid DNS
+labels. NVML numbers GPUs in PCI bus order, so a GPU the fabric attached
+below a local one shifted every local GPU's index, and with it its name,
+health record and taint. So ``n`` counts local GPUs first, in NVML order,
+then the GPUs that came through a fabric adapter (:func:`local_first`): a
+local GPU keeps its name while fabric GPUs come and go (docs/health.md,
+"Device names"). NVML's own index stays the ``index`` attribute.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Protocol
 
 from driver.devices.model import (
@@ -48,9 +54,27 @@ class GpuFacts(Protocol):
     def serial(self) -> str: ...
 
 
+class Place(IntEnum):
+    """Where a GPU sits, in naming order: local GPUs are numbered first."""
+
+    LOCAL = 0
+    FABRIC = 1  # behind a fabric adapter's port
+    GONE = 2  # left the bus since NVML enumerated it: numbered last, shifting no one
+
+
 class PciTopology(Protocol):
     def pcie_root(self, bdf: str) -> str | None: ...
     def numa_node(self, bdf: str) -> int | None: ...
+    def place(self, bdf: str) -> Place: ...
+
+
+NAME_PREFIX = "gpu-"
+
+
+def gpu_number(device: Device) -> int:
+    """The ``n`` of a full GPU device named ``gpu-<n>``, which its MIG counter
+    set and placements and its whole-GPU counter set carry too."""
+    return int(device.name.removeprefix(NAME_PREFIX))
 
 
 @dataclass(frozen=True)
@@ -71,7 +95,7 @@ def memory_quantity(memory_bytes: int) -> str:
     return f"{memory_bytes // (1024 * 1024)}Mi"
 
 
-def gpu_device(gpu: GpuFacts, system: SystemFacts, topology: PciTopology) -> Device:
+def gpu_device(gpu: GpuFacts, number: int, system: SystemFacts, topology: PciTopology) -> Device:
     attrs: dict[str, AttributeValue] = {
         "uuid": gpu.uuid,
         "index": gpu.index,
@@ -94,7 +118,7 @@ def gpu_device(gpu: GpuFacts, system: SystemFacts, topology: PciTopology) -> Dev
     if numa is not None:
         attrs[NUMA_NODE] = numa
     return Device(
-        name=f"gpu-{gpu.index}",
+        name=f"{NAME_PREFIX}{number}",
         kind="gpu",
         local_id=gpu.uuid,
         attributes=attrs,
@@ -102,7 +126,15 @@ def gpu_device(gpu: GpuFacts, system: SystemFacts, topology: PciTopology) -> Dev
     )
 
 
+def local_first(gpus: Sequence[GpuFacts], topology: PciTopology) -> list[GpuFacts]:
+    """The GPUs in naming order: local ones in NVML order, then fabric ones,
+    then any that left the bus meanwhile (the removal's rescan drops them)."""
+    return sorted(gpus, key=lambda g: (topology.place(g.pci_bus_id), g.index))
+
+
 def gpu_devices(
     gpus: Sequence[GpuFacts], system: SystemFacts, topology: PciTopology
 ) -> list[Device]:
-    return [gpu_device(g, system, topology) for g in sorted(gpus, key=lambda g: g.index)]
+    """``gpu-0``.. in :func:`local_first` order."""
+    ordered = local_first(gpus, topology)
+    return [gpu_device(g, n, system, topology) for n, g in enumerate(ordered)]

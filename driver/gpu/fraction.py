@@ -3,7 +3,7 @@ claims share through consumable capacity (``DRAConsumableCapacity``).
 
 The operator marks GPUs shareable (``--shared-gpus``: ``all`` or NVML
 indices/UUIDs) and sets the memory step (``--shared-gpu-memory-step``, MiB).
-For each such GPU the pool gets ``gpu-<index>-shared`` (type ``shared-gpu``)
+For each such GPU the pool gets ``gpu-<n>-shared`` (type ``shared-gpu``)
 with ``allowMultipleAllocations: true``, the parent's attributes and two
 capacities the scheduler accounts for:
 
@@ -18,7 +18,7 @@ same one the full GPU (and, with dynamic MIG, every partition) consumes. The
 1.37 allocator charges an allow-multiple device's counters once, for its first
 share, so while any sharer holds the GPU neither the full GPU nor a partition
 fits, and the reverse (docs/sharing.md, "One mode per GPU"). A GPU without
-MIG gets a one-counter set of its own (``gpu-<index>-whole``).
+MIG gets a one-counter set of its own (``gpu-<n>-whole``).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from driver.devices import quantity
 from driver.devices.kind import Discovery
 from driver.devices.model import CounterConsumption, CounterSet, Device, RequestPolicy
 from driver.errors import ConfigError
+from driver.gpu.discovery import gpu_number
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +69,9 @@ class SharePolicy:
         return "all" in self.gpus or bool(ids & self.gpus)
 
 
-def whole_set(gpu_index: int) -> CounterSet:
-    return CounterSet(f"gpu-{gpu_index}-whole", (("gpu", "1"),))
+def whole_set(number: int) -> CounterSet:
+    """The one-counter set of full GPU ``gpu-<number>``."""
+    return CounterSet(f"gpu-{number}-whole", (("gpu", "1"),))
 
 
 def memory_mib(device: Device) -> int:
@@ -111,12 +113,11 @@ def with_shared(found: Discovery, policy: SharePolicy) -> Discovery:
     shared: list[Device] = []
     sets = list(found.counter_sets)
     for device in found.devices:
-        index = device.attributes.get("index")
-        if device.kind != "gpu" or not isinstance(index, int) or not policy.selects(device):
+        if device.kind != "gpu" or not policy.selects(device):
             devices.append(device)
             continue
         if not device.consumes_counters:  # no MIG set: a counter of its own
-            whole = whole_set(index)
+            whole = whole_set(gpu_number(device))
             sets.append(whole)
             device = replace(
                 device, consumes_counters=(CounterConsumption(whole.name, whole.counters),)

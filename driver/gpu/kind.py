@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from driver.devices.handler import DeviceHandler
 from driver.devices.kind import Discovery
+from driver.gpu.discovery import Place
 from driver.gpu.fraction import KIND as SHARED
 from driver.gpu.fraction import SharePolicy, with_shared
 from driver.gpu.hami import SharedGpuHandler, ShareGuard
@@ -66,11 +67,12 @@ class GpuType:
         hami_library: Path | None = None,
         state_dir: Path | None = None,
         compatibility_groups: bool = False,
+        placement: Callable[[str], Place] | None = None,
     ) -> None:
         self._source = source
         self._groups = compatibility_groups  # one mode per GPU as KEP-5963 groups
         self._events = events
-        self._topology = SysfsTopology(sysfs_root)
+        self._topology = SysfsTopology(sysfs_root, placement)  # local GPUs named first
         self._mig = mig
         self.passthrough = GpuPassthrough(sysfs_root, dev_root, mig_refusal=self._mig_refusal)
         self._handler = GpuHandler(

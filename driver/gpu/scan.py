@@ -5,7 +5,10 @@ so each scan sees GPUs that arrived or left since the last one (NVML only
 enumerates at init); with dynamic MIG the MIG family runs that one
 enumeration in its session and builds on its facts. Scans block: the plugin
 runs them in a worker thread. A GPU whose sysfs entry is missing is still
-published, without topology attributes, and the gap is logged.
+published, without topology attributes, and the gap is logged. Which GPUs
+came through a fabric adapter is the fabric view's to say (``placement``,
+``driver.fabric_devices.node.FabricNodeView.place``): they are numbered
+after the local ones (``driver.gpu.discovery.local_first``).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from driver.devices.model import Device
-from driver.gpu.discovery import GpuFacts, SystemFacts, gpu_devices
+from driver.gpu.discovery import GpuFacts, Place, SystemFacts, gpu_devices
 from driver.pci import sysfs
 
 log = logging.getLogger(__name__)
@@ -39,10 +42,16 @@ class GpuSource(Protocol):
 
 
 class SysfsTopology:
-    """PCI placement read from a sysfs tree (the real ``/sys`` or a simulated one)."""
+    """PCI placement read from a sysfs tree (the real ``/sys`` or a simulated one);
+    ``placement``: local or fabric, by PCI address (None: a node without
+    fabric adapters, every GPU local)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, placement: Callable[[str], Place] | None = None) -> None:
         self.root = root
+        self._placement = placement
+
+    def place(self, bdf: str) -> Place:
+        return self._placement(bdf) if self._placement is not None else Place.LOCAL
 
     def pcie_root(self, bdf: str) -> str | None:
         try:

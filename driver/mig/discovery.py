@@ -21,6 +21,7 @@ from pathlib import Path
 from driver.checkpoint import Checkpoint, CheckpointStore
 from driver.devices.kind import Discovery
 from driver.devices.model import CounterSet, Device
+from driver.gpu.discovery import gpu_number
 from driver.gpu.scan import FullGpus
 from driver.mig.guard import MigGuard
 from driver.mig.handler import MigHandler
@@ -88,10 +89,11 @@ class MigSupport:
                 if not profiles:
                     full.append(device)
                     continue
-                sets.append(counter_set(info.index))
-                migs += mig_devices(device, info.index, profiles)
+                number = gpu_number(device)  # the GPU's name's, local GPUs first
+                sets.append(counter_set(number))
+                migs += mig_devices(device, number, profiles)
                 if toggles_mig_mode(info):
-                    full.append(full_gpu(device, info.index))
+                    full.append(full_gpu(device, number))
                 else:
                     log.info("GPU %s (Ampere, MIG mode on): offered as partitions only", info.uuid)
         return Discovery(devices=tuple(preference_order(full, migs)), counter_sets=tuple(sets))

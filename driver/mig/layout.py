@@ -1,15 +1,16 @@
 """A MIG-capable GPU as one counter set and one device per (profile, placement).
 
-Counters of a GPU's set (``gpu-<index>-mig``): ``mem0``..``mem7``, one per
+Counters of a GPU's set (``gpu-<n>-mig``): ``mem0``..``mem7``, one per
 memory slot with value 1, so two devices whose placements overlap can never
 both be allocated; ``compute`` with the GPU's 7 compute slices; ``media``
 with value 1, consumed by the profiles that own the media engines (``+me``
 and ``7g``), so at most one of them exists. The full GPU consumes all of it.
 Ten counters, well under the limit of 32 per set.
 
-Device names are ``gpu-<index>-mig-<profile>-<start>`` with the profile's
-dots and plus made DNS-safe (``gpu-0-mig-1g-10gb-me-0``): stable for a given
-enumeration and profile table, and at most ~30 characters.
+Device names are ``gpu-<n>-mig-<profile>-<start>`` with the profile's
+dots and plus made DNS-safe (``gpu-0-mig-1g-10gb-me-0``): named after their
+GPU's name (local GPUs first, ``driver.gpu.discovery``), stable for a given
+profile table, and at most ~30 characters.
 
 Lean devices (issue 26: a 4 x H100 node's MIG pool was 88 kB, half of it
 attributes every placement repeats). A placement publishes only what a
@@ -17,7 +18,7 @@ DeviceClass, a claim's CEL, ``matchAttribute`` or ``kubectl patchbay``
 reads: ``profile``, ``memorySlots``, ``computeSlices``, ``mediaEngines``,
 ``attachment``, ``type`` and the standard ``pcieRoot`` and ``numaNode``;
 capacity ``memory``. Its GPU and start are in its counters (the set
-``gpu-<index>-mig``, the slots ``mem<n>``), its identity in ``local_id``,
+``gpu-<n>-mig``, the slots ``mem<n>``), its identity in ``local_id``,
 its parent GPU in the unpublished ``Device.parent``. Dropped (docs/scale.md
 lists them for users' CEL): ``parentUUID``, ``parentIndex``,
 ``parentMinor``, ``placementStart``, ``pciBusID``, ``productName``,

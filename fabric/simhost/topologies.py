@@ -8,6 +8,7 @@ board wires them that way (see ARCHITECTURE.md section 6, pairing); on
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from fabric.simhost.topology import Gpu, Nic, Nvme, RootComplex, RootPort, Switch, Topology
@@ -86,6 +87,16 @@ def gpuless_fabric() -> Topology:
     )
 
 
+def local_gpu_fabric() -> Topology:
+    """``fabric-adapters`` with one local H100 on the second root complex: a
+    GPU the fabric attaches behind adapter0 sits on a lower bus than it, so
+    NVML numbers that one first (issue 38: the local GPU keeps its name)."""
+    adapters = gpuless_fabric()
+    first, second = adapters.roots
+    ports = (*second.ports, RootPort(_bdf(0x85, 2), Gpu(_bdf(0x86))))
+    return Topology("local-gpu-fabric", (first, dataclasses.replace(second, ports=ports)))
+
+
 def four_h100_one_per_root() -> Topology:
     """4 x H100, one per root complex."""
     return Topology(
@@ -138,6 +149,7 @@ TOPOLOGIES: dict[str, Callable[[], Topology]] = {
     "numa-shared-nic": numa_shared_nic,
     "8x-a100": eight_a100_four_roots,
     "fabric-adapters": gpuless_fabric,
+    "local-gpu-fabric": local_gpu_fabric,
     "4x-h100": four_h100_one_per_root,
     "2-gpus": two_gpus,
     "gpu-nvme": gpus_nvme_fabric,

@@ -90,6 +90,13 @@ def controller_args() -> tuple[str, ...]:
 
 
 @pytest.fixture(scope="module")
+def node_topology() -> str:
+    """The simulated hosts' board (fabric/simhost/topologies.py; override in a
+    module): its adapters must sit where ``ADAPTERS`` says."""
+    return "fabric-adapters"
+
+
+@pytest.fixture(scope="module")
 def plugin_args() -> tuple[str, ...]:
     """More flags for this module's node plugins (override in a module)."""
     return ()
@@ -125,6 +132,7 @@ def label(core: client.CoreV1Api, node: str, labels: dict[str, str]) -> bool:
 def env(  # type: ignore[no-untyped-def]
     local_cluster, resource_api, core, tmp_path_factory, fabric_dialect: str,
     fabric_layout: FabricLayout, controller_args: tuple[str, ...], plugin_args: tuple[str, ...],
+    node_topology: str,
 ) -> Iterator[Env]:  # fmt: skip
     build_nvml_mock()
     apply_rbac(local_cluster.kubeconfig, "plugin.yaml")
@@ -139,7 +147,7 @@ def env(  # type: ignore[no-untyped-def]
     plugin_kc = local_cluster.kubeconfig_for(*PLUGIN_IDENTITY)
     names = [unique("fab"), unique("fab")]
     args = (ADAPTERS, f"--vf-config={vf_config}", *plugin_args)
-    nodes = [SimNode(local_cluster, n, "fabric-adapters", plugin_kc, args) for n in names]
+    nodes = [SimNode(local_cluster, n, node_topology, plugin_kc, args) for n in names]
     run = Path(local_cluster.run_dir)
     fabric = FabricService(run / "fabric", fabric_layout.spec(nodes))
     ctl_kc = local_cluster.kubeconfig_for(
