@@ -20,7 +20,7 @@ import pytest
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
 from tests.harness.cluster_proc import set_aside
-from tests.harness.fabricsim import FabricService, switch
+from tests.harness.fabricsim import ControllerProcess, FabricService, switch
 from tests.harness.poll import wait_for
 
 pytestmark = pytest.mark.integration
@@ -89,3 +89,13 @@ def test_set_aside_keeps_every_earlier_log_oldest_first(tmp_path: Path) -> None:
         set_aside(log)
     assert not log.exists()
     assert [(tmp_path / f"x.log.{n}").read_text() for n in (1, 2, 3)] == ["one", "two", "three"]
+
+
+def test_a_new_controller_launcher_sets_aside_the_earlier_controllers_log(tmp_path: Path) -> None:
+    fabric = FabricService(tmp_path / "fabric", spec(tmp_path), insecure=True)
+    log = tmp_path / "logs" / "controller.log"
+    log.parent.mkdir()
+    log.write_text("an earlier module's controller: detach gpu-0 from fab-1\n")
+    ctl = ControllerProcess(tmp_path / "kubeconfig", fabric, log)
+    assert ctl.log_path == log and not log.exists()  # its own log starts empty
+    assert "detach gpu-0" in (tmp_path / "logs" / "controller.log.1").read_text()
