@@ -5,7 +5,8 @@ user asks for an extension instead: this writes the request on the claim,
 in the user's own annotations (how much, why, and a new request id), as
 the user. The apiserver judges it at once against the DeviceLeasePolicies
 that govern the claim (within ``maxExtension`` and the total cap, by the
-holder or a member of a named group; the chart's ``leases.yaml``) and
+holder, a member of a named group or who may ``extend`` the policy by
+RBAC; the chart's ``leases.yaml``) and
 records who asked; a refusal comes back here with the policy's message.
 The controller then moves the expiry and records an Event naming who
 extended it, by how much and why (``LeaseExtended``).

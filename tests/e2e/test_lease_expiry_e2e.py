@@ -58,9 +58,8 @@ def team(core: client.CoreV1Api, resource_api: client.ResourceV1Api, namespace: 
     """``namespace``, governed by a policy: 2s of warning, grace period GRACE;
     the policy in force at admission, and the holder recorded there (the
     apiserver loads both on their own time)."""
-    label = unique("team")
+    label = name = unique("short")  # the policy is named as its namespaces' label
     core.patch_namespace(namespace, {"metadata": {"labels": {"lease-team": label}}})
-    name = unique("short")
     leases.create(body={
         "apiVersion": "patchbay.dev/v1alpha1", "kind": "DeviceLeasePolicy",
         "metadata": {"name": name},
@@ -164,8 +163,9 @@ def test_a_pdb_that_blocks_the_eviction_is_reported_and_honoured(
 
 
 def extend(cluster: LocalCluster, user: str, ns: str, claim: str, by: str) -> tuple[int, str]:
-    """``kubectl patchbay lease extend`` as ``user`` (bound to ``edit``; carol in ml-leads)."""
-    groups = ("ml-leads",) if user == "carol" else ()
+    """``kubectl patchbay lease extend`` as ``user`` (bound to ``edit``; carol in
+    ml-leads, dave in ml-ops)."""
+    groups = {"carol": ("ml-leads",), "dave": ("ml-ops",)}.get(user, ())
     kubeconfig = cluster.kubeconfig_for(user, user, groups)
     cmd = [str(SCRIPT), "--kubeconfig", str(kubeconfig), "-n", ns, "lease", "extend", claim,
            "--by", by, "--reason", f"{user} needs {by}"]  # fmt: skip
@@ -182,7 +182,7 @@ def test_an_extension_within_the_policy_is_applied_and_others_are_refused(
         "metadata": {"name": "edit"},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": u}
-                     for u in ("alice", "bob", "carol")],
+                     for u in ("alice", "bob", "carol", "dave")],
     })  # fmt: skip
     alice = config.new_client_from_config(
         config_file=str(local_cluster.kubeconfig_for("alice", "alice"))
@@ -215,6 +215,28 @@ def test_an_extension_within_the_policy_is_applied_and_others_are_refused(
     assert rc == 0, out
     twice = lambda: len(events_about(core, team, claim, "LeaseExtended")) == 2  # noqa: E731
     wait_for("carol's extension applied", twice, timeout=60)
-    rc, out = extend(local_cluster, "alice", team, claim, "30m")  # 105m in all: over 90m
+    # Who may "extend" the policy by RBAC may too: the apiserver's authorizer
+    # asks (a SubjectAccessReview for dave and his groups) at admission.
+    policy = core.read_namespace(team).metadata.labels["lease-team"]
+    rc, out = extend(local_cluster, "dave", team, claim, "5m")
+    assert rc == 1 and f"and who may 'extend' DeviceLeasePolicy {policy}" in out
+    role = {"apiGroups": ["patchbay.dev"], "resources": ["deviceleasepolicies"],
+            "resourceNames": [policy], "verbs": ["extend"]}  # fmt: skip
+    rbac.create_cluster_role({"metadata": {"name": policy}, "rules": [role]})
+    rbac.create_cluster_role_binding({
+        "metadata": {"name": policy},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": policy},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "ml-ops"}],
+    })  # fmt: skip
+    try:
+        wait_for("dave's extension accepted once RBAC grants ml-ops 'extend'",
+                 lambda: extend(local_cluster, "dave", team, claim, "5m")[0] == 0,
+                 timeout=30)  # fmt: skip
+        thrice = lambda: len(events_about(core, team, claim, "LeaseExtended")) == 3  # noqa: E731
+        wait_for("dave's extension applied", thrice, timeout=60)
+    finally:
+        rbac.delete_cluster_role_binding(policy)
+        rbac.delete_cluster_role(policy)
+    rc, out = extend(local_cluster, "alice", team, claim, "30m")  # 110m in all: over 90m
     assert rc == 1 and "already would pass the cap of 90m" in out
     assert reasons(core, team, claim).count("LeaseExtensionRefused") == 0
