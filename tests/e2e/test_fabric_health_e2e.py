@@ -12,15 +12,27 @@ domain pool; kube-controller-manager's device-taint eviction deletes
 and holds it out (``NoSchedule``, the reason as value), so ``waiting`` does
 not get it; ``hold`` goes, and ``waiting`` gets gpu-1. gpu-0 was asked for
 once, and is not attached again.
+
+Then the operator clears it (``patchbay.dev/fabric-clear`` on a Node, after
+repairing it): the controller offers it again, and a pod on the same node
+gets it and keeps it. The node ended its own record of gpu-0 with the
+detach (``detached`` in its ``patchbay.dev/health``), so its fabric report
+does not name the GPU failed again (it did, with the old record: tainted
+``NoExecute`` at once, the pod evicted).
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import Any
 
 import pytest
 
+from driver.controller.health.failures import CLEAR_ANNOTATION, TIME_FORMAT
+from driver.fabric_devices.naming import NodeFabric
+from driver.health.history import NodeHealth
+from driver.health.records import DETACHED
 from tests.e2e.fabric_helpers import (
     Env,
     FabricLayout,
@@ -100,3 +112,35 @@ def test_a_failed_fabric_gpu_is_tainted_evicted_detached_held_out_and_not_offere
     assert asked["gpu-0"] == 1 and "gpu-0" not in env.fabric.connections()
     assert taints(resource_api, "gpu-0") == [(KEY, "xid-64", "NoSchedule")]
     gone(core, ns, "waiting")
+    # The node's record ended with the detach; its story stays on the Node.
+    wait_for("the node's record of gpu-0 ended by its detach",
+             lambda: gpu_state(core, first, uuid) == DETACHED, timeout=30)  # fmt: skip
+
+    # Repaired, the operator clears it: offered again, and a pod on that node gets it.
+    clear = f"gpu-0@{time.strftime(TIME_FORMAT, time.gmtime())}"
+    core.patch_node(first, {"metadata": {"annotations": {CLEAR_ANNOTATION: clear}}})
+    try:
+        wait_for("gpu-0 offered again", lambda: taints(resource_api, "gpu-0") == [], timeout=60)
+        pod(core, ns, "again", first, template(resource_api, ns, "again",
+                                               [gpu_request(fabric_device="gpu-0")]))  # fmt: skip
+        running(env, core, ns, "again")
+        # The node's report that let the pod bind (the attach seen) names nothing failed.
+        report = NodeFabric.from_node(node_view(core, first))
+        assert report is not None and uuid in report.gpus and report.failed == {}, report
+        assert taints(resource_api, "gpu-0") == [] and phase(core, ns, "again") == "Running"
+        assert env.fabric.connections()["gpu-0"][0] == first
+        gone(core, ns, "again")
+    finally:
+        core.patch_node(first, {"metadata": {"annotations": {CLEAR_ANNOTATION: None}}})
+
+
+def gpu_state(core: Any, node: str, uuid: str) -> str | None:
+    """The GPU's state in the Node's ``patchbay.dev/health`` annotation."""
+    health = NodeHealth.from_node(node_view(core, node))
+    story = health.gpus.get(uuid) if health is not None else None
+    return story.state if story is not None else None
+
+
+def node_view(core: Any, name: str) -> dict[str, Any]:
+    """The Node's annotations, in the shape the annotation readers take."""
+    return {"metadata": {"annotations": core.read_node(name).metadata.annotations or {}}}
