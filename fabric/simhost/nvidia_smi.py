@@ -14,8 +14,11 @@ ignored); it fails on a lost GPU and where the state says the reset fails
 (``"reset_failure": "<message>"``, for tests). A reset makes the GPU
 disappear (``"lost"``) and come back with what a reset does
 (``nvml_state.reset_entry``: pending MIG mode applied, instances gone,
-recovery action, pending row remap and volatile ECC cleared). Not modelled:
-the root requirement (the simulated host runs unprivileged).
+recovery action, pending row remap and volatile ECC cleared); it stays off
+the bus for ``<host>/gpu-reset-seconds`` (a number of seconds, written by
+:func:`set_reset_seconds`; absent: no time), the one duration of a reset a
+bench assumes. Not modelled: the root requirement (the simulated host runs
+unprivileged).
 
 What it was told is recorded in ``<host>/nvidia-smi.json``:
 ``{"timeslice": {uuid: n}, "calls": [argv, ...]}``, so tests can read each
@@ -29,6 +32,7 @@ import fcntl
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +42,7 @@ except ImportError:  # run as a plain script (the host's bin/nvidia-smi): its si
     from nvml_state import NvmlStateFile, State, reset_entry  # type: ignore[import-not-found,no-redef]
 
 RECORD = "nvidia-smi.json"
+RESET_SECONDS = "gpu-reset-seconds"
 IN_USE_EXIT = 255  # "other error", as nvidia-smi ends a refused reset
 
 
@@ -61,6 +66,16 @@ def _record(host: Path, call: list[str], slices: dict[str, int] | None = None) -
         tmp = record_path(host).with_suffix(".tmp")
         tmp.write_text(json.dumps(record))
         tmp.replace(record_path(host))
+
+
+def set_reset_seconds(host_dir: Path, seconds: float) -> None:
+    """How long each later reset keeps its GPU off the bus."""
+    (host_dir / RESET_SECONDS).write_text(f"{seconds}\n")
+
+
+def _reset_seconds(host: Path) -> float:
+    path = host / RESET_SECONDS
+    return float(path.read_text()) if path.exists() else 0.0
 
 
 def _alive(pid: int) -> bool:
@@ -110,6 +125,8 @@ def gpu_reset(host: Path, bus_id: str) -> int:
         code, message = found["error"]
         print(message, file=sys.stderr)
         return int(code)
+
+    time.sleep(_reset_seconds(host))  # off the bus while it resets
 
     def back(s: State) -> None:
         gpu = next(g for g in s["gpus"] if g["uuid"] == found["uuid"])

@@ -6,7 +6,8 @@
 its module, e.g. ``python -m tests.bench.plugin_bench --iterations 500``.
 The soak (10 minutes by default), the scale bench (a control plane per
 size, 100 and 500 nodes by default: ``make bench BENCH=scale``) and the
-warm-spares bench (``make bench BENCH=spares``) and the ``+me`` placement
+warm-spares bench (``make bench BENCH=spares``), the GPU health bench
+(``make bench BENCH=health``: XID to capacity restored) and the ``+me`` placement
 evidence (``make bench BENCH=mig_media``) and the repeated fabric e2e module
 (``make bench BENCH=repeat``) are not in the default set.
 """
@@ -20,6 +21,7 @@ from tests.bench import (
     burst_bench,
     checkpoint_bench,
     fabric_bench,
+    health_bench,
     idle_bench,
     mig_bench,
     mig_media,
@@ -43,7 +45,16 @@ DEFAULT = (
 )
 BY_NAME: dict[str, ModuleType] = {
     m.__name__.rsplit(".", 1)[-1].removesuffix("_bench"): m
-    for m in (*DEFAULT, idle_bench, soak_bench, scale_bench, spares_bench, mig_media, repeat_bench)
+    for m in (
+        *DEFAULT,
+        health_bench,
+        idle_bench,
+        soak_bench,
+        scale_bench,
+        spares_bench,
+        mig_media,
+        repeat_bench,
+    )
 }
 
 

@@ -47,6 +47,7 @@ def test_every_gpu_in_nvml_state_has_a_device_under_its_root(name: str, tmp_path
     expected = {"2x-h100-nic": 4, "8x-a100": 8, "fabric-adapters": 0, "4x-h100": 4, "2-gpus": 2}
     expected["numa-shared-nic"] = 4
     expected["gpu-nvme"] = 4
+    expected["local-gpu-fabric"] = 1
     assert len(uuids) == expected[name]
 
 
