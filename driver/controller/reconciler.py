@@ -143,6 +143,7 @@ class Reconciler:
             settings.fabric_unreachable_budget,
             self._pool_published,
         )
+        self.workers.connector.theirs = lambda device_id: device_id in self.others  # not taken
         FABRIC_DEVICES.add_source(self, lambda r: device_states(r.inventory, r.holds.held()))
         self.spares = SpareKeeper(settings.spare_rules(), self.workers, self.events, self.mark)
         self.clock = time.monotonic  # the spare policy's clock (tests inject their own)

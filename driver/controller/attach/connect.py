@@ -6,7 +6,9 @@ attach gets done against a fabric that may be slow, busy or down. It asks
 only when no earlier request for the allocation is under way or done (a
 recorded operation handle on the claim, or a connection already on its way
 to this node and adapter), so retries and controller restarts cost no
-second request; it detaches a device still attached to another node first;
+second request; it detaches a device still attached to another node first
+(never one on a host that is none of the cluster's nodes: ``theirs``,
+``driver.controller.hosts``; that attach fails);
 and a fabric that is unreachable, or one of whose resources is broken
 (``driver.controller.attach.cases``), is retried with backoff (up to
 ``RETRY_CAP_S`` between tries), its time not counted against the attach
@@ -66,6 +68,8 @@ class Connector:
         self._timeout = attach_timeout
         # None: no budget of its own, an outage spends the attach timeout.
         self._budget = unreachable_budget
+        # Whether a device is on a host that is none of the cluster's nodes (the reconciler's).
+        self.theirs: Callable[[str], bool] = lambda _device_id: False
 
     async def connect(
         self,
@@ -152,6 +156,10 @@ class Connector:
             elsewhere = conn is not None and (conn.node, conn.adapter) != (v.node, v.adapter)
             if conn is not None and elsewhere and not a.name:  # a spare takes no one's device
                 raise SpareTaken(f"{v.device_id} is attached to {conn.node}") from exc
+            if conn is not None and elsewhere and self.theirs(v.device_id):
+                host = conn.node or "a host no node maps to"
+                raise AttachFailed(f"{v.device_id} is attached to {host}, not a node of this "
+                                   "cluster: it is left there") from exc  # fmt: skip
             if conn is not None and conn.state == "Attached" and elsewhere:
                 log.info("%s still attached to %s: detaching first", v.device_id, conn.node)
                 gone = await fabric.detach(v.device_id)

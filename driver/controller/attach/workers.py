@@ -111,6 +111,7 @@ class Workers:
         self._timeout = attach_timeout
         self._budget = attach_timeout if unreachable_budget is None else unreachable_budget
         connector = Connector(fabric, status, attach_timeout, unreachable_budget, self._trouble)
+        self.connector = connector  # its ``theirs``: the reconciler's other hosts
         # Which memdev each attached CXL LD is on its node (attach.memdevs).
         self.memdevs = MemdevArrivals()
         devices = DeviceAttach(connector, reports, self.memdevs)
