@@ -35,9 +35,10 @@ REPO = Path(__file__).resolve().parents[2]
 RUN_DIR = Path(os.environ.get("PATCHBAY_NODE_RUN_DIR", f"/tmp/pb-node-{os.getuid()}"))
 # GPU sharing on node-a (tests/node/test_sharing_nodes.py): GPU 3 is also a
 # fractional GPU, and MPS daemons run in the MPS supervisor's pods.
-# GPU health (tests/node/test_gpu_health_nodes.py): the reset class tainted
-# NoSchedule, so the sick pod stays to show its health, and a short settle window
-# after the reset that cleans up (order is asserted there, never durations).
+# GPU health (tests/node/test_gpu_health_nodes.py): the chart's taint effects
+# (NoExecute for the reset class: the Deployment's pod is evicted, the sick pod's
+# claim tolerates it), and a short settle window after each reset (order is
+# asserted there, never durations).
 # Idle devices and leases (tests/node/test_lease_nodes.py): a short idle
 # window sampled every second, and the controller's lease clock on; no
 # DeviceLeasePolicy outside that module's own namespaces, so elsewhere an
@@ -45,7 +46,7 @@ RUN_DIR = Path(os.environ.get("PATCHBAY_NODE_RUN_DIR", f"/tmp/pb-node-{os.getuid
 TIER_VALUES = {
     "kubeletPlugin": {
         "sharedGpus": "3", "mpsSupervisor": True,
-        "resetClassTaint": "NoSchedule", "gpuHealthSettle": 5.0,
+        "gpuHealthSettle": 5.0,
         "idleSampleInterval": 1.0, "idleWindow": float(IDLE_WINDOW_S),
     },
     "controller": {"deviceLeases": True},
