@@ -161,11 +161,7 @@ async def test_the_real_scheduler_allocates_a_claim_from_each_mockups_pool(
         await nothing_to_allocate(base, inv, shape, core, resource_api, namespace, created)
         return
     specs = [per_node(base, inv)] if shape == "per-node" else list(per_domain(base, inv))
-    specs = [
-        dataclasses.replace(s, driver=DRIVER, name_prefix=f"{s.name_prefix}-{DRIVER}")
-        for s in specs
-        if "/adapters/" not in s.pool_name
-    ]
+    specs = [ours(s) for s in specs if "/adapters/" not in s.pool_name]
     labels = {dom.label: "" for dom in reach_domains(inv)}
     nodes = sorted(reports(inv))
     best = max(nodes, key=lambda n: sum(1 for d in offered if d.adapter_on(n)))
@@ -173,21 +169,12 @@ async def test_the_real_scheduler_allocates_a_claim_from_each_mockups_pool(
     try:
         for n in nodes:
             make_node(core, n, labels)
-        for spec in specs:
-            desired = build_slices(spec)
-            for d in desired:
-                resource_api.create_resource_slice(slice_object(spec, d, 1, len(desired)))
-                created.append(d.name)
-        resource_api.create_device_class(device_class(base, DRIVER))
-        claim = {"metadata": {"name": "claim"}, "spec": {"devices": {"requests": [
+        publish(resource_api, specs, created)
+        claim_and_pod(core, resource_api, namespace, base, [
             {"name": f"d{i}", "exactly": {"deviceClassName": base, "selectors": [{"cel": {
                 "expression": f'device.attributes["{DRIVER}"].fabricDevice == "{dev}"'}}]}}
             for i, dev in enumerate(wanted)
-        ]}}}  # fmt: skip
-        resource_api.create_namespaced_resource_claim(namespace, claim)
-        pod = pod_body("pod", {"resourceClaimName": "claim"})
-        pod["spec"]["tolerations"] = [{"operator": "Exists"}]
-        core.create_namespaced_pod(namespace, pod)
+        ])  # fmt: skip
         got = allocation(resource_api, namespace, "claim")
         pools = names(specs)
         assert all(r.driver == DRIVER and r.device in pools[r.pool] for r in got.devices.results)
@@ -197,6 +184,36 @@ async def test_the_real_scheduler_allocates_a_claim_from_each_mockups_pool(
         delete_quietly(resource_api.delete_device_class, base)
         for n in nodes:
             delete_quietly(core.delete_node, n)
+
+
+def ours(spec: PoolSpec) -> PoolSpec:
+    """``spec`` published under this module's driver (its own slice names)."""
+    return dataclasses.replace(spec, driver=DRIVER, name_prefix=f"{spec.name_prefix}-{DRIVER}")
+
+
+def publish(resource_api: client.ResourceV1Api, specs: list[PoolSpec], created: list[str]) -> None:
+    """Create the slices of each pool spec, noting their names in ``created``."""
+    for spec in specs:
+        desired = build_slices(spec)
+        for d in desired:
+            resource_api.create_resource_slice(slice_object(spec, d, 1, len(desired)))
+            created.append(d.name)
+
+
+def claim_and_pod(
+    core: client.CoreV1Api, resource_api: client.ResourceV1Api, namespace: str, base: str,
+    requests: list[dict[str, Any]], node_selector: dict[str, str] | None = None,
+) -> None:  # fmt: skip
+    """The device class ``base``, a claim ``claim`` of ``requests`` from it and
+    a pod ``pod`` using the claim (tolerating every taint)."""
+    resource_api.create_device_class(device_class(base, DRIVER))
+    claim = {"metadata": {"name": "claim"}, "spec": {"devices": {"requests": requests}}}
+    resource_api.create_namespaced_resource_claim(namespace, claim)
+    pod = pod_body("pod", {"resourceClaimName": "claim"})
+    pod["spec"]["tolerations"] = [{"operator": "Exists"}]
+    if node_selector:
+        pod["spec"]["nodeSelector"] = node_selector
+    core.create_namespaced_pod(namespace, pod)
 
 
 async def nothing_to_allocate(
@@ -211,21 +228,10 @@ async def nothing_to_allocate(
     node = f"{base}-0"
     try:
         make_node(core, node, {"kubernetes.io/hostname": node})
-        for spec in specs:
-            prefix = f"{spec.name_prefix}-{DRIVER}"
-            spec = dataclasses.replace(spec, driver=DRIVER, name_prefix=prefix)
-            desired = build_slices(spec)
-            for d in desired:
-                resource_api.create_resource_slice(slice_object(spec, d, 1, len(desired)))
-                created.append(d.name)
-        resource_api.create_device_class(device_class(base, DRIVER))
-        claim = {"metadata": {"name": "claim"}, "spec": {"devices": {"requests": [
-            {"name": "d0", "exactly": {"deviceClassName": base}}]}}}  # fmt: skip
-        resource_api.create_namespaced_resource_claim(namespace, claim)
-        pod = pod_body("pod", {"resourceClaimName": "claim"})
-        pod["spec"]["tolerations"] = [{"operator": "Exists"}]
-        pod["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
-        core.create_namespaced_pod(namespace, pod)
+        publish(resource_api, [ours(spec) for spec in specs], created)
+        claim_and_pod(core, resource_api, namespace, base,
+                      [{"name": "d0", "exactly": {"deviceClassName": base}}],
+                      {"kubernetes.io/hostname": node})  # fmt: skip
         said = wait_for("the scheduler to find nothing to allocate",
                         lambda: unschedulable(core, namespace, "pod"), timeout=60)  # fmt: skip
         assert "cannot allocate all claims" in said, said
