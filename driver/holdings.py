@@ -33,7 +33,7 @@ def holdings(checkpoint: Checkpoint, kinds: Collection[str]) -> list[Holding]:
     """Every device the checkpoint's claims hold; admin-access views hold
     nothing. ``kinds``: the device kinds this build has handlers for."""
     out: list[Holding] = []
-    for claim in checkpoint.claims.values():
+    for claim in list(checkpoint.claims.values()):  # a copy: claims' threads add and drop
         out += record_holdings(claim, kinds)
     return out
 

@@ -42,7 +42,7 @@ def is_admin(record: DeviceRecord) -> bool:
 
 def holder_undo(checkpoint: Checkpoint, device: Device, claim_uid: str) -> Mapping[str, Any] | None:
     """The undo data of the (non-admin) claim that holds ``device`` now."""
-    for claim in checkpoint.claims.values():
+    for claim in list(checkpoint.claims.values()):  # a copy: other claims' threads add
         if claim.uid == claim_uid:
             continue
         for d in claim.devices:

@@ -7,15 +7,20 @@ let each device's handler do its work, write the claim's CDI spec and record
 ``PrepareCompleted``.
 Every claim gets its own result: an error in one never fails the others.
 
-Concurrency: calls are serialised by the one claim lock
-(``driver.claims.lock``: in-process, and across processes when the plugin
-gives it a lock file for rolling updates); the API reads happen on the loop
-before the lock is taken (``driver.claims.fetch``). A claim with a
-device whose handler may block (NVML, sysfs: the handler's ``blocking``)
-is prepared or unprepared in a worker thread, with its checkpoint and CDI
-files; a claim that needs only CDI edits (full GPUs without dynamic MIG) on
-the loop itself, where its work is a few stat calls and two unsynced file
-replacements (a thread hop costs more than that on a busy node).
+Concurrency: each claim holds the keys of the devices it touches
+(``driver.claims.keys``, ``driver.claims.lock``): claims on different
+devices run side by side, claims on one device or one GPU take turns, and
+recovery, compaction and claims whose devices are not known take the lock
+whole (so does every claim during a rolling update, when the lock is shared
+with another process). The API reads happen on the loop before any lock
+(``driver.claims.fetch``). A claim with a device whose handler may block
+(NVML, sysfs: the handler's ``blocking``) is prepared or unprepared in a
+worker thread; a claim that needs only CDI edits (full GPUs without dynamic
+MIG) on the loop itself, where its work is a few stat calls and two
+unsynced file replacements (a thread hop costs more than that on a busy
+node). What keyed claims share (the checkpoint and its holdings index, its
+journal, the CDI and metadata files' spare) is touched only under
+``self._state``, a short thread lock: the device work runs outside it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -33,7 +39,8 @@ from driver.claims import admin
 from driver.claims.allocation import Allocation, parse_allocation
 from driver.claims.compaction import RestCompaction
 from driver.claims.fetch import ClaimReader, read_claims
-from driver.claims.lock import ClaimLock
+from driver.claims.keys import Seen, prepare_keys, undo_keys
+from driver.claims.lock import ClaimLock, KeyedHold
 from driver.claims.metadata import ClaimIdentity, MetadataDevice
 from driver.claims.metadata_files import MetadataFiles, with_metadata_ids
 from driver.claims.model import ClaimRef, Fetched, PrepareResult, log_fields
@@ -79,6 +86,7 @@ class ClaimPreparer:
         self._threads = ThreadChoice(self._handlers, sharing)  # loop or worker thread
         self._metadata = metadata  # device metadata files (KEP-5304), when on
         self._lock = lock if lock is not None else ClaimLock()
+        self._state = threading.Lock()  # what keyed claims share (module docstring)
         # During a rolling update two plugin processes share the checkpoint
         # (and the lock, through its file), so each call starts from what is
         # on disk (re-read when it changed).
@@ -93,7 +101,8 @@ class ClaimPreparer:
 
     @property
     def lock(self) -> ClaimLock:
-        """The one lock of prepare, unprepare and recovery (``driver.claims.lock``)."""
+        """The lock of prepare, unprepare and recovery (``driver.claims.lock``);
+        ``async with`` it holds it whole."""
         return self._lock
 
     @property
@@ -136,31 +145,29 @@ class ClaimPreparer:
         started = time.perf_counter()
         if fetched is None:
             fetched = await self.read(claims)
-        async with self._lock:
-            self._reload_if_shared()
-            for ref in claims:
-                try:
-                    results[ref.uid] = await self._prepare_one(ref, fetched.get(ref.uid))
-                    PREPARE_CALLS.labels(result="ok").inc()
-                    if log.isEnabledFor(logging.DEBUG):  # a line costs ~1 % of a prepare
-                        log.debug(
-                            "prepared %s/%s (%s)", ref.namespace, ref.name, ref.uid,
-                            extra=log_fields(ref, fetched.get(ref.uid), results[ref.uid]),
-                        )  # fmt: skip
-                except PatchbayError as exc:
-                    log.warning(
-                        "prepare %s/%s (%s) failed: %s", ref.namespace, ref.name, ref.uid, exc,
-                        extra=log_fields(ref, fetched.get(ref.uid)),
+        for ref in claims:
+            try:
+                results[ref.uid] = await self._prepare_held(ref, fetched.get(ref.uid))
+                PREPARE_CALLS.labels(result="ok").inc()
+                if log.isEnabledFor(logging.DEBUG):  # a line costs ~1 % of a prepare
+                    log.debug(
+                        "prepared %s/%s (%s)", ref.namespace, ref.name, ref.uid,
+                        extra=log_fields(ref, fetched.get(ref.uid), results[ref.uid]),
                     )  # fmt: skip
-                    results[ref.uid] = PrepareResult(error=str(exc))
-                    PREPARE_CALLS.labels(result="error").inc()
-                except Exception as exc:
-                    log.exception(
-                        "prepare %s/%s (%s): internal error", ref.namespace, ref.name, ref.uid,
-                        extra=log_fields(ref, fetched.get(ref.uid)),
-                    )  # fmt: skip
-                    results[ref.uid] = PrepareResult(error=f"internal error: {exc!r}")
-                    PREPARE_CALLS.labels(result="error").inc()
+            except PatchbayError as exc:
+                log.warning(
+                    "prepare %s/%s (%s) failed: %s", ref.namespace, ref.name, ref.uid, exc,
+                    extra=log_fields(ref, fetched.get(ref.uid)),
+                )  # fmt: skip
+                results[ref.uid] = PrepareResult(error=str(exc))
+                PREPARE_CALLS.labels(result="error").inc()
+            except Exception as exc:
+                log.exception(
+                    "prepare %s/%s (%s): internal error", ref.namespace, ref.name, ref.uid,
+                    extra=log_fields(ref, fetched.get(ref.uid)),
+                )  # fmt: skip
+                results[ref.uid] = PrepareResult(error=f"internal error: {exc!r}")
+                PREPARE_CALLS.labels(result="error").inc()
         PREPARE_SECONDS.observe(time.perf_counter() - started)
         self._changed()
         return results
@@ -168,24 +175,18 @@ class ClaimPreparer:
     async def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:
         results: dict[str, str] = {}
         started = time.perf_counter()
-        async with self._lock:
-            self._reload_if_shared()
-            for ref in claims:
-                try:
-                    record = self.checkpoint.claims.get(ref.uid)
-                    if record is None or not self._threads.for_undo(record):
-                        self._unprepare_sync(ref.uid)
-                    else:
-                        await asyncio.to_thread(self._unprepare_sync, ref.uid)
-                    results[ref.uid] = ""
-                    UNPREPARE_CALLS.labels(result="ok").inc()
-                except Exception as exc:
-                    log.warning(
-                        "unprepare %s/%s (%s) failed: %s", ref.namespace, ref.name, ref.uid, exc,
-                        extra=log_fields(ref),
-                    )  # fmt: skip
-                    results[ref.uid] = str(exc)
-                    UNPREPARE_CALLS.labels(result="error").inc()
+        for ref in claims:
+            try:
+                await self._unprepare_held(ref.uid)
+                results[ref.uid] = ""
+                UNPREPARE_CALLS.labels(result="ok").inc()
+            except Exception as exc:
+                log.warning(
+                    "unprepare %s/%s (%s) failed: %s", ref.namespace, ref.name, ref.uid, exc,
+                    extra=log_fields(ref),
+                )  # fmt: skip
+                results[ref.uid] = str(exc)
+                UNPREPARE_CALLS.labels(result="error").inc()
         UNPREPARE_SECONDS.observe(time.perf_counter() - started)
         self._changed()
         return results
@@ -194,8 +195,9 @@ class ClaimPreparer:
         """(kind, local id) of every device some claim holds or is preparing:
         read from the holdings index, not from every record (it is asked after
         every call, for the node's fabric report, and at every metrics scrape)."""
-        self._taken.sync(self.checkpoint)  # rebuilt only if the checkpoint was read again
-        return self._taken.devices()
+        with self._state:
+            self._taken.sync(self.checkpoint)  # rebuilt only if the checkpoint was read again
+            return self._taken.devices()
 
     async def recover(self) -> tuple[int, int]:
         """Start-up: make the CDI directory agree with the checkpoint.
@@ -223,10 +225,47 @@ class ClaimPreparer:
         if self._shared and self._store.changed():
             self.checkpoint = self._store.load()
 
-    async def _prepare_one(
+    # -- the keys a claim holds (driver.claims.keys) ------------------------
+
+    async def _prepare_held(
         self, ref: ClaimRef, claim: Mapping[str, Any] | BaseException | None
     ) -> PrepareResult:
         canonical_claim_uid(ref.uid)
+        seen = Seen.of(self.checkpoint, ref.uid)
+        keys, allocation = prepare_keys(self.checkpoint, self._inventory, ref.uid, claim)
+        async with self._lock.keyed(keys) as hold:
+            self._reload_if_shared()
+            if not isinstance(hold, KeyedHold) or seen.still(self.checkpoint):
+                return await self._prepare_one(ref, claim, allocation)
+        # Another call changed the record while we waited (the claim's own key
+        # kept it out until then): its keys may be others now, take it whole.
+        async with self._lock:
+            self._reload_if_shared()
+            return await self._prepare_one(ref, claim, None)
+
+    async def _unprepare_held(self, uid: str) -> None:
+        seen = Seen.of(self.checkpoint, uid)
+        async with self._lock.keyed(undo_keys(self.checkpoint, self._inventory, uid)) as hold:
+            self._reload_if_shared()
+            if not isinstance(hold, KeyedHold) or seen.still(self.checkpoint):
+                return await self._unprepare_one(uid)
+        async with self._lock:  # a prepare recorded the claim while we waited
+            self._reload_if_shared()
+            await self._unprepare_one(uid)
+
+    async def _unprepare_one(self, uid: str) -> None:
+        record = self.checkpoint.claims.get(uid)
+        if record is None or not self._threads.for_undo(record):
+            self._unprepare_sync(uid)
+        else:
+            await asyncio.to_thread(self._unprepare_sync, uid)
+
+    async def _prepare_one(
+        self,
+        ref: ClaimRef,
+        claim: Mapping[str, Any] | BaseException | None,
+        allocation: Allocation | None,
+    ) -> PrepareResult:
         record = self.checkpoint.claims.get(ref.uid)
         if record is not None and record.state is ClaimState.PREPARE_COMPLETED:
             if isinstance(claim, Mapping):
@@ -236,7 +275,8 @@ class ClaimPreparer:
             raise claim
         if claim is None:  # not fetched (e.g. completed meanwhile by another call)
             claim = await self._reader.read_claim(ref.namespace, ref.name)
-        allocation = parse_allocation(claim, ref.uid, self._inventory.pools())
+        if allocation is None:
+            allocation = parse_allocation(claim, ref.uid, self._inventory.pools())
         identity = ClaimIdentity.of(claim, ref.uid) if self._metadata is not None else None
         kinds = [
             d.kind
@@ -260,27 +300,28 @@ class ClaimPreparer:
         if stale is not None:
             log.info("claim %s: undoing an interrupted prepare before retrying", ref.uid)
             self._undo(stale)
-        planned = plan_claim(
-            ref, allocation, self.checkpoint, self._inventory, self._handlers, self._sharing,
-            self._taken,
-        )  # fmt: skip
-        record = ClaimRecord(
-            uid=ref.uid,
-            namespace=ref.namespace,
-            name=ref.name,
-            state=ClaimState.PREPARE_STARTED,
-            devices=[p[0] for p in planned],
-            pods=pods,
-        )
-        self.checkpoint.claims[ref.uid] = record
-        self._taken.add(self.checkpoint, record)
-        # PrepareStarted must be on disk before a handler changes hardware
-        # (MIG instances, driver binding); CDI-only devices have nothing to
-        # undo but a spec file, which start-up recovery removes.
-        if self._threads.shares(record) or any(
-            changes_device(self._handlers[device.kind], config) for _, device, config in planned
-        ):
-            self._store.record(self.checkpoint, ref.uid)
+        with self._state:
+            planned = plan_claim(
+                ref, allocation, self.checkpoint, self._inventory, self._handlers, self._sharing,
+                self._taken,
+            )  # fmt: skip
+            record = ClaimRecord(
+                uid=ref.uid,
+                namespace=ref.namespace,
+                name=ref.name,
+                state=ClaimState.PREPARE_STARTED,
+                devices=[p[0] for p in planned],
+                pods=pods,
+            )
+            self.checkpoint.claims[ref.uid] = record
+            self._taken.add(self.checkpoint, record)
+            # PrepareStarted must be on disk before a handler changes hardware
+            # (MIG instances, driver binding); CDI-only devices have nothing to
+            # undo but a spec file, which start-up recovery removes.
+            if self._threads.shares(record) or any(
+                changes_device(self._handlers[device.kind], config) for _, device, config in planned
+            ):
+                self._store.record(self.checkpoint, ref.uid)
         crash_point("prepare-recorded")
         try:
             return self._apply(ref, record, planned, identity)
@@ -330,24 +371,27 @@ class ClaimPreparer:
         env += tuple(f"{k}_{order[item[0]].index(item[1])}={v}" for item, k, v in indexed)
         if env:
             common.append(ContainerEdits(env=env))
-        # The files are on disk before the spec that mounts them (KEP-5304).
-        files = []
-        if self._metadata is not None and identity is not None:
-            files = self._metadata.write_claim(identity, described)
-        unique = unique_devices(cdi_devices + [f.device for f in files])
-        spec = self._cdi.claim_spec(ref.uid, unique, merge_edits(common))
-        self._cdi.write_spec(ref.uid, spec)
-        crash_point("prepare-cdi-written")
-        for device_record in record.devices:
-            device_record.cdi_device_ids = [self._cdi.device_id(ref.uid, device_record.device_name)]
-        with_metadata_ids(record.devices, files, ref.uid)
-        # The spec is on disk before the record says completed, and the record
-        # keeps a copy: a prepared claim never points at a missing spec.
-        record.cdi_spec = spec
-        record.state = ClaimState.PREPARE_COMPLETED
-        self._store.record(self.checkpoint, ref.uid)
-        crash_point("prepare-completed")
-        PREPARED_CLAIMS.set(len(self.checkpoint.claims))
+        with self._state:  # the files' spares, the records, the journal
+            # The files are on disk before the spec that mounts them (KEP-5304).
+            files = []
+            if self._metadata is not None and identity is not None:
+                files = self._metadata.write_claim(identity, described)
+            unique = unique_devices(cdi_devices + [f.device for f in files])
+            spec = self._cdi.claim_spec(ref.uid, unique, merge_edits(common))
+            self._cdi.write_spec(ref.uid, spec)
+            crash_point("prepare-cdi-written")
+            for device_record in record.devices:
+                device_record.cdi_device_ids = [
+                    self._cdi.device_id(ref.uid, device_record.device_name)
+                ]
+            with_metadata_ids(record.devices, files, ref.uid)
+            # The spec is on disk before the record says completed, and the record
+            # keeps a copy: a prepared claim never points at a missing spec.
+            record.cdi_spec = spec
+            record.state = ClaimState.PREPARE_COMPLETED
+            self._store.record(self.checkpoint, ref.uid)
+            crash_point("prepare-completed")
+            PREPARED_CLAIMS.set(len(self.checkpoint.claims))
         return result_of(record)
 
     # -- unprepare --------------------------------------------------------
@@ -356,7 +400,7 @@ class ClaimPreparer:
         record = self.checkpoint.claims.get(uid)
         if record is None:
             # Idempotent: nothing recorded; still drop a spec a crash left behind.
-            with contextlib.suppress(PatchbayError):
+            with self._state, contextlib.suppress(PatchbayError):
                 self._cdi.remove_claim_spec(uid)
                 if self._metadata is not None:
                     self._metadata.remove_claim(uid)
@@ -375,18 +419,19 @@ class ClaimPreparer:
             if not admin.is_admin(device):  # a read-only view has nothing to undo
                 self._handlers[device.kind].unprepare(device.kind, device.local_id, device.undo)
         crash_point("unprepare-devices-undone")
-        # The record goes before the spec: a spec without a record is debris
-        # start-up removes, a prepared record without its spec must not be.
-        del self.checkpoint.claims[record.uid]
-        self._taken.remove(self.checkpoint, record.uid)
-        self._store.record(self.checkpoint, record.uid)
-        crash_point("unprepare-recorded")
-        self._cdi.remove_claim_spec(record.uid)
-        if self._metadata is not None:  # after the spec: none mounts a missing file
-            self._metadata.remove_claim(
-                record.uid, [r for d in record.devices for r in d.request_names]
-            )
-        PREPARED_CLAIMS.set(len(self.checkpoint.claims))
+        with self._state:
+            # The record goes before the spec: a spec without a record is debris
+            # start-up removes, a prepared record without its spec must not be.
+            del self.checkpoint.claims[record.uid]
+            self._taken.remove(self.checkpoint, record.uid)
+            self._store.record(self.checkpoint, record.uid)
+            crash_point("unprepare-recorded")
+            self._cdi.remove_claim_spec(record.uid)
+            if self._metadata is not None:  # after the spec: none mounts a missing file
+                self._metadata.remove_claim(
+                    record.uid, [r for d in record.devices for r in d.request_names]
+                )
+            PREPARED_CLAIMS.set(len(self.checkpoint.claims))
 
 
 __all__ = ["ClaimPreparer", "ClaimReader", "ConfigError"]

@@ -1,16 +1,17 @@
-"""Which prepares may overlap (issue 36): claims on one GPU never, MIG
-placements on one GPU never; and, with today's one claim lock, claims on
-different GPUs do not either.
+"""Which prepares may overlap (issue 36): claims on different GPUs do; claims
+on one GPU never, MIG placements on one GPU never, a whole GPU and a MIG
+placement on it never (and exactly one of the two gets the GPU).
 
-Why no per-device locks (docs/figures.md, the burst row): the queue behind
-the one lock is short, a burst of 100 pods had a plugin-side prepare p99 of
-128-181 ms against the 0.5 s target, so the lock stays what
-``driver.claims.lock`` says. What this shows runs the real preparer, the
-real GPU and MIG handlers over the fake NVML, with several kubelet calls in
-flight at once: each device handler's prepare and unprepare is recorded as
-it enters and leaves (in the worker thread MIG work runs in), and the first
-to enter waits until every other call has either queued on the claim lock or
-entered a handler itself, so two that could overlap do.
+What this shows runs the real preparer, its per-device lock
+(``driver.claims.lock``, ``driver.claims.keys``) and the real GPU and MIG
+handlers over the fake NVML, with several kubelet calls in flight at once:
+each device handler's prepare and unprepare is recorded as it enters and
+leaves (in the worker thread MIG work runs in), and the first to enter
+waits until every other call has either queued on the claim lock or entered
+a handler itself, so two that could overlap do. With the one claim lock of
+before (every claim taking the lock whole), the different GPUs' claims take
+turns and the first test fails; with no lock, two handlers run on GPU-0000
+at once.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -71,20 +72,27 @@ class Calls:
 
 
 class WatchedLock(ClaimLock):
-    """The claim lock, counting the calls queued on it."""
+    """The claim lock, counting the calls queued on it, whole or on keys."""
 
     def __init__(self) -> None:
         super().__init__()
         self.calls: Calls | None = None
 
-    async def __aenter__(self) -> ClaimLock:
+    async def _waiting(self, wait: Awaitable[Any]) -> Any:
         if self.calls is not None:
             self.calls.bump("waiting", 1)
         try:
-            return await super().__aenter__()
+            return await wait
         finally:
             if self.calls is not None:
                 self.calls.bump("waiting", -1)
+
+    async def __aenter__(self) -> ClaimLock:
+        entered: ClaimLock = await self._waiting(super().__aenter__())
+        return entered
+
+    async def _enter_keys(self, keys: list[str]) -> None:
+        await self._waiting(super()._enter_keys(keys))
 
 
 class Recorded:
@@ -129,30 +137,39 @@ def overlaps(events: list[tuple[str, str]], key: Callable[[str], str]) -> list[s
     return found
 
 
-async def test_claims_on_one_gpu_never_overlap(tmp_path: Path) -> None:
+def preparer_on(tmp_path: Path, node: Node) -> tuple[ClaimPreparer, WatchedLock, Reader]:
     logging.getLogger("driver").setLevel(logging.ERROR)  # the fake's hosts have no sysfs
-    node = Node()
     inventory = NodeInventory()
     inventory.replace_pool(NODE, list(node.devices.values()))
     lock = WatchedLock()
     handlers = {k: Recorded(h, lock) for k, h in node.handlers.items()}
     store = CheckpointStore(tmp_path / "cp.json", "boot")
-    cdi = CdiRegistry(tmp_path / "cdi")
     reader = Reader()
-    preparer = ClaimPreparer(reader, inventory, handlers, store, cdi, lock=lock)
+    cdi = CdiRegistry(tmp_path / "cdi")
+    return ClaimPreparer(reader, inventory, handlers, store, cdi, lock=lock), lock, reader
+
+
+async def in_flight(
+    lock: WatchedLock, calls: list[Awaitable[Mapping[str, Any]]]
+) -> tuple[list[Mapping[str, Any]], list[tuple[str, str]]]:
+    """The calls' results, all in flight at once, and the handlers' events."""
+    lock.calls = Calls(len(calls))
+    results = await asyncio.gather(*calls)
+    return results, lock.calls.events
+
+
+async def test_claims_on_different_gpus_overlap_and_on_one_gpu_never(tmp_path: Path) -> None:
+    node = Node()
+    preparer, lock, reader = preparer_on(tmp_path, node)
     # Three MIG placements on GPU 0 and two on GPU 1, a claim each.
     names = [f"gpu-0-mig-1g-10gb-{s}" for s in (0, 1, 2)]
     names += [f"gpu-1-mig-1g-10gb-{s}" for s in (0, 1)]
     refs = [reader.add(f"c{i}", [name]) for i, name in enumerate(names)]
 
-    lock.calls = Calls(len(refs))
-    results = await asyncio.gather(*(preparer.prepare([ref]) for ref in refs))
+    results, prepared = await in_flight(lock, [preparer.prepare([ref]) for ref in refs])
     assert [r[ref.uid].error for r, ref in zip(results, refs, strict=True)] == [""] * len(refs)
-    prepared = lock.calls.events
-    lock.calls = Calls(len(refs))
-    undone = await asyncio.gather(*(preparer.unprepare([ref]) for ref in refs))
+    undone, unprepared = await in_flight(lock, [preparer.unprepare([ref]) for ref in refs])
     assert [u[ref.uid] for u, ref in zip(undone, refs, strict=True)] == [""] * len(refs)
-    unprepared = lock.calls.events
 
     for events in (prepared, unprepared):
         assert (
@@ -160,6 +177,27 @@ async def test_claims_on_one_gpu_never_overlap(tmp_path: Path) -> None:
             == ["GPU-0000"] * 3 + ["GPU-0001"] * 2
         )
         assert overlaps(events, lambda gpu: gpu) == [], "two handlers ran on one GPU at once"
-        # Today's one claim lock: claims on different GPUs take turns too.
-        assert overlaps(events, lambda gpu: "node") == [], "handlers ran at once"
+        # The per-device lock: a claim on the other GPU entered its handler
+        # while one on the first was inside.
+        assert overlaps(events, lambda gpu: "node") != [], "claims on two GPUs took turns"
     assert not node.gpu().instances and not node.gpu("GPU-0001").instances
+    assert preparer.checkpoint.claims == {}
+
+
+async def test_whole_gpu_and_mig_on_it_take_turns_and_one_gets_it(tmp_path: Path) -> None:
+    node = Node()
+    preparer, lock, reader = preparer_on(tmp_path, node)
+    whole = reader.add("whole", ["gpu-0"])
+    mig = reader.add("mig", ["gpu-0-mig-3g-40gb-4"])
+
+    results, events = await in_flight(lock, [preparer.prepare([whole]), preparer.prepare([mig])])
+    errors = [r[ref.uid].error for r, ref in zip(results, [whole, mig], strict=True)]
+    assert overlaps(events, lambda gpu: gpu) == [], "the whole GPU and its MIG ran at once"
+    assert sorted(e == "" for e in errors) == [False, True], errors
+    failed = next(e for e in errors if e)
+    assert "GPU-0000" in failed and ("MIG" in failed), failed
+    kept = whole if errors[0] == "" else mig
+    assert list(preparer.checkpoint.claims) == [kept.uid]
+    assert bool(node.gpu().instances) == (kept is mig)
+    await in_flight(lock, [preparer.unprepare([kept])])
+    assert not node.gpu().instances and preparer.checkpoint.claims == {}
