@@ -1,0 +1,67 @@
+"""What importing the node plugin's entry modules must not load (issue 36, RSS).
+
+The plugin's resident memory after start is mostly what it imports; some
+packages are imported only when the setting that needs them is on. This
+test runs ``import plugin.app, plugin.main`` in a fresh interpreter (the
+same imports as the bench's import floor, ``tests.bench.floors``) and checks
+that none of them was loaded, so a module-level import cannot silently put
+the cost back.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+# package (a module name, or a prefix of its modules' names up to "." or "_")
+# -> why the entry modules must not import it
+LAZY = {
+    "aiohttp.web": "driver.httpendpoint imports it once a /metrics endpoint is served",
+    "kubernetes": "driver.kube.api loads the aio client's modules on connect",
+    "grpc": "grpcio: the plugin serves and calls with grpclib (plugin.servers)",
+    "driver.controller": "the controller's code",
+    "driver.fabricclient": "the fabric manager client: the controller's",
+    "driver.inspect": "kubectl-patchbay's code",
+}
+
+
+def early(modules: list[str], package: str) -> list[str]:
+    return [m for m in modules if m == package or m.startswith((package + ".", package + "_"))]
+
+
+def loaded_after(imports: str) -> list[str]:
+    code = f"{imports}\nimport sys\nprint('\\n'.join(sys.modules))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    return out.stdout.split()
+
+
+def test_plugin_entry_imports_no_lazy_package() -> None:
+    modules = loaded_after("import plugin.app, plugin.main")
+    assert "plugin.app" in modules  # the probe ran
+    found = {p: early(modules, p) for p in LAZY}
+    assert not {p: ms for p, ms in found.items() if ms}, f"imported too early: {found}; see {LAZY}"
+
+
+def test_serving_the_endpoint_imports_the_server() -> None:
+    """The lazy import happens where it is used: the endpoint's module
+    resolves aiohttp's server when it serves (a check that the probe above
+    can see such a package at all)."""
+    modules = loaded_after(
+        "import asyncio, contextlib\n"
+        "from prometheus_client import CollectorRegistry\n"
+        "from driver.httpendpoint import serve_http\n"
+        "async def main():\n"
+        "    serving = serve_http(0, CollectorRegistry(), lambda: True, '127.0.0.1')\n"
+        "    task = asyncio.create_task(serving)\n"
+        "    await asyncio.sleep(0)\n"
+        "    task.cancel()\n"
+        "    with contextlib.suppress(asyncio.CancelledError):\n"
+        "        await task\n"
+        "asyncio.run(main())"
+    )
+    assert early(modules, "aiohttp.web")
