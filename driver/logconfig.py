@@ -122,6 +122,9 @@ def configure(level: str = "info", fmt: str = "text") -> None:
     for name in WIRE_LOGGERS:
         wanted = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
         logging.getLogger(name).setLevel(max(logging.INFO, wanted))
+    # No formatter here writes the process id or name: without these, a
+    # record costs no getpid syscall (the plugin logs two per claim pair).
+    logging.logProcesses = logging.logMultiprocessing = False
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()

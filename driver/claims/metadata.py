@@ -145,9 +145,57 @@ def document(
     return out
 
 
+# Scalars and keys through the C encoder: with ``indent`` set, ``json.dumps``
+# takes the pure-Python encoder for the whole value, a third of the plugin's
+# own work per prepare (docs/figures.md, the plugin's hot path).
+_STRING = json.encoder.encode_basestring  # the C one where built, as json.dumps uses
+_OTHER = json.JSONEncoder(ensure_ascii=False).encode
+_CONSTANTS = {True: "true", False: "false", None: "null"}
+
+
+def _indented(value: Any, pad: str, out: list[str]) -> None:
+    """``value`` as ``json.dumps(value, indent=2, ensure_ascii=False)``
+    writes it, appended to ``out`` (``pad``: the current line's indent)."""
+    if isinstance(value, dict):
+        if not value:
+            out.append("{}")
+            return
+        inner, sep = pad + "  ", "{\n"
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"key {key!r}")  # json.dumps coerces it
+            out += (sep, inner, _STRING(key), ": ")
+            _indented(item, inner, out)
+            sep = ",\n"
+        out += ("\n", pad, "}")
+    elif isinstance(value, list | tuple):
+        if not value:
+            out.append("[]")
+            return
+        inner, sep = pad + "  ", "[\n"
+        for item in value:
+            out += (sep, inner)
+            _indented(item, inner, out)
+            sep = ",\n"
+        out += ("\n", pad, "]")
+    elif isinstance(value, str):
+        out.append(_STRING(value))
+    elif value is None or isinstance(value, bool):
+        out.append(_CONSTANTS[value])
+    elif type(value) is int:
+        out.append(int.__repr__(value))
+    else:
+        out.append(_OTHER(value))
+
+
 def go_json(value: Any) -> str:
     """``value`` as Go's ``json.MarshalIndent(v, "", "  ")`` writes it."""
-    text = json.dumps(value, indent=2, ensure_ascii=False)
+    out: list[str] = []
+    try:
+        _indented(value, "", out)
+        text = "".join(out)
+    except TypeError:  # a key to coerce, or a value json.dumps refuses too
+        text = json.dumps(value, indent=2, ensure_ascii=False)
     return _GO_ESCAPE.sub(lambda m: _GO_ESCAPES[m.group()], text)
 
 
@@ -155,7 +203,7 @@ def stream(claim: ClaimIdentity, request: str, devices: Sequence[MetadataDevice]
     """The file's content: one object per version, each ended by a newline.
 
     The versions differ only in ``apiVersion``, the object's second line:
-    encoded once (Python's indenting encoder is its slow one), the other
+    encoded once, the other
     versions are that text with the line swapped (no value can hold the
     line: its quotes would be escaped)."""
     newest = go_json(document(claim, request, devices, VERSIONS[0]))

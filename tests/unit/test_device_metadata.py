@@ -90,6 +90,25 @@ def test_go_escaping() -> None:
     assert go_json({"a": "<b>&\u2028é"}) == '{\n  "a": "\\u003cb\\u003e\\u0026\\u2028é"\n}'
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"a": [1, 2.5, True, False, None], "b": {}, "c": [], "d": {"e": [{"f": "g"}, []]}},
+        {'k"q\\': "tab\tnew\nline\u0001é", "big": 2**70, "neg": -3, "exp": 1e-7},
+        [["nested", ["deeper", {"x": ()}]], ("tuple", 0)],
+        "just a string",
+        7,
+        {3: "int key", None: "null key", 2.5: "float key", True: "bool key"},
+        {"nan": float("nan"), "inf": float("-inf")},
+    ],
+)
+def test_go_json_indents_as_json_dumps_does(value: object) -> None:
+    # The fast indenter (scalars through the C encoder) writes what the
+    # pure-Python indenting encoder would, Go's escapes applied to both.
+    slow = json.dumps(value, indent=2, ensure_ascii=False)
+    assert go_json(value) == slow
+
+
 def test_bad_pod_claim_name_is_refused_naming_the_field() -> None:
     meta = {"namespace": "ns", "name": "c", "annotations": {POD_CLAIM_NAME_ANNOTATION: "../x"}}
     with pytest.raises(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import threading
 import types
 from collections.abc import Iterator
@@ -146,3 +147,29 @@ def test_a_debug_process_keeps_the_http2_stack_at_info() -> None:
     finally:
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
+
+
+def test_a_configured_process_reads_no_pid_per_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No formatter writes the process id, so a record reads none: the
+    plugin's hot path logs per claim pair, and each getpid is a syscall."""
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level, logging.logProcesses, logging.logMultiprocessing)
+    pids: list[int] = []
+    real_getpid = os.getpid
+
+    def counted() -> int:
+        pids.append(1)
+        return real_getpid()
+
+    monkeypatch.setattr(os, "getpid", counted)
+    try:
+        logconfig.configure("info")
+        record = logging.getLogger("driver.test").makeRecord(
+            "driver.test", logging.INFO, __file__, 1, "prepare %d", (1,), None
+        )
+        assert pids == [] and record.process is None
+        assert "process" not in logconfig.context_of(record)
+    finally:
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+        logging.logProcesses, logging.logMultiprocessing = saved[2], saved[3]
