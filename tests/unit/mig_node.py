@@ -15,6 +15,7 @@ from driver.mig.discovery import MigSupport
 from driver.mig.handler import MigHandler
 from driver.mig.policy import MigPolicy
 from driver.mig.session import NvmlSession
+from driver.nvml.backend import NvmlBackend
 from driver.nvml.fake import FakeNvml
 from driver.nvml.fake_state import FakeMachine
 
@@ -23,11 +24,14 @@ UUID = "GPU-0000"
 
 class Node:
     def __init__(self, model: str = "H100-SXM5-80GB", *, mig: bool = False,
-                 checkpoint: Checkpoint | None = None, cleanup: bool = False) -> None:  # fmt: skip
+                 checkpoint: Checkpoint | None = None, cleanup: bool = False,
+                 backend: NvmlBackend | None = None) -> None:  # fmt: skip
+        """``backend``: another NVML (pynvml over the C mock) whose GPUs are
+        already there; then ``machine`` and ``gpu`` are not this node's."""
         self.machine = FakeMachine()
         for i in range(2):
             self.machine.add_gpu(f"GPU-{i:04d}", model, f"0000:{0x10 + i:02x}:00.0", mig=mig)
-        backend = FakeNvml(self.machine)
+        backend = backend if backend is not None else FakeNvml(self.machine)
         self.support = MigSupport(
             NvmlSession(backend),
             MigPolicy.parse("all", "", True, cleanup),

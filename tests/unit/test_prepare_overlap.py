@@ -1,203 +1,21 @@
-"""Which prepares may overlap (issue 36): claims on different GPUs do; claims
-on one GPU never, MIG placements on one GPU never, a whole GPU and a MIG
-placement on it never (and exactly one of the two gets the GPU).
-
-What this shows runs the real preparer, its per-device lock
-(``driver.claims.lock``, ``driver.claims.keys``) and the real GPU and MIG
-handlers over the fake NVML, with several kubelet calls in flight at once:
-each device handler's prepare and unprepare is recorded as it enters and
-leaves (in the worker thread MIG work runs in), and the first to enter
-waits until every other call has either queued on the claim lock or entered
-a handler itself, so two that could overlap do. With the one claim lock of
-before (every claim taking the lock whole), the different GPUs' claims take
-turns and the first test fails; with no lock, two handlers run on GPU-0000
-at once.
+"""Which prepares may overlap (issue 36), over the fake NVML: claims on
+different GPUs do; claims on one GPU never, MIG placements on one GPU never,
+a whole GPU and a MIG placement on it never (and exactly one of the two gets
+the GPU). The scenarios and what makes them fail: ``tests/unit/prepare_overlap.py``;
+the same over pynvml and the C mock: ``tests/contract/test_prepare_overlap_mock.py``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import threading
-from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
 
-from driver.cdi import CdiRegistry
-from driver.checkpoint import CheckpointStore
-from driver.claims.lock import ClaimLock
-from driver.claims.preparer import ClaimPreparer
-from driver.devices.handler import DeviceHandler
-from driver.devices.inventory import NodeInventory
-from tests.claims_doubles import NODE, Reader
+import pytest
+
 from tests.unit.mig_node import Node
-
-GATE_S = 30.0  # bounds a broken test only: the gate opens on a signal
-
-
-class Calls:
-    """Every call in flight: waiting on the claim lock, inside a device handler,
-    or done; and the handlers' enter/leave events in order."""
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.waiting = 0  # calls queued on the claim lock
-        self.inside = 0  # handler calls running
-        self.done = 0  # calls that left their handler
-        self.changed = threading.Condition()
-        self.events: list[tuple[str, str]] = []  # ("enter" | "leave", GPU UUID)
-
-    def bump(self, field: str, by: int) -> None:
-        with self.changed:
-            setattr(self, field, getattr(self, field) + by)
-            self.changed.notify_all()
-
-    def enter(self, gpu: str) -> None:
-        with self.changed:
-            self.events.append(("enter", gpu))
-            self.inside += 1
-            self.changed.notify_all()
-            # Until every other call is queued on the lock or inside a handler.
-            others_placed = self.changed.wait_for(
-                lambda: self.waiting + self.inside + self.done >= self.total, GATE_S
-            )
-        assert others_placed, "calls neither queued on the lock nor entered a handler"
-
-    def leave(self, gpu: str) -> None:
-        with self.changed:
-            self.events.append(("leave", gpu))
-            self.inside -= 1
-            self.done += 1
-            self.changed.notify_all()
+from tests.unit.prepare_overlap import SCENARIOS
 
 
-class WatchedLock(ClaimLock):
-    """The claim lock, counting the calls queued on it, whole or on keys."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: Calls | None = None
-
-    async def _waiting(self, wait: Awaitable[Any]) -> Any:
-        if self.calls is not None:
-            self.calls.bump("waiting", 1)
-        try:
-            return await wait
-        finally:
-            if self.calls is not None:
-                self.calls.bump("waiting", -1)
-
-    async def __aenter__(self) -> ClaimLock:
-        entered: ClaimLock = await self._waiting(super().__aenter__())
-        return entered
-
-    async def _enter_keys(self, keys: list[str]) -> None:
-        await self._waiting(super()._enter_keys(keys))
-
-
-class Recorded:
-    """A device handler whose prepare and unprepare record their GPU."""
-
-    def __init__(self, handler: DeviceHandler, lock: WatchedLock) -> None:
-        self._handler = handler
-        self._lock = lock
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._handler, name)
-
-    def _around(self, local_id: str, call: Callable[[], Any]) -> Any:
-        gpu = local_id.split(":")[0]  # a MIG placement's local id starts with its GPU's
-        calls = self._lock.calls
-        assert calls is not None
-        calls.enter(gpu)
-        try:
-            return call()
-        finally:
-            calls.leave(gpu)
-
-    def prepare(self, device: Any, *args: Any, **kwargs: Any) -> Any:
-        return self._around(device.local_id, lambda: self._handler.prepare(device, *args, **kwargs))
-
-    def unprepare(self, kind: str, local_id: str, undo: Mapping[str, Any]) -> None:
-        self._around(local_id, lambda: self._handler.unprepare(kind, local_id, undo))
-
-
-def overlaps(events: list[tuple[str, str]], key: Callable[[str], str]) -> list[str]:
-    """The keys (of GPUs) with a handler entered while another was inside."""
-    inside: dict[str, int] = {}
-    found = []
-    for what, gpu in events:
-        k = key(gpu)
-        if what == "enter":
-            if inside.get(k):
-                found.append(k)
-            inside[k] = inside.get(k, 0) + 1
-        else:
-            inside[k] -= 1
-    return found
-
-
-def preparer_on(tmp_path: Path, node: Node) -> tuple[ClaimPreparer, WatchedLock, Reader]:
-    logging.getLogger("driver").setLevel(logging.ERROR)  # the fake's hosts have no sysfs
-    inventory = NodeInventory()
-    inventory.replace_pool(NODE, list(node.devices.values()))
-    lock = WatchedLock()
-    handlers = {k: Recorded(h, lock) for k, h in node.handlers.items()}
-    store = CheckpointStore(tmp_path / "cp.json", "boot")
-    reader = Reader()
-    cdi = CdiRegistry(tmp_path / "cdi")
-    return ClaimPreparer(reader, inventory, handlers, store, cdi, lock=lock), lock, reader
-
-
-async def in_flight(
-    lock: WatchedLock, calls: list[Awaitable[Mapping[str, Any]]]
-) -> tuple[list[Mapping[str, Any]], list[tuple[str, str]]]:
-    """The calls' results, all in flight at once, and the handlers' events."""
-    lock.calls = Calls(len(calls))
-    results = await asyncio.gather(*calls)
-    return results, lock.calls.events
-
-
-async def test_claims_on_different_gpus_overlap_and_on_one_gpu_never(tmp_path: Path) -> None:
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+async def test_fake_nvml(scenario: str, tmp_path: Path) -> None:
     node = Node()
-    preparer, lock, reader = preparer_on(tmp_path, node)
-    # Three MIG placements on GPU 0 and two on GPU 1, a claim each.
-    names = [f"gpu-0-mig-1g-10gb-{s}" for s in (0, 1, 2)]
-    names += [f"gpu-1-mig-1g-10gb-{s}" for s in (0, 1)]
-    refs = [reader.add(f"c{i}", [name]) for i, name in enumerate(names)]
-
-    results, prepared = await in_flight(lock, [preparer.prepare([ref]) for ref in refs])
-    assert [r[ref.uid].error for r, ref in zip(results, refs, strict=True)] == [""] * len(refs)
-    undone, unprepared = await in_flight(lock, [preparer.unprepare([ref]) for ref in refs])
-    assert [u[ref.uid] for u, ref in zip(undone, refs, strict=True)] == [""] * len(refs)
-
-    for events in (prepared, unprepared):
-        assert (
-            sorted(g for what, g in events if what == "enter")
-            == ["GPU-0000"] * 3 + ["GPU-0001"] * 2
-        )
-        assert overlaps(events, lambda gpu: gpu) == [], "two handlers ran on one GPU at once"
-        # The per-device lock: a claim on the other GPU entered its handler
-        # while one on the first was inside.
-        assert overlaps(events, lambda gpu: "node") != [], "claims on two GPUs took turns"
-    assert not node.gpu().instances and not node.gpu("GPU-0001").instances
-    assert preparer.checkpoint.claims == {}
-
-
-async def test_whole_gpu_and_mig_on_it_take_turns_and_one_gets_it(tmp_path: Path) -> None:
-    node = Node()
-    preparer, lock, reader = preparer_on(tmp_path, node)
-    whole = reader.add("whole", ["gpu-0"])
-    mig = reader.add("mig", ["gpu-0-mig-3g-40gb-4"])
-
-    results, events = await in_flight(lock, [preparer.prepare([whole]), preparer.prepare([mig])])
-    errors = [r[ref.uid].error for r, ref in zip(results, [whole, mig], strict=True)]
-    assert overlaps(events, lambda gpu: gpu) == [], "the whole GPU and its MIG ran at once"
-    assert sorted(e == "" for e in errors) == [False, True], errors
-    failed = next(e for e in errors if e)
-    assert "GPU-0000" in failed and ("MIG" in failed), failed
-    kept = whole if errors[0] == "" else mig
-    assert list(preparer.checkpoint.claims) == [kept.uid]
-    assert bool(node.gpu().instances) == (kept is mig)
-    await in_flight(lock, [preparer.unprepare([kept])])
-    assert not node.gpu().instances and preparer.checkpoint.claims == {}
+    await SCENARIOS[scenario](tmp_path, node, lambda uuid: len(node.gpu(uuid).instances))
