@@ -8,15 +8,13 @@ leaks between scenarios.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.contract.registry import SCENARIOS
 from tests.contract.scenarios import GPUS
-from tests.contract.world import REPO, FakeWorld, mock_env, write_state
+from tests.contract.world import FakeWorld, run_in_mock, write_state
 
 
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
@@ -29,16 +27,7 @@ def test_fake(scenario: str) -> None:
 def test_c_mock(scenario: str, nvml_mock_dir: Path, tmp_path: Path) -> None:
     state = tmp_path / "nvml-state.json"
     write_state(state, GPUS)
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.contract.runner", scenario],
-        cwd=REPO,
-        env=mock_env(nvml_mock_dir, state),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, f"scenario {scenario} failed:\n{proc.stdout}\n{proc.stderr}"
+    run_in_mock(nvml_mock_dir, state, "tests.contract.runner", scenario)
 
 
 @pytest.mark.integration
@@ -46,13 +35,4 @@ def test_c_mock_abi(nvml_mock_dir: Path, tmp_path: Path) -> None:
     """Raw pynvml entry points and struct checks the backend does not reach."""
     state = tmp_path / "nvml-state.json"
     write_state(state, GPUS)
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.contract.abi_probe"],
-        cwd=REPO,
-        env=mock_env(nvml_mock_dir, state),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, f"ABI probe failed:\n{proc.stdout}\n{proc.stderr}"
+    run_in_mock(nvml_mock_dir, state, "tests.contract.abi_probe")

@@ -9,13 +9,11 @@ by soname as it loads the real library.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.contract.world import REPO, SimGpu, mock_env, write_state
+from tests.contract.world import SimGpu, run_in_mock, write_state
 from tests.unit.prepare_overlap import SCENARIOS
 
 GPUS = [
@@ -31,13 +29,4 @@ def test_c_mock(scenario: str, nvml_mock_dir: Path, tmp_path: Path) -> None:
     write_state(state, GPUS)
     work = tmp_path / "work"
     work.mkdir()
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.contract.overlap_runner", scenario, str(work)],
-        cwd=REPO,
-        env=mock_env(nvml_mock_dir, state),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, f"scenario {scenario} failed:\n{proc.stdout}\n{proc.stderr}"
+    run_in_mock(nvml_mock_dir, state, "tests.contract.overlap_runner", scenario, str(work))

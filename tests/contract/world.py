@@ -132,6 +132,21 @@ def mock_env(lib_dir: Path, state: Path) -> dict[str, str]:
     return env
 
 
+def run_in_mock(lib_dir: Path, state: Path, module: str, *args: str) -> None:
+    """Run ``python -m module args`` over the C mock (pynvml loads it by
+    soname) and fail with its output unless it exits 0."""
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=REPO,
+        env=mock_env(lib_dir, state),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, f"{module} {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
+
+
 class MockWorld:
     """Used inside the scenario subprocess (see ``runner.py``)."""
 
