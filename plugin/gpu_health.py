@@ -108,7 +108,7 @@ def gpu_recovery(
     def changed() -> None:
         if before is not None:
             before()
-        recovery.wake()
+        recovery.claims_changed()
 
     preparer.on_change = changed
     return recovery
