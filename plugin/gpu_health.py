@@ -91,7 +91,8 @@ def gpu_recovery(
     preparer: ClaimPreparer,
 ) -> GpuRecovery | None:
     """The recovery task's object (None without GPUs through NVML); wakes on
-    every health record change and every change of the prepared claims."""
+    every health record change, and on a change of the prepared claims while
+    a GPU has a record (``GpuRecovery.claims_changed``)."""
     gpus = _gpu_family(types)
     if gpus is None or gpus.nvml is None:
         return None
@@ -108,7 +109,7 @@ def gpu_recovery(
     def changed() -> None:
         if before is not None:
             before()
-        recovery.wake()
+        recovery.claims_changed()
 
     preparer.on_change = changed
     return recovery

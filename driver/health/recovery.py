@@ -80,6 +80,15 @@ class GpuRecovery:
         if uuid is not None and uuid in self._settling:
             self._settling[uuid].set()
 
+    def claims_changed(self) -> None:
+        """A claim was prepared or unprepared: look again if a GPU has a
+        health record (one may wait for its claims to go). With none, a pass
+        finds nothing: waking for it would cost every prepare and unprepare a
+        task, a gather and a wait_for (issue 36). A record made later wakes
+        the recovery itself (``HealthMonitor.on_record``)."""
+        if self.monitor.unhealthy():
+            self.wake()
+
     async def run(self) -> None:
         """Passes on every wake-up and tick; a GPU settling does not hold up another."""
         try:

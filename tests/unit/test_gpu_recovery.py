@@ -336,3 +336,44 @@ async def test_no_claim_is_prepared_while_the_gpu_resets(tmp_path: Path) -> None
     await node.recovery.pass_once()
     assert held_during_reset == [True] and not lock.locked()
     assert node.taint(GPU0) is None
+
+
+async def test_a_claim_change_wakes_the_recovery_only_while_a_gpu_has_a_record(
+    tmp_path: Path,
+) -> None:
+    """Every prepare and unprepare tells the recovery; with no GPU unhealthy a
+    pass would find nothing, so none starts (issue 36: a task, a gather and a
+    wait_for per claim on the plugin's hot path). With a GPU waiting for its
+    claims to go, the change wakes a pass."""
+    node = Node(tmp_path, gpu_reset=False)
+    passes: list[int] = []
+    passed = asyncio.Event()
+    pass_once = node.recovery.pass_once
+
+    async def counted() -> None:
+        await pass_once()
+        passes.append(len(passes))
+        passed.set()
+
+    node.recovery.pass_once = counted  # type: ignore[method-assign]
+
+    async def next_pass() -> None:
+        await asyncio.wait_for(passed.wait(), 30)
+        passed.clear()
+
+    task = asyncio.create_task(node.recovery.run())
+    try:
+        await next_pass()  # the first look, at start
+        for _ in range(3):
+            node.recovery.claims_changed()
+            for _ in range(20):  # turns of the loop: a woken run would pass here
+                await asyncio.sleep(0)
+        assert passes == [0]
+        node.fail(U0, 48, recovery_action=RecoveryAction.GPU_RESET)  # wakes it itself
+        await next_pass()
+        node.recovery.claims_changed()
+        await next_pass()
+        assert passes == [0, 1, 2] and node.monitor.record(U0) is not None
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
