@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from driver.cdi import CdiDevice, CdiRegistry, ContainerEdits, canonical_claim_uid
+from driver.cdi import CdiRegistry, canonical_claim_uid
 from driver.checkpoint import Checkpoint, CheckpointStore, ClaimRecord, ClaimState
 from driver.claims import admin
 from driver.claims.allocation import Allocation, parse_allocation
@@ -46,7 +46,7 @@ from driver.claims.metadata_files import MetadataFiles, with_metadata_ids
 from driver.claims.model import ClaimRef, Fetched, PrepareResult, log_fields
 from driver.claims.plan import Holdings, Planned, plan_claim
 from driver.claims.recovery import recover_files
-from driver.claims.results import merge_edits, result_of, unique_devices
+from driver.claims.results import ClaimEdits, result_of, unique_devices
 from driver.claims.threads import ThreadChoice
 from driver.devices.handler import ClaimSharing, DeviceHandler, Inventory, changes_device
 from driver.errors import CheckpointError, ClaimError, ConfigError, PatchbayError
@@ -340,44 +340,25 @@ class ClaimPreparer:
         planned: list[Planned],
         identity: ClaimIdentity | None = None,
     ) -> PrepareResult:
-        cdi_devices: list[CdiDevice] = []
+        gathered = ClaimEdits()
         described: list[tuple[list[str], MetadataDevice]] = []  # for the metadata files
-        common: list[ContainerEdits] = []
-        lists: dict[str, list[str]] = {}
-        indexed: list[tuple[tuple[str, str], str, str]] = []  # (list item, variable, value)
         for device_record, device, config in planned:
             handler = self._handlers[device.kind]
             prep = admin.prepare(handler, device, config, device_record, self.checkpoint, ref.uid)
             device_record.undo = {**device_record.undo, **prep.undo}
             crash_point("prepare-device-done")
-            cdi_devices.append(CdiDevice(name=device.name, edits=prep.edits))
+            gathered.add(device.name, prep, handler.common_edits())
             meta = MetadataDevice.of(device_record.pool_name, device, prep.network)
             described.append((device_record.request_names, meta))
-            for name, item in prep.claim_lists:
-                lists.setdefault(name, []).append(item)
-            indexed += [
-                (prep.claim_lists[0], k, v) for k, v in prep.indexed_env if prep.claim_lists
-            ]
-            shared = handler.common_edits()
-            if shared is not None and shared not in common:
-                common.append(shared)
         if self._sharing is not None:
-            edits = self._sharing.apply(ref.uid, [d.undo for d in record.devices])
-            common += [edits] if edits is not None else []
-        # Claim-wide lists (NVIDIA_VISIBLE_DEVICES) are set once, in the spec's
-        # own edits: per device, the last device's value would win.
-        env = tuple(f"{k}={','.join(dict.fromkeys(v))}" for k, v in lists.items())
-        order = {k: list(dict.fromkeys(v)) for k, v in lists.items()}
-        env += tuple(f"{k}_{order[item[0]].index(item[1])}={v}" for item, k, v in indexed)
-        if env:
-            common.append(ContainerEdits(env=env))
+            gathered.add_common(self._sharing.apply(ref.uid, [d.undo for d in record.devices]))
         with self._state:  # the files' spares, the records, the journal
             # The files are on disk before the spec that mounts them (KEP-5304).
             files = []
             if self._metadata is not None and identity is not None:
                 files = self._metadata.write_claim(identity, described)
-            unique = unique_devices(cdi_devices + [f.device for f in files])
-            spec = self._cdi.claim_spec(ref.uid, unique, merge_edits(common))
+            unique = unique_devices(gathered.devices + [f.device for f in files])
+            spec = self._cdi.claim_spec(ref.uid, unique, gathered.merged())
             self._cdi.write_spec(ref.uid, spec)
             crash_point("prepare-cdi-written")
             for device_record in record.devices:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from driver.cdi import CdiDevice, ContainerEdits
 from driver.checkpoint import ClaimRecord
 from driver.claims.model import PreparedDevice, PrepareResult
+from driver.devices.handler import Preparation
 
 
 def unique_devices(devices: list[CdiDevice]) -> list[CdiDevice]:
@@ -43,3 +44,38 @@ def result_of(record: ClaimRecord) -> PrepareResult:
             for d in record.devices
         )
     )
+
+
+class ClaimEdits:
+    """A claim's CDI devices and claim-wide edits, gathered device by device.
+
+    Claim-wide lists (``NVIDIA_VISIBLE_DEVICES``) are set once, in the spec's
+    own edits: per device, the last device's value would win. Indexed
+    variables are numbered by the device's place in the claim's first list."""
+
+    def __init__(self) -> None:
+        self.devices: list[CdiDevice] = []
+        self._common: list[ContainerEdits] = []
+        self._lists: dict[str, list[str]] = {}
+        self._indexed: list[tuple[tuple[str, str], str, str]] = []  # (list item, var, value)
+
+    def add(self, name: str, prep: Preparation, shared: ContainerEdits | None) -> None:
+        """Device ``name`` prepared as ``prep``; ``shared``: its type's common edits."""
+        self.devices.append(CdiDevice(name=name, edits=prep.edits))
+        for var, item in prep.claim_lists:
+            self._lists.setdefault(var, []).append(item)
+        if prep.claim_lists:
+            self._indexed += [(prep.claim_lists[0], k, v) for k, v in prep.indexed_env]
+        self.add_common(shared)
+
+    def add_common(self, edits: ContainerEdits | None) -> None:
+        if edits is not None and edits not in self._common:
+            self._common.append(edits)
+
+    def merged(self) -> ContainerEdits | None:
+        """The spec's own edits: the common ones and the claim-wide variables."""
+        lists = self._lists
+        env = tuple(f"{k}={','.join(dict.fromkeys(v))}" for k, v in lists.items())
+        order = {k: list(dict.fromkeys(v)) for k, v in lists.items()}
+        env += tuple(f"{k}_{order[item[0]].index(item[1])}={v}" for item, k, v in self._indexed)
+        return merge_edits(self._common + ([ContainerEdits(env=env)] if env else []))
