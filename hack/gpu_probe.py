@@ -1,0 +1,177 @@
+"""Read-only probe of the real-NVML discovery path on a machine with a real GPU.
+
+Why this exists: every tier runs NVML through the real ``pynvml`` loading our
+C mock (hack/nvml-mock). When a session is lent a machine with a real NVIDIA
+GPU, this script runs the same code the plugin runs at discovery against the
+real ``libnvidia-ml.so`` and checks what it publishes against
+``nvidia-smi``'s own answers. It changes nothing on the GPU: no MIG mode, no
+instance, no compute mode, no reset (it calls only NVML's getters and
+registers for events). hack/nvml-mock/README.md, "Checked against a real
+GPU", says how to run it and what the last run found.
+
+Usage: ``python hack/gpu_probe.py [REPORT.json]``; exit status 1 when a check
+fails. Each step's answer or exact NVML error goes into the report.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, is_dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from driver.devices.model import Device
+from driver.errors import NvmlError
+from driver.gpu.discovery import semver
+from driver.gpu.scan import SysfsTopology, scan_gpus
+from driver.mig.layout import counter_set, full_gpu, mig_devices
+from driver.nvml.backend import normalize_bus_id
+from driver.nvml.pynvml_backend import PynvmlBackend
+
+SMI_FIELDS = "uuid,pci.bus_id,name,memory.total,compute_cap,driver_version,mig.mode.current"
+# The backend's per-GPU getters the probe reads, besides MIG profiles and events.
+READS = (
+    "condition",
+    "utilization",
+    "compute_mode",
+    "running_processes",
+    "process_utilization",
+    "mig_instances",
+)
+
+
+def plain(value: Any) -> Any:
+    """A JSON-ready copy of an NVML answer (dataclasses, tuples, enums)."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return plain(asdict(value))
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value if isinstance(value, str | int | float | bool | None) else repr(value)
+
+
+def step(report: dict[str, Any], name: str, run: Callable[[], Any]) -> Any:
+    """Run one read; its answer, or its exact error, goes into the report."""
+    try:
+        value = run()
+    except NvmlError as exc:
+        report[name] = {"error": str(exc), "code": exc.code}
+        return None
+    except Exception as exc:  # a probe: record whatever the real library says
+        report[name] = {"error": f"{type(exc).__name__}: {exc}"}
+        return None
+    report[name] = plain(value)
+    return value
+
+
+def smi_rows() -> list[dict[str, str]]:
+    out = subprocess.run(
+        ["nvidia-smi", f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader,nounits"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    keys = SMI_FIELDS.split(",")
+    rows = [line.split(",") for line in out.splitlines() if line.strip()]
+    return [dict(zip(keys, (f.strip() for f in row), strict=True)) for row in rows]
+
+
+def compare(devices: list[Device], smi: list[dict[str, str]]) -> list[str]:
+    """What our published GPUs say against nvidia-smi; each line a mismatch."""
+    ours = {str(d.attributes["uuid"]): d for d in devices}
+    problems = []
+    if sorted(ours) != sorted(r["uuid"] for r in smi):
+        problems.append(f"GPUs: ours {sorted(ours)}, nvidia-smi {[r['uuid'] for r in smi]}")
+    for row in smi:
+        dev = ours.get(row["uuid"])
+        if dev is None:
+            continue
+        a = dev.attributes
+        want = {
+            "pciBusID": normalize_bus_id(row["pci.bus_id"]),
+            "productName": row["name"],
+            "cudaComputeCapability": semver(row["compute_cap"]),
+            "driverVersion": semver(row["driver_version"]),
+        }
+        got = {
+            "pciBusID": a.get("resource.kubernetes.io/pciBusID"),
+            "productName": a.get("productName"),
+            "cudaComputeCapability": a.get("cudaComputeCapability"),
+            "driverVersion": a.get("driverVersion"),
+        }
+        problems += [
+            f"{row['uuid']} {k}: ours {got[k]!r}, nvidia-smi {v!r}"
+            for k, v in want.items()
+            if got[k] != v
+        ]
+        memory = dev.capacity["memory"]
+        smi_mib = row["memory.total"]
+        if memory != f"{int(smi_mib)}Mi":
+            problems.append(f"{row['uuid']} memory: ours {memory}, nvidia-smi {smi_mib} MiB")
+    return problems
+
+
+def probe(report: dict[str, Any]) -> list[str]:
+    nvml = PynvmlBackend()
+    topology = SysfsTopology(Path("/sys"))
+    timings = []
+    devices: list[Device] = []
+    for _ in range(5):  # a scan inits NVML, reads every GPU, shuts NVML down
+        start = time.monotonic()
+        devices = scan_gpus(nvml, topology)
+        timings.append(round((time.monotonic() - start) * 1000, 1))
+    report["scan_ms"] = timings
+    report["published"] = [d.to_json() for d in devices]
+    nvml.init()
+    try:
+        step(report, "system_info", nvml.system_info)
+        for number, gpu in enumerate(nvml.gpus()):
+            g: dict[str, Any] = {"info": plain(gpu)}
+            report[f"gpu-{number}"] = g
+            u = gpu.uuid
+            for name in READS:
+                step(g, name, partial(getattr(nvml, name), u))
+            profiles = step(g, "mig_profiles", partial(nvml.mig_profiles, u))
+            if profiles and number < len(devices):
+                offered = mig_devices(full_gpu(devices[number], number), number, profiles)
+                g["mig_offered"] = [d.name for d in offered]
+                g["mig_counter_set"] = counter_set(number).to_json()
+
+            def events(uuid: str = u) -> str:
+                watcher = nvml.watch_events([uuid])
+                try:
+                    return f"{len(watcher.wait(1000))} events in 1 s"
+                finally:
+                    watcher.close()
+
+            step(g, "watch_events", events)
+    finally:
+        nvml.shutdown()
+    smi = smi_rows()
+    report["nvidia_smi"] = smi
+    return compare(devices, smi)
+
+
+def main() -> int:
+    report: dict[str, Any] = {}
+    problems = probe(report)
+    report["problems"] = problems
+    text = json.dumps(report, indent=2, default=str)
+    if len(sys.argv) > 1:
+        Path(sys.argv[1]).write_text(text)
+    else:
+        print(text)
+    for line in problems:
+        print("mismatch:", line)
+    print("gpu probe:", "PASS" if not problems else f"FAIL ({len(problems)} mismatches)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
