@@ -16,6 +16,8 @@ fails. Each step's answer or exact NVML error goes into the report.
 from __future__ import annotations
 
 import json
+import os
+import stat
 import subprocess
 import sys
 import time
@@ -28,6 +30,7 @@ from typing import Any
 from driver.devices.model import Device
 from driver.errors import NvmlError
 from driver.gpu.discovery import semver
+from driver.gpu.prepare import GpuHandler
 from driver.gpu.scan import SysfsTopology, scan_gpus
 from driver.mig.layout import counter_set, full_gpu, mig_devices
 from driver.nvml.backend import normalize_bus_id
@@ -117,6 +120,27 @@ def compare(devices: list[Device], smi: list[dict[str, str]]) -> list[str]:
     return problems
 
 
+def check_nodes(report: dict[str, Any], devices: list[Device]) -> list[str]:
+    """A whole-GPU claim's CDI device nodes (the GPU's and the common ones, as
+    the plugin's GPU handler writes them) against the host's ``/dev``."""
+    handler = GpuHandler(Path("/dev"))
+    nodes = [n for d in devices for n in handler.prepare(d, "probe", None).edits.device_nodes]
+    common = handler.common_edits()
+    nodes += list(common.device_nodes) if common is not None else []
+    report["cdi_device_nodes"] = plain(nodes)
+    problems = []
+    for node in nodes:
+        try:
+            st = Path(node.path).stat()
+        except OSError as exc:
+            problems.append(f"CDI node {node.path}: {exc}")
+            continue
+        host = (os.major(st.st_rdev), os.minor(st.st_rdev))
+        if not stat.S_ISCHR(st.st_mode) or host != (node.major, node.minor):
+            problems.append(f"CDI node {node.path}: ours {node.major}:{node.minor}, host {host}")
+    return problems
+
+
 def probe(report: dict[str, Any]) -> list[str]:
     nvml = PynvmlBackend()
     topology = SysfsTopology(Path("/sys"))
@@ -155,7 +179,7 @@ def probe(report: dict[str, Any]) -> list[str]:
         nvml.shutdown()
     smi = smi_rows()
     report["nvidia_smi"] = smi
-    return compare(devices, smi)
+    return compare(devices, smi) + check_nodes(report, devices)
 
 
 def main() -> int:
