@@ -9,8 +9,10 @@ instance, no compute mode, no reset (it calls only NVML's getters and
 registers for events). hack/nvml-mock/README.md, "Checked against a real
 GPU", says how to run it and what the last run found.
 
-Usage: ``python hack/gpu_probe.py [REPORT.json]``; exit status 1 when a check
-fails. Each step's answer or exact NVML error goes into the report.
+Usage: ``python hack/gpu_probe.py [--busy] [REPORT.json]``; exit status 1
+when a check fails. ``--busy`` also runs a CUDA workload (PyTorch) on the
+first GPU and checks what the idle sampler reads during and after it. Each
+step's answer or exact NVML error goes into the report.
 """
 
 from __future__ import annotations
@@ -141,7 +143,54 @@ def check_nodes(report: dict[str, Any], devices: list[Device]) -> list[str]:
     return problems
 
 
-def probe(report: dict[str, Any]) -> list[str]:
+# A CUDA workload for --busy: matrix products for BUSY_SECONDS once CUDA is up
+# (the image of a lent GPU machine carries PyTorch; its import takes seconds).
+BUSY_SECONDS = 10
+BUSY = (
+    "import time, torch\n"
+    "a = torch.randn(8192, 8192, device='cuda')\n"
+    f"end = time.monotonic() + {BUSY_SECONDS}\n"
+    "while time.monotonic() < end:\n"
+    "    a = (a @ a).tanh()\n"
+    "    torch.cuda.synchronize()\n"
+)
+
+
+def busy(report: dict[str, Any], nvml: PynvmlBackend, uuid: str) -> list[str]:
+    """What the idle sampler reads (driver/idle) while a CUDA process works on
+    the GPU and after it has gone: its pid among the running processes, GPU
+    and per-process utilization above 0, and no pid left afterwards."""
+    worker = subprocess.Popen([sys.executable, "-c", BUSY])
+    seen: dict[str, Any] = {"pid": worker.pid, "samples": []}
+    report["busy"] = seen
+    try:
+        while worker.poll() is None and len(seen["samples"]) < 120:  # 2 min at most
+            time.sleep(1)
+            seen["samples"].append(
+                {
+                    "running": nvml.running_processes(uuid),
+                    "utilization": nvml.utilization(uuid),
+                    "processes": plain(nvml.process_utilization(uuid)),
+                }
+            )
+    finally:
+        worker.kill()  # done by now, unless CUDA hung
+        worker.wait(timeout=60)
+    seen["after"] = nvml.running_processes(uuid)
+    samples = seen["samples"]
+    problems = []
+    if not any(worker.pid in s["running"] for s in samples):
+        problems.append(f"busy: pid {worker.pid} never among the running processes")
+    if not any(s["utilization"] > 0 for s in samples):
+        problems.append("busy: GPU utilization stayed 0 under a CUDA workload")
+    if not any(p["pid"] == worker.pid and p["sm"] > 0 for s in samples for p in s["processes"]):
+        problems.append(f"busy: no per-process sample with SM use for pid {worker.pid}")
+    if worker.pid in seen["after"]:
+        problems.append(f"busy: pid {worker.pid} still listed after it exited")
+    return problems
+
+
+def probe(report: dict[str, Any], with_load: bool) -> list[str]:
     nvml = PynvmlBackend()
     topology = SysfsTopology(Path("/sys"))
     timings = []
@@ -152,6 +201,7 @@ def probe(report: dict[str, Any]) -> list[str]:
         timings.append(round((time.monotonic() - start) * 1000, 1))
     report["scan_ms"] = timings
     report["published"] = [d.to_json() for d in devices]
+    problems: list[str] = []
     nvml.init()
     try:
         step(report, "system_info", nvml.system_info)
@@ -175,20 +225,23 @@ def probe(report: dict[str, Any]) -> list[str]:
                     watcher.close()
 
             step(g, "watch_events", events)
+            if with_load and number == 0:
+                problems += busy(report, nvml, u)
     finally:
         nvml.shutdown()
     smi = smi_rows()
     report["nvidia_smi"] = smi
-    return compare(devices, smi) + check_nodes(report, devices)
+    return problems + compare(devices, smi) + check_nodes(report, devices)
 
 
 def main() -> int:
+    args = [a for a in sys.argv[1:] if a != "--busy"]
     report: dict[str, Any] = {}
-    problems = probe(report)
+    problems = probe(report, "--busy" in sys.argv[1:])
     report["problems"] = problems
     text = json.dumps(report, indent=2, default=str)
-    if len(sys.argv) > 1:
-        Path(sys.argv[1]).write_text(text)
+    if args:
+        Path(args[0]).write_text(text)
     else:
         print(text)
     for line in problems:
