@@ -38,12 +38,9 @@ class Reply:
 Handler = Callable[[], Reply | Awaitable[Reply]]
 
 
-class BadRequest(Exception):
-    """A request this server refuses; ``status`` and the reason are the answer."""
-
-    def __init__(self, status: HTTPStatus, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
+def refusal(status: HTTPStatus, reason: str) -> Reply:
+    """The answer to a request this server refuses: the status and why."""
+    return Reply(status, f"{reason}\n".encode())
 
 
 @dataclass(frozen=True)
@@ -53,25 +50,21 @@ class Request:
     keep_alive: bool
 
 
-def parse_head(head: bytes) -> Request:
-    """The request line and headers (without the blank line), or BadRequest."""
-    try:
-        text = head.decode("latin-1")
-    except UnicodeDecodeError as exc:  # pragma: no cover - latin-1 decodes any byte
-        raise BadRequest(HTTPStatus.BAD_REQUEST, "undecodable request") from exc
-    line, *fields = text.split("\r\n")
+def parse_head(head: bytes) -> Request | Reply:
+    """The request line and headers (without the blank line), or the refusal."""
+    line, *fields = head.decode("latin-1").split("\r\n")  # latin-1 decodes any byte
     parts = line.split(" ")
     if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-        raise BadRequest(HTTPStatus.BAD_REQUEST, f"bad request line {line[:80]!r}")
+        return refusal(HTTPStatus.BAD_REQUEST, f"bad request line {line[:80]!r}")
     method, target, version = parts
     headers: dict[str, str] = {}
     for field in fields:
         name, sep, value = field.partition(":")
         if not sep or not name or name != name.strip():
-            raise BadRequest(HTTPStatus.BAD_REQUEST, f"bad header line {field[:80]!r}")
+            return refusal(HTTPStatus.BAD_REQUEST, f"bad header line {field[:80]!r}")
         headers[name.lower()] = value.strip()
     if headers.get("content-length", "0") != "0" or "transfer-encoding" in headers:
-        raise BadRequest(HTTPStatus.BAD_REQUEST, "a request body is not accepted here")
+        return refusal(HTTPStatus.BAD_REQUEST, "a request body is not accepted here")
     connection = headers.get("connection", "").lower()
     keep = "close" not in connection if version == "HTTP/1.1" else "keep-alive" in connection
     return Request(method, target.split("?", 1)[0], keep)
@@ -136,13 +129,13 @@ class GetServer:
             except asyncio.IncompleteReadError:
                 return  # closed between requests
             first = False
-            try:
-                if not head:
-                    raise BadRequest(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "head too large")
-                request = parse_head(head[:-4])
-            except BadRequest as bad:
-                reply = Reply(bad.status, f"{bad}\n".encode())
-                writer.write(encode(reply, keep_alive=False, head_only=False))
+            request = (
+                parse_head(head[:-4])
+                if head
+                else refusal(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE, "head too large")
+            )
+            if isinstance(request, Reply):  # refused: answered, and the connection ends
+                writer.write(encode(request, keep_alive=False, head_only=False))
                 await writer.drain()
                 return
             reply, extra = await self._answer(request)
