@@ -1,0 +1,217 @@
+"""Reads a kubeconfig file, or the in-cluster files, into a :class:`ClientConfig`.
+
+Why this module exists: the ``kubernetes`` package's loader brought its
+whole client with it (and aiohttp), megabytes of every plugin's memory for
+a few dozen lines of parsing (issue 36). This reads what our processes and
+``kubectl patchbay`` meet: a context (named, or ``current-context``); the
+cluster's ``server``, ``certificate-authority(-data)``,
+``insecure-skip-tls-verify``, ``tls-server-name`` and ``proxy-url``; the
+user's ``client-certificate(-data)`` + ``client-key(-data)``, ``token``,
+``tokenFile`` (re-read, and taking precedence over ``token`` as in
+client-go) or ``username``/``password``. Relative file paths resolve
+against the kubeconfig's directory, as kubectl does. Credential plugins
+(``exec``) and ``auth-provider`` are refused with an error naming the
+field: nothing we run uses them (the harness writes certificates and
+tokens, the chart runs in-cluster); see docs/design.md.
+
+In-cluster: ``KUBERNETES_SERVICE_HOST``/``_PORT``, the service account's
+``ca.crt``, and its ``token`` re-read every minute (bound tokens rotate).
+Every error is an :class:`ApiError` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from driver.errors import ApiError
+from driver.kube.clientconfig import (
+    ClientConfig,
+    Credentials,
+    Pem,
+    TokenFile,
+    basic,
+    bearer,
+    tls_context,
+)
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+UNSUPPORTED_USER_FIELDS = ("exec", "auth-provider")
+
+
+def load_kubeconfig(path: str | Path, context: str | None = None) -> ClientConfig:
+    """The configuration of ``context`` (else ``current-context``) in ``path``."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ApiError(f"kubeconfig {path}: cannot read it: {exc}") from exc
+    return _Reader(path, _parse(text, path)).config(context)
+
+
+def _parse(text: str, path: Path) -> object:
+    # JSON is YAML, and what our harnesses write: json is loaded already,
+    # PyYAML costs 1.6 MB resident and 25 ms (imported only when needed).
+    if text.lstrip().startswith("{"):
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass  # YAML's flow style, or broken: YAML says which
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where built with it
+    try:
+        return yaml.load(text, Loader=loader)
+    except yaml.YAMLError as exc:
+        raise ApiError(f"kubeconfig {path}: not YAML: {exc}") from exc
+
+
+class _Reader:
+    def __init__(self, path: Path, doc: object) -> None:
+        self.path = path
+        self.base = path.parent
+        self.doc = self.mapping(doc, "the document")
+
+    def fail(self, message: str) -> ApiError:
+        return ApiError(f"kubeconfig {self.path}: {message}")
+
+    def mapping(self, value: object, where: str) -> Mapping[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise self.fail(f"{where} must be a mapping, not {type(value).__name__}")
+        return value
+
+    def text(self, obj: Mapping[str, Any], key: str, where: str) -> str | None:
+        value = obj.get(key)
+        if value is None or value == "":
+            return None
+        if not isinstance(value, str):
+            raise self.fail(f"{where}.{key} must be a string, not {type(value).__name__}")
+        return value
+
+    def named(self, kind: str, name: str, field: str) -> Mapping[str, Any]:
+        """The ``field`` of the entry called ``name`` in the list ``kind``."""
+        entries = self.doc.get(kind) or []
+        if not isinstance(entries, list):
+            raise self.fail(f"{kind} must be a list")
+        for entry in entries:
+            if isinstance(entry, Mapping) and entry.get("name") == name:
+                return self.mapping(entry.get(field), f"{kind}[name={name}].{field}")
+        raise self.fail(f"{kind} has no entry named {name!r}")
+
+    def config(self, context: str | None) -> ClientConfig:
+        name = context or self.text(self.doc, "current-context", "the document")
+        if name is None:
+            raise self.fail("current-context is not set and no context was named")
+        ctx = self.named("contexts", name, "context")
+        where = f"contexts[name={name}].context"
+        cluster_name = self.text(ctx, "cluster", where)
+        if cluster_name is None:
+            raise self.fail(f"{where}.cluster is not set")
+        cluster = self.named("clusters", cluster_name, "cluster")
+        user_name = self.text(ctx, "user", where)
+        user = self.named("users", user_name, "user") if user_name else {}
+        return self.client(cluster, f"clusters[name={cluster_name}].cluster", user, user_name)
+
+    def client(
+        self,
+        cluster: Mapping[str, Any],
+        cwhere: str,
+        user: Mapping[str, Any],
+        user_name: str | None,
+    ) -> ClientConfig:
+        uwhere = f"users[name={user_name}].user"
+        for field in UNSUPPORTED_USER_FIELDS:
+            if user.get(field):
+                raise self.fail(f"{uwhere}.{field} is not supported (credential plugins)")
+        server = self.text(cluster, "server", cwhere)
+        if server is None or not server.startswith(("https://", "http://")):
+            raise self.fail(f"{cwhere}.server must be an https:// or http:// URL, not {server!r}")
+        insecure = cluster.get("insecure-skip-tls-verify", False)
+        if not isinstance(insecure, bool):
+            raise self.fail(f"{cwhere}.insecure-skip-tls-verify must be true or false")
+        ca = self.pem(cluster, "certificate-authority", cwhere)
+        cert = self.pem(user, "client-certificate", uwhere)
+        key = self.pem(user, "client-key", uwhere)
+        ssl_context = None
+        if server.startswith("https://"):
+            ssl_context = tls_context(ca, cert, key, insecure, f"kubeconfig {self.path}")
+        return ClientConfig(
+            server=server.rstrip("/"),
+            ssl_context=ssl_context,
+            credentials=self.credentials(user, uwhere),
+            tls_server_name=self.text(cluster, "tls-server-name", cwhere),
+            proxy=self.text(cluster, "proxy-url", cwhere),
+        )
+
+    def file(self, value: str) -> Path:
+        path = Path(value).expanduser()
+        return path if path.is_absolute() else self.base / path
+
+    def pem(self, obj: Mapping[str, Any], key: str, where: str) -> Pem | None:
+        """``key`` (a file) or ``key-data`` (base64) of ``obj``; data wins, as in client-go."""
+        data = self.text(obj, f"{key}-data", where)
+        if data is not None:
+            try:
+                return Pem(base64.b64decode(data, validate=True), f"{where}.{key}-data")
+            except (binascii.Error, ValueError) as exc:
+                raise self.fail(f"{where}.{key}-data is not base64: {exc}") from exc
+        name = self.text(obj, key, where)
+        if name is None:
+            return None
+        try:
+            return Pem(self.file(name).read_bytes(), f"{where}.{key}")
+        except OSError as exc:
+            raise self.fail(f"{where}.{key}: cannot read {self.file(name)}: {exc}") from exc
+
+    def credentials(self, user: Mapping[str, Any], where: str) -> Credentials:
+        token_file = self.text(user, "tokenFile", where)
+        if token_file is not None:
+            try:
+                return TokenFile(self.file(token_file))
+            except (OSError, ValueError) as exc:
+                raise self.fail(f"{where}.tokenFile: {exc}") from exc
+        token = self.text(user, "token", where)
+        if token is not None:
+            return bearer(token)
+        username = self.text(user, "username", where)
+        password = self.text(user, "password", where)
+        if (username is None) != (password is None):
+            raise self.fail(f"{where}.username and .password go together; one is missing")
+        if username is not None and password is not None:
+            return basic(username, password)
+        return Credentials()
+
+
+def load_incluster(
+    env: Mapping[str, str] = os.environ, root: Path = SERVICE_ACCOUNT_DIR
+) -> ClientConfig:
+    """The configuration a pod gets: the service's address from ``env``,
+    the service account's CA and token from ``root``."""
+    host = env.get("KUBERNETES_SERVICE_HOST", "")
+    port = env.get("KUBERNETES_SERVICE_PORT", "")
+    if not host or not port:
+        raise ApiError(
+            "not in a cluster: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT must be set"
+            " (or give a kubeconfig)"
+        )
+    if ":" in host:  # an IPv6 address
+        host = f"[{host}]"
+    where = f"in-cluster {root}"
+    ca_path = root / "ca.crt"
+    try:
+        ca = Pem(ca_path.read_bytes(), str(ca_path))
+        credentials = TokenFile(root / "token")
+    except (OSError, ValueError) as exc:
+        raise ApiError(f"{where}: {exc}") from exc
+    return ClientConfig(
+        server=f"https://{host}:{port}",
+        ssl_context=tls_context(ca, None, None, False, where),
+        credentials=credentials,
+    )
