@@ -28,6 +28,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from driver.errors import ApiError
 from driver.kube.clientconfig import (
@@ -131,7 +132,15 @@ class _Reader:
             if user.get(field):
                 raise self.fail(f"{uwhere}.{field} is not supported (credential plugins)")
         server = self.text(cluster, "server", cwhere)
-        if server is None or not server.startswith(("https://", "http://")):
+        if (
+            server is None
+            or not urlsplit(server).hostname
+            or urlsplit(server).scheme
+            not in (
+                "https",
+                "http",
+            )
+        ):
             raise self.fail(f"{cwhere}.server must be an https:// or http:// URL, not {server!r}")
         insecure = cluster.get("insecure-skip-tls-verify", False)
         if not isinstance(insecure, bool):

@@ -20,7 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 # -> why the entry modules must not import it
 LAZY = {
     "aiohttp.web": "driver.httpendpoint imports it once a /metrics endpoint is served",
-    "kubernetes": "driver.kube.api loads the aio client's modules on connect",
+    "kubernetes": "driver.kube.api has its own client (tests/unit/test_kube_api.py checks a run)",
+    "aiohttp": "driver.kube.proxied (a proxy-url) and driver.httpendpoint import it when used",
     "grpc": "grpcio: the plugin serves and calls with grpclib (plugin.servers)",
     "driver.controller": "the controller's code",
     "driver.fabricclient": "the fabric manager client: the controller's",
