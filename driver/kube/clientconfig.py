@@ -134,11 +134,11 @@ def tls_context(
         assert given is not None
         raise ApiError(f"{where}: {given.field} is set without its pair (certificate and key)")
     if cert is not None and key is not None:
-        _load_pair(ctx, cert, key, where)
+        load_pair(ctx, cert, key, where)
     return ctx
 
 
-def _load_pair(ctx: ssl.SSLContext, cert: Pem, key: Pem, where: str) -> None:
+def load_pair(ctx: ssl.SSLContext, cert: Pem, key: Pem, where: str) -> None:
     # ssl loads a certificate chain only from files: private temporary ones
     # (mkstemp makes them 0600), removed as soon as they are loaded.
     paths: list[str] = []

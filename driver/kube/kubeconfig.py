@@ -8,11 +8,11 @@ cluster's ``server``, ``certificate-authority(-data)``,
 ``insecure-skip-tls-verify``, ``tls-server-name`` and ``proxy-url``; the
 user's ``client-certificate(-data)`` + ``client-key(-data)``, ``token``,
 ``tokenFile`` (re-read, and taking precedence over ``token`` as in
-client-go) or ``username``/``password``. Relative file paths resolve
-against the kubeconfig's directory, as kubectl does. Credential plugins
-(``exec``) and ``auth-provider`` are refused with an error naming the
-field: nothing we run uses them (the harness writes certificates and
-tokens, the chart runs in-cluster); see docs/design.md.
+client-go), ``username``/``password``, or an ``exec`` credential plugin
+(:mod:`driver.kube.execcred`, for ``kubectl patchbay`` on managed
+clusters). Relative file paths resolve against the kubeconfig's
+directory, as kubectl does. ``auth-provider`` (removed from kubectl) is
+refused with an error naming the field.
 
 In-cluster: ``KUBERNETES_SERVICE_HOST``/``_PORT``, the service account's
 ``ca.crt``, and its ``token`` re-read every minute (bound tokens rotate).
@@ -42,7 +42,7 @@ from driver.kube.clientconfig import (
 )
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-UNSUPPORTED_USER_FIELDS = ("exec", "auth-provider")
+UNSUPPORTED_USER_FIELDS = ("auth-provider",)
 
 
 def load_kubeconfig(path: str | Path, context: str | None = None) -> ClientConfig:
@@ -130,7 +130,7 @@ class _Reader:
         uwhere = f"users[name={user_name}].user"
         for field in UNSUPPORTED_USER_FIELDS:
             if user.get(field):
-                raise self.fail(f"{uwhere}.{field} is not supported (credential plugins)")
+                raise self.fail(f"{uwhere}.{field} is not supported (use exec or a token)")
         server = self.text(cluster, "server", cwhere)
         if (
             server is None
@@ -151,10 +151,19 @@ class _Reader:
         ssl_context = None
         if server.startswith("https://"):
             ssl_context = tls_context(ca, cert, key, insecure, f"kubeconfig {self.path}")
+        credentials = self.credentials(user, uwhere)
+        exec_ = user.get("exec")
+        if exec_:
+            from driver.kube.execcred import ExecCredentials, exec_spec  # kubectl patchbay's case
+
+            where = f"kubeconfig {self.path}: {uwhere}.exec"
+            raw = self.mapping(exec_, f"{uwhere}.exec")
+            info = exec_cluster_info(server, cluster, ca)
+            credentials = ExecCredentials(exec_spec(raw, where, self.file, info), ssl_context)
         return ClientConfig(
             server=server.rstrip("/"),
             ssl_context=ssl_context,
-            credentials=self.credentials(user, uwhere),
+            credentials=credentials,
             tls_server_name=self.text(cluster, "tls-server-name", cwhere),
             proxy=self.text(cluster, "proxy-url", cwhere),
         )
@@ -196,6 +205,21 @@ class _Reader:
         if username is not None and password is not None:
             return basic(username, password)
         return Credentials()
+
+
+def exec_cluster_info(server: str, cluster: Mapping[str, Any], ca: Pem | None) -> dict[str, Any]:
+    """``spec.cluster`` of an ExecCredential request (``provideClusterInfo``):
+    client-go's fields, the CA as base64 data, the plugin's own extension."""
+    info: dict[str, Any] = {"server": server}
+    for key in ("tls-server-name", "insecure-skip-tls-verify", "proxy-url"):
+        if cluster.get(key):
+            info[key] = cluster[key]
+    if ca is not None:
+        info["certificate-authority-data"] = base64.b64encode(ca.text).decode()
+    for ext in cluster.get("extensions") or []:
+        if isinstance(ext, Mapping) and ext.get("name") == "client.authentication.k8s.io/exec":
+            info["config"] = ext.get("extension")
+    return info
 
 
 def load_incluster(

@@ -9,7 +9,6 @@ to answer."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import ssl
@@ -22,7 +21,7 @@ import pytest
 from driver.errors import ApiError
 from driver.kube.clientconfig import ClientConfig, TokenFile
 from driver.kube.kubeconfig import load_incluster, load_kubeconfig
-from tests.harness.cluster_pki import KeyPair, Pki
+from tests.unit.kube_tls import Certs, handshake, make_certs, tls_server
 
 
 def write(path: Path, user: dict[str, Any], cluster: dict[str, Any], **top: Any) -> Path:
@@ -47,95 +46,65 @@ async def auth(config: ClientConfig) -> str | None:
 
 
 @pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> tuple[Pki, KeyPair, KeyPair]:
-    pki = Pki(tmp_path_factory.mktemp("pki"))
-    pki.init()
-    server = pki.issue("server", "apiserver", server_sans=("DNS:apiserver.test",))
-    client = pki.issue("client", "someone")
-    return pki, server, client
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    return make_certs(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture
-async def tls_server(pki: tuple[Pki, KeyPair, KeyPair]) -> AsyncIterator[int]:
-    """A TLS server on 127.0.0.1 (certificate for apiserver.test) that
-    requires a client certificate from the CA; it answers each handshake."""
-    ca, server, _ = pki
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(ca.ca.cert))
-    ctx.load_cert_chain(server.cert, server.key)
-    ctx.verify_mode = ssl.CERT_REQUIRED
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"hello")
-        await writer.drain()
-        writer.close()
-
-    listener = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=ctx)
-    yield listener.sockets[0].getsockname()[1]
-    listener.close()
-    await listener.wait_closed()
-
-
-async def handshake(config: ClientConfig, port: int) -> bytes:
-    reader, writer = await asyncio.open_connection(
-        "127.0.0.1", port, ssl=config.ssl_context, server_hostname=config.tls_server_name
-    )
-    try:
-        return await reader.read()
-    finally:
-        writer.close()
+async def tls_port(certs: Certs) -> AsyncIterator[int]:
+    async with tls_server(certs) as port:
+        yield port
 
 
 async def test_files_relative_to_the_kubeconfig_make_a_working_client_tls(
-    tmp_path: Path, pki: tuple[Pki, KeyPair, KeyPair], tls_server: int
+    tmp_path: Path, certs: Certs, tls_port: int
 ) -> None:
-    ca, _, client = pki
+    ca, client = certs.ca, certs.client
     (tmp_path / "certs").mkdir()
-    for name, src in (("ca.crt", ca.ca.cert), ("c.crt", client.cert), ("c.key", client.key)):
+    for name, src in (("ca.crt", ca), ("c.crt", client.cert), ("c.key", client.key)):
         (tmp_path / "certs" / name).write_bytes(src.read_bytes())
     user = {"client-certificate": "certs/c.crt", "client-key": "certs/c.key"}
     cluster = {
-        "server": f"https://127.0.0.1:{tls_server}/",
+        "server": f"https://127.0.0.1:{tls_port}/",
         "certificate-authority": "certs/ca.crt",
         "tls-server-name": "apiserver.test",
     }
     config = load_kubeconfig(write(tmp_path / "kubeconfig", user, cluster))
-    assert config.server == f"https://127.0.0.1:{tls_server}"
+    assert config.server == f"https://127.0.0.1:{tls_port}"
     assert config.tls_server_name == "apiserver.test" and config.proxy is None
     assert await auth(config) is None
-    assert await handshake(config, tls_server) == b"hello"
+    assert await handshake(config, tls_port) == b"hello"
 
 
-async def test_inline_data_and_the_server_name(
-    tmp_path: Path, pki: tuple[Pki, KeyPair, KeyPair], tls_server: int
-) -> None:
-    ca, _, client = pki
+async def test_inline_data_and_the_server_name(tmp_path: Path, certs: Certs, tls_port: int) -> None:
+    ca, client = certs.ca, certs.client
 
     def b64(p: Path) -> str:
         return base64.b64encode(p.read_bytes()).decode()
 
     user = {"client-certificate-data": b64(client.cert), "client-key-data": b64(client.key)}
     cluster = {
-        "server": f"https://127.0.0.1:{tls_server}",
-        "certificate-authority-data": b64(ca.ca.cert),
+        "server": f"https://127.0.0.1:{tls_port}",
+        "certificate-authority-data": b64(ca),
     }
     config = load_kubeconfig(
         write(tmp_path / "k", user, {**cluster, "tls-server-name": "apiserver.test"})
     )
-    assert await handshake(config, tls_server) == b"hello"
+    assert await handshake(config, tls_port) == b"hello"
     # without tls-server-name the certificate (apiserver.test) does not match 127.0.0.1
     config = load_kubeconfig(write(tmp_path / "k", user, cluster))
     with pytest.raises(ssl.SSLCertVerificationError):
-        await handshake(config, tls_server)
+        await handshake(config, tls_port)
 
 
 async def test_insecure_skip_tls_verify_trusts_any_server(
-    tmp_path: Path, pki: tuple[Pki, KeyPair, KeyPair], tls_server: int
+    tmp_path: Path, certs: Certs, tls_port: int
 ) -> None:
-    _, _, client = pki
+    client = certs.client
     user = {"client-certificate": str(client.cert), "client-key": str(client.key)}
-    cluster = {"server": f"https://127.0.0.1:{tls_server}", "insecure-skip-tls-verify": True}
+    cluster = {"server": f"https://127.0.0.1:{tls_port}", "insecure-skip-tls-verify": True}
     config = load_kubeconfig(write(tmp_path / "k", user, cluster))
-    assert await handshake(config, tls_server) == b"hello"
+    assert await handshake(config, tls_port) == b"hello"
 
 
 async def test_tokens_basic_auth_proxy_and_named_contexts(tmp_path: Path) -> None:
@@ -168,11 +137,9 @@ async def test_the_token_file_is_read_again_after_its_period(tmp_path: Path) -> 
     assert await creds.authorization() == "Bearer two"
 
 
-async def test_in_cluster_reads_the_service_account(
-    tmp_path: Path, pki: tuple[Pki, KeyPair, KeyPair]
-) -> None:
-    ca, _, _ = pki
-    (tmp_path / "ca.crt").write_bytes(ca.ca.cert.read_bytes())
+async def test_in_cluster_reads_the_service_account(tmp_path: Path, certs: Certs) -> None:
+    ca = certs.ca
+    (tmp_path / "ca.crt").write_bytes(ca.read_bytes())
     (tmp_path / "token").write_text("sa-token\n")
     env = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
     config = load_incluster(env, tmp_path)
@@ -200,7 +167,6 @@ C = r"clusters\[name=c\]\.cluster"
 BAD = [
     ({}, {"server": "ftp://x"}, {}, rf"{C}\.server must be an https://"),
     ({}, {"server": 5}, {}, rf"{C}\.server must be a string"),
-    ({"exec": {"command": "aws"}}, S, {}, rf"{U}\.exec is not supported"),
     ({"auth-provider": {"name": "oidc"}}, S, {}, rf"{U}\.auth-provider is not supported"),
     ({"client-key-data": "!!"}, S, {}, rf"{U}\.client-key-data is not base64"),
     ({"client-certificate": "no.crt"}, S, {}, rf"{U}\.client-certificate: cannot read .*no\.crt"),
@@ -224,10 +190,8 @@ def test_bad_input_names_the_file_and_the_field(
     assert f"kubeconfig {path}" in str(info.value)
 
 
-def test_a_key_without_its_certificate_and_an_unreadable_file(
-    tmp_path: Path, pki: tuple[Pki, KeyPair, KeyPair]
-) -> None:
-    _, _, client = pki
+def test_a_key_without_its_certificate_and_an_unreadable_file(tmp_path: Path, certs: Certs) -> None:
+    client = certs.client
     path = write(tmp_path / "k", {"client-key": str(client.key)}, {"server": "https://x"})
     with pytest.raises(ApiError, match=r"user\.client-key is set without its pair"):
         load_kubeconfig(path)
