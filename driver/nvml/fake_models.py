@@ -2,7 +2,9 @@
 
 The same figures as the C mock's ``hack/nvml-mock/models.c`` (and
 ARCHITECTURE.md section 6); the contract suite compares what both report, so
-a difference here fails a test rather than drifting silently.
+a difference here fails a test rather than drifting silently. The H200's
+figures are what a real H200 reported (hack/nvml-mock/README.md, "Checked
+against a real GPU").
 """
 
 from __future__ import annotations
@@ -135,7 +137,7 @@ MODELS = {
             False,
             _profiles(
                 _names("18gb", "35gb", "71gb", "141gb"),
-                _memory(18432, 35840, 72704, 144384),
+                _memory(16384, 33280, 71424, 143360),
                 _HOPPER_SMS,
             ),
         ),

@@ -3,7 +3,10 @@
  *
  * Placements are identical across A100, H100 and H200 (8 memory slots, 7
  * compute slices); names, memory and SM counts differ per model. Figures are
- * MiB as NVML reports them (see ARCHITECTURE.md section 6). The L40S exists
+ * MiB as NVML reports them (see ARCHITECTURE.md section 6). The H200's MIG
+ * memory, SM and engine figures are what a real H200 reported (driver
+ * 580.159.04, hack/gpu_probe.py; README.md, "Checked against a real GPU"): 16384 MiB
+ * for 1g.18gb, not the 18432 that section 6 gives. The L40S exists
  * so that MIG calls on a GPU without MIG can be exercised.
  */
 #include "nvml_mock.h"
@@ -51,7 +54,7 @@ static const struct model MODELS[] = {
     {"H200-SXM5-141GB", "NVIDIA H200", NVML_DEVICE_ARCH_HOPPER, 9, 0, NVML_BRAND_NVIDIA,
      143771, 0x233510DE, 0x18BE10DE, 132, 1, 0,
      HOPPER("MIG 1g.18gb", "MIG 1g.18gb+me", "MIG 1g.35gb", "MIG 2g.35gb", "MIG 3g.71gb",
-            "MIG 4g.71gb", "MIG 7g.141gb", 18432, 35840, 72704, 144384)},
+            "MIG 4g.71gb", "MIG 7g.141gb", 16384, 33280, 71424, 143360)},
     {"L40S", "NVIDIA L40S", NVML_DEVICE_ARCH_ADA, 8, 9, NVML_BRAND_NVIDIA, 46068,
      0x26B910DE, 0x185110DE, 142, 0, 0, {{0}}},
 };

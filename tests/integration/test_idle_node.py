@@ -5,7 +5,7 @@ The apiserver stores quantities in canonical form (``81920Mi`` comes back as
 rewrote the pool of an A100 node forever (generations 1-4 within seconds,
 then the publisher's backoff). Each model here publishes quantities that the
 apiserver rewrites: A100-40GB and A100-80GB memory (whole GiB), and the MIG
-partitions of an H200 (18432 MiB and up, whole GiB as well). At rest the
+partitions of an H200 (16384 and 143360 MiB, whole GiB as well). At rest the
 pool stays at generation 1 and its slices keep their resourceVersion.
 """
 

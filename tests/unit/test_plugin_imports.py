@@ -19,9 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 # package (a module name, or a prefix of its modules' names up to "." or "_")
 # -> why the entry modules must not import it
 LAZY = {
-    "aiohttp.web": "driver.httpendpoint imports it once a /metrics endpoint is served",
+    "aiohttp": "driver.kube.proxied's, behind a proxy-url (/metrics: driver.http1server)",
     "kubernetes": "driver.kube.api has its own client (tests/unit/test_kube_api.py checks a run)",
-    "aiohttp": "driver.kube.proxied (a proxy-url) and driver.httpendpoint import it when used",
     "grpc": "grpcio: the plugin serves and calls with grpclib (plugin.servers)",
     "driver.controller": "the controller's code",
     "driver.fabricclient": "the fabric manager client: the controller's",
@@ -48,21 +47,27 @@ def test_plugin_entry_imports_no_lazy_package() -> None:
     assert not {p: ms for p, ms in found.items() if ms}, f"imported too early: {found}; see {LAZY}"
 
 
-def test_serving_the_endpoint_imports_the_server() -> None:
-    """The lazy import happens where it is used: the endpoint's module
-    resolves aiohttp's server when it serves (a check that the probe above
-    can see such a package at all)."""
-    modules = loaded_after(
-        "import asyncio, contextlib\n"
-        "from prometheus_client import CollectorRegistry\n"
-        "from driver.httpendpoint import serve_http\n"
-        "async def main():\n"
-        "    serving = serve_http(0, CollectorRegistry(), lambda: True, '127.0.0.1')\n"
-        "    task = asyncio.create_task(serving)\n"
-        "    await asyncio.sleep(0)\n"
-        "    task.cancel()\n"
-        "    with contextlib.suppress(asyncio.CancelledError):\n"
-        "        await task\n"
-        "asyncio.run(main())"
-    )
-    assert early(modules, "aiohttp.web")
+SERVE = (
+    "import asyncio, contextlib\n"
+    "from prometheus_client import CollectorRegistry\n"
+    "from driver import httpendpoint\n"
+    "async def main():\n"
+    "    task = asyncio.create_task({call})\n"
+    "    await asyncio.sleep(0.01)\n"
+    "    task.cancel()\n"
+    "    with contextlib.suppress(asyncio.CancelledError):\n"
+    "        await task\n"
+    "asyncio.run(main())"
+)
+
+
+def test_serving_the_endpoint_imports_no_aiohttp_server() -> None:
+    """Serving /metrics and /healthz loads no aiohttp server, while serving
+    an aiohttp application (the controller's webhook) does: the probe can see
+    such a lazily imported package."""
+    endpoint = "httpendpoint.serve_http(0, CollectorRegistry(), lambda: True, '127.0.0.1')"
+    modules = loaded_after(SERVE.format(call=endpoint))
+    assert "driver.http1server" in modules and not early(modules, "aiohttp")
+    app = "__import__('aiohttp.web').web.Application()"
+    app = f"httpendpoint.serve_app({app}, '127.0.0.1', 0, None, 'x')"
+    assert early(loaded_after(SERVE.format(call=app)), "aiohttp.web")

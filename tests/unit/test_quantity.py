@@ -31,10 +31,10 @@ OWNER = {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "u-1"}
     [
         ("81920Mi", "80Gi"),  # A100-80GB
         ("40960Mi", "40Gi"),  # A100-40GB
-        ("18432Mi", "18Gi"),  # H200 1g.18gb
-        ("35840Mi", "35Gi"),  # H200 1g.35gb
-        ("72704Mi", "71Gi"),  # H200 3g.71gb
-        ("144384Mi", "141Gi"),  # H200 7g.141gb
+        ("16384Mi", "16Gi"),  # H200 1g.18gb (a real H200, driver 580.159.04)
+        ("33280Mi", "33280Mi"),  # H200 1g.35gb: 32.5 GiB, not whole: stays
+        ("71424Mi", "71424Mi"),  # H200 3g.71gb
+        ("143360Mi", "140Gi"),  # H200 7g.141gb
         ("9856Mi", "9856Mi"),  # not whole GiB: stays
         ("4864Mi", "4864Mi"),
         ("80384Mi", "80384Mi"),
@@ -74,13 +74,13 @@ def test_device_with_an_unusable_quantity_is_left_out() -> None:
 
 
 def test_capacities_and_counters_are_published_canonical() -> None:
-    use = CounterConsumption("gpu-0-mig", (("mem0", "1"), ("memory", "18432Mi")))
+    use = CounterConsumption("gpu-0-mig", (("mem0", "1"), ("memory", "16384Mi")))
     d = Device("gpu-0", "gpu", "x", capacity={"memory": "81920Mi"}, consumes_counters=(use,))
     body = d.to_json()
     assert body["capacity"] == {"memory": {"value": "80Gi"}}
-    assert body["consumesCounters"][0]["counters"]["memory"] == {"value": "18Gi"}
-    cset = CounterSet("gpu-0-mig", (("memory", "144384Mi"),))
-    assert cset.to_json()["counters"] == {"memory": {"value": "141Gi"}}
+    assert body["consumesCounters"][0]["counters"]["memory"] == {"value": "16Gi"}
+    cset = CounterSet("gpu-0-mig", (("memory", "143360Mi"),))
+    assert cset.to_json()["counters"] == {"memory": {"value": "140Gi"}}
 
 
 def pool(devices: list[Device], sets: tuple[CounterSet, ...] = ()) -> PoolSpec:
