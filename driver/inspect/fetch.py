@@ -21,10 +21,11 @@ from typing import Any
 import yaml
 
 from driver.kube.api import RESOURCE_V1, KubeApi, slice_path
+from driver.kube.kubeconfig import SERVICE_ACCOUNT_DIR
 
 CLAIMS = f"{RESOURCE_V1}/resourceclaims"
 PAGE = 500
-SERVICE_ACCOUNT_NS = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+SERVICE_ACCOUNT_NS = SERVICE_ACCOUNT_DIR / "namespace"
 JsonList = list[dict[str, Any]]
 
 

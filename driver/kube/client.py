@@ -4,7 +4,7 @@ Every user of the API (the slice publisher, the list+watch cache, the
 claim reader, the controller's status writer and lease, the node's fabric
 report) is typed against this protocol, not the client. Two
 implementations ship: :class:`driver.kube.api.KubeApi` (the apiserver,
-through the official client's configuration and aiohttp) and
+through our own configuration and HTTP/1.1 client) and
 :class:`driver.kube.memory.MemoryKube` (in memory, for tests and
 benchmarks, like the NVML fake). Paths are the apiserver's REST paths;
 bodies and answers are its JSON objects; failures raise

@@ -1,19 +1,27 @@
-"""A lean HTTP/1.1 keep-alive client for the apiserver GETs on the prepare path.
+"""A lean HTTP/1.1 keep-alive client: every apiserver request we send.
 
 Why this module exists: a prepare's claim GET is most of its latency, and
 aiohttp's request path (URL objects, header multidicts, timers, response
 objects, the connector's bookkeeping) cost 0.5-0.8 ms of CPU on the loop
 per GET where this costs 0.3 (``make bench`` and a GET loop against the
-local apiserver: the kubelet waits for that CPU on every prepare). It does
-only what an apiserver GET needs: one request per connection at a time,
-connections kept open and reused, a ``Content-Length`` or chunked body,
-no compression asked for (the apiserver compresses only when asked), no
-proxy (:class:`driver.kube.api.KubeApi` uses aiohttp where one is set).
+local apiserver: the kubelet waits for that CPU on every prepare); and
+aiohttp with its dependencies is megabytes of every plugin's memory
+(issue 36). It does only what the apiserver needs: one request per
+connection at a time, connections kept open and reused, a JSON body sent
+with ``Content-Length``, a ``Content-Length``, chunked or until-close
+answer (:mod:`driver.kube.http1_body`), no compression asked for (the
+apiserver compresses only when asked), no proxy
+(:class:`driver.kube.api.KubeApi` uses aiohttp where one is set).
 
-A GET is idempotent, so a kept connection that the server closed while it
-was idle (found dead when the request is written or before the first byte
-of the answer) is retried once on a fresh connection; any other failure is
-the caller's (:class:`ConnectionError` or :class:`TimeoutError`).
+Kept connections: one the server closed while it sat idle is usually seen
+closed already (end of stream) and dropped before anything is written,
+whatever the method. One found dead only when the request is written or
+before the first byte of the answer is retried once on a fresh connection
+for GET alone: as in Go's net/http, only a request that is safe to repeat
+is repeated, since the server may have acted on it. Any other failure is
+the caller's (:class:`ConnectionError` or :class:`TimeoutError`). A
+streamed answer (a watch) keeps its connection until it is closed; the
+connection is never returned to the idle pool.
 """
 
 from __future__ import annotations
@@ -24,15 +32,18 @@ import logging
 import ssl
 from urllib.parse import urlsplit
 
+from driver.kube.http1_body import Head, StreamResponse, parse_head, read_body
+
 log = logging.getLogger(__name__)
 
-# Kept connections at most; more concurrent GETs open (and then close) more.
+# Kept connections at most; more concurrent requests open (and then close) more.
 MAX_IDLE = 8
+DRAIN_OVER = 2**16  # a request larger than this waits for the socket to take it
 _Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
-class Http1Getter:
-    """GETs ``path`` on ``host`` (``https://name:port``, or ``http://``)."""
+class Http1Client:
+    """Requests to ``host`` (``https://name:port[/prefix]``, or ``http://``)."""
 
     def __init__(
         self, host: str, ssl_context: ssl.SSLContext | None, server_hostname: str | None = None
@@ -56,93 +67,88 @@ class Http1Getter:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
+    async def request(
+        self, method: str, path: str, headers: dict[str, str], body: bytes | None = None
+    ) -> tuple[int, bytes]:
+        """(status, body) of ``method path``; ``headers`` besides Host and
+        Content-Length."""
+        (reader, writer), head = await self._send(method, self._encode(method, path, headers, body))
+        keep = False  # set only once the whole answer is read
+        try:
+            answer, keep = await read_body(reader, head)
+        except asyncio.IncompleteReadError as exc:
+            raise ConnectionError("the apiserver closed the connection mid-answer") from exc
+        except asyncio.LimitOverrunError as exc:
+            raise ConnectionError(f"malformed answer from the apiserver: {exc}") from exc
+        finally:
+            if keep and len(self._idle) < MAX_IDLE:
+                self._idle.append((reader, writer))
+            else:
+                writer.close()
+        return head.status, answer
+
     async def get(self, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
-        """(status, body) of ``GET path``; ``headers`` besides Host."""
-        lines = [f"GET {self._prefix}{path} HTTP/1.1", f"Host: {self._host_header}"]
+        return await self.request("GET", path, headers)
+
+    async def stream(self, method: str, path: str, headers: dict[str, str]) -> StreamResponse:
+        """The answer to ``method path`` with its body still to read, on a
+        connection of its own from then on (the caller closes it)."""
+        (reader, writer), head = await self._send(method, self._encode(method, path, headers))
+        return StreamResponse(head, reader, writer)
+
+    def _encode(
+        self, method: str, path: str, headers: dict[str, str], body: bytes | None = None
+    ) -> bytes:
+        lines = [f"{method} {self._prefix}{path} HTTP/1.1", f"Host: {self._host_header}"]
         lines += [f"{k}: {v}" for k, v in headers.items()]
-        request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        if body is not None:
+            lines.append(f"Content-Length: {len(body)}")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b"")
+
+    async def _send(self, method: str, request: bytes) -> tuple[_Conn, Head]:
+        """A connection with ``request`` written and its answer's head read."""
         while self._idle:
-            answer = await self._exchange(self._idle.pop(), request, kept=True)
-            if answer is not None:
-                return answer
+            conn = self._idle.pop()
+            if conn[0].at_eof():  # closed by the server while idle: nothing was sent
+                conn[1].close()
+                continue
+            head = await self._start(conn, request, retry=method == "GET")
+            if head is not None:
+                return conn, head
             log.debug("a kept apiserver connection was closed; retrying on a new one")
-        answer = await self._exchange(await self._connect(), request, kept=False)
-        assert answer is not None  # a new connection raises instead
-        return answer
+        conn = await self._connect()
+        head = await self._start(conn, request, retry=False)
+        assert head is not None  # without a retry, a failure raises
+        return conn, head
 
     async def _connect(self) -> _Conn:
         return await asyncio.open_connection(
             self._hostname, self._port, ssl=self._ssl, server_hostname=self._server_hostname
         )
 
-    async def _exchange(
-        self, conn: _Conn, request: bytes, *, kept: bool
-    ) -> tuple[int, bytes] | None:
-        """The answer to ``request`` on ``conn``; None when a ``kept``
-        connection gave no answer at all (closed by the server meanwhile)."""
+    async def _start(self, conn: _Conn, request: bytes, *, retry: bool) -> Head | None:
+        """The head of the answer to ``request`` on ``conn``; None when a
+        kept connection gave no answer at all and ``retry`` allows another
+        try. The connection is closed on any failure."""
         reader, writer = conn
-        keep = False  # set only once the whole answer is read
         try:
-            try:
-                writer.write(request)
-                head = await reader.readuntil(b"\r\n\r\n")
-            except (OSError, asyncio.IncompleteReadError) as exc:
-                if kept:
-                    return None  # (closed by the finally clause)
-                raise ConnectionError(f"no answer from the apiserver: {exc!r}") from exc
-            status, length, chunked, reusable = _parse_head(head)
-            if status in (204, 304):
-                body = b""
-            elif chunked:
-                body = await _read_chunked(reader)
-            elif length is not None:
-                body = await reader.readexactly(length)
-            else:  # the body ends with the connection
-                body, reusable = await reader.read(), False
-            keep = reusable
-        except asyncio.IncompleteReadError as exc:
-            raise ConnectionError("the apiserver closed the connection mid-answer") from exc
-        except (asyncio.LimitOverrunError, ValueError) as exc:
+            writer.write(request)
+            if len(request) > DRAIN_OVER:
+                await writer.drain()
+            raw = await reader.readuntil(b"\r\n\r\n")
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            writer.close()
+            if retry:
+                return None
+            raise ConnectionError(f"no answer from the apiserver: {exc!r}") from exc
+        except asyncio.LimitOverrunError as exc:
+            writer.close()
             raise ConnectionError(f"malformed answer from the apiserver: {exc}") from exc
-        finally:
-            if keep and len(self._idle) < MAX_IDLE:
-                self._idle.append(conn)
-            else:
-                writer.close()
-        return status, body
-
-
-def _parse_head(head: bytes) -> tuple[int, int | None, bool, bool]:
-    """(status, Content-Length, chunked, keep-alive) of a response head."""
-    status_line, _, rest = head.partition(b"\r\n")
-    parts = status_line.split(None, 2)
-    if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-        raise ConnectionError(f"malformed status line: {status_line[:80]!r}")
-    length: int | None = None
-    chunked = False
-    keep = parts[0] == b"HTTP/1.1"
-    for line in rest.split(b"\r\n"):
-        name, sep, value = line.partition(b":")
-        if not sep:
-            continue
-        name, value = name.strip().lower(), value.strip().lower()
-        if name == b"content-length":
-            length = int(value)
-        elif name == b"transfer-encoding":
-            chunked = value.endswith(b"chunked")
-        elif name == b"connection":
-            keep = value == b"keep-alive" or (keep and value != b"close")
-    return int(parts[1]), length, chunked, keep
-
-
-async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-    parts: list[bytes] = []
-    while True:
-        size_line = await reader.readuntil(b"\r\n")
-        size = int(size_line.split(b";", 1)[0].strip(), 16)
-        if size == 0:
-            while await reader.readuntil(b"\r\n") != b"\r\n":  # trailers, if any
-                pass
-            return b"".join(parts)
-        chunk = await reader.readexactly(size + 2)
-        parts.append(chunk[:-2])
+        except BaseException:  # cancelled, or out of time: the answer may still come
+            writer.close()
+            raise
+        try:
+            return parse_head(raw)
+        except ConnectionError:
+            writer.close()
+            raise

@@ -1,183 +1,191 @@
-"""The lean GET client (driver/kube/http1.py) against a real HTTP/1.1 server
-on a local socket: bodies by length and chunked, kept connections reused,
-a kept connection the server closed retried once, ``Connection: close``
-honoured, and KubeApi.get's errors (status, unreachable) on top of it."""
+"""The lean HTTP/1.1 client (driver/kube/http1.py) against a real server on
+a local socket: bodies by length and chunked, kept connections reused, a
+kept connection the server closed retried once for GET only, a dead idle
+one dropped before any write, ``Connection: close`` honoured, request
+bodies sent with their length, and streamed answers split into lines
+across chunks, ended by the server, broken off, and cancelled."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import pytest
 
-from driver.errors import ApiError, ApiStatusError
-from driver.kube.api import KubeApi
-from driver.kube.http1 import Http1Getter
-
-Answer = Callable[[bytes], bytes]  # request head -> raw response
-
-
-def length_answer(body: bytes, status: str = "200 OK", extra: str = "") -> bytes:
-    head = f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n{extra}"
-    return f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body
-
-
-def chunked_answer(body: bytes) -> bytes:
-    chunks = b"".join(
-        f"{len(body[i : i + 7]):x}\r\n".encode() + body[i : i + 7] + b"\r\n"
-        for i in range(0, len(body), 7)
-    )
-    return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n"
-
-
-@dataclass
-class Server:
-    """Answers each request with ``answer``; closes a connection after
-    ``close_after`` requests on it (None: keeps it)."""
-
-    answer: Answer
-    close_after: int | None = None
-    connections: int = 0
-    requests: list[bytes] = field(default_factory=list)
-    port: int = 0
-    closed: asyncio.Event = field(default_factory=asyncio.Event)  # a connection it closed
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        served = 0
-        try:
-            while self.close_after is None or served < self.close_after:
-                head = await reader.readuntil(b"\r\n\r\n")
-                self.requests.append(head)
-                writer.write(self.answer(head))
-                await writer.drain()
-                served += 1
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
-            self.closed.set()
-
-
-Start = Callable[..., Awaitable[Server]]
+from driver.kube.http1 import Http1Client
+from tests.unit.local_http import Start, chunked_answer, length_answer, serving
 
 
 @pytest.fixture
 async def serve() -> AsyncIterator[Start]:
-    """``await serve(answer, close_after=...)``: a listening :class:`Server`."""
-    listening: list[asyncio.Server] = []
-
-    async def start(answer: Answer, close_after: int | None = None) -> Server:
-        srv = Server(answer, close_after)
-        listener = await asyncio.start_server(srv.handle, "127.0.0.1", 0)
-        listening.append(listener)
-        srv.port = listener.sockets[0].getsockname()[1]
-        return srv
-
-    yield start
-    for listener in listening:
-        listener.close()
-        await listener.wait_closed()
+    async with serving() as start:
+        yield start
 
 
 async def test_a_kept_connection_serves_the_next_get(serve: Start) -> None:
     srv = await serve(lambda _: length_answer(b'{"a": 1}'))
-    getter = Http1Getter(f"http://127.0.0.1:{srv.port}", None)
-    assert await getter.get("/x", {"Accept": "application/json"}) == (200, b'{"a": 1}')
-    assert await getter.get("/y", {}) == (200, b'{"a": 1}')
+    client = Http1Client(srv.url, None)
+    assert await client.get("/x", {"Accept": "application/json"}) == (200, b'{"a": 1}')
+    assert await client.get("/y", {}) == (200, b'{"a": 1}')
     assert srv.connections == 1
     assert srv.requests[0].startswith(b"GET /x HTTP/1.1\r\n")
     assert f"Host: 127.0.0.1:{srv.port}\r\n".encode() in srv.requests[0]
     assert b"Accept: application/json\r\n" in srv.requests[0]
-    await getter.close()
+    await client.close()
 
 
 async def test_a_chunked_body_is_joined(serve: Start) -> None:
     body = json.dumps({"items": list(range(40))}).encode()
-    srv = await serve(lambda _: chunked_answer(body))
-    getter = Http1Getter(f"http://127.0.0.1:{srv.port}", None)
+    srv = await serve(lambda _: chunked_answer(*(body[i : i + 7] for i in range(0, len(body), 7))))
+    client = Http1Client(srv.url, None)
     for _ in range(2):  # the connection is positioned after the last chunk
-        assert await getter.get("/list", {}) == (200, body)
+        assert await client.get("/list", {}) == (200, body)
     assert srv.connections == 1
-    await getter.close()
+    await client.close()
 
 
-async def test_a_connection_the_server_closed_is_retried_on_a_new_one(
-    serve: Start,
-) -> None:
+async def test_a_body_is_sent_with_its_length_on_the_kept_connection(serve: Start) -> None:
+    srv = await serve(lambda _: length_answer(b'{"ok": true}', status="201 Created"))
+    client = Http1Client(srv.url + "/prefix/", None)
+    for method in ("POST", "PUT", "PATCH"):
+        assert await client.request(method, "/o", {}, b'{"x": 1}') == (201, b'{"ok": true}')
+    assert await client.request("DELETE", "/o", {}) == (201, b'{"ok": true}')
+    assert srv.connections == 1
+    assert srv.requests[0].startswith(b"POST /prefix/o HTTP/1.1\r\n")
+    assert b"Content-Length: 8\r\n" in srv.requests[0]
+    assert srv.bodies == [b'{"x": 1}'] * 3 + [b""]
+    assert b"Content-Length" not in srv.requests[3]
+    await client.close()
+
+
+async def test_a_connection_the_server_closed_is_retried_on_a_new_one(serve: Start) -> None:
     srv = await serve(lambda _: length_answer(b"{}"), close_after=1)
-    getter = Http1Getter(f"http://127.0.0.1:{srv.port}", None)
-    assert await getter.get("/a", {}) == (200, b"{}")
+    client = Http1Client(srv.url, None)
+    assert await client.get("/a", {}) == (200, b"{}")
     async with asyncio.timeout(5):
         await srv.closed.wait()  # the server has closed the kept connection
-    assert await getter.get("/b", {}) == (200, b"{}")
+    assert await client.get("/b", {}) == (200, b"{}")
     assert srv.connections == 2
-    await getter.close()
+    await client.close()
+
+
+async def test_a_write_after_an_idle_close_goes_on_a_new_connection(serve: Start) -> None:
+    """The idle connection is seen closed before anything is written, so a
+    POST (never retried) is sent once, on a new connection."""
+    srv = await serve(lambda _: length_answer(b"{}"), close_after=1)
+    client = Http1Client(srv.url, None)
+    await client.get("/a", {})
+    async with asyncio.timeout(5):
+        await srv.closed.wait()
+        # the loop has read the server's FIN (a StreamReader has no event for it)
+        while not client._idle[0][0].at_eof():  # noqa: ASYNC110
+            await asyncio.sleep(0)
+    assert await client.request("POST", "/b", {}, b"{}") == (200, b"{}")
+    assert srv.connections == 2 and len(srv.requests) == 2
+    await client.close()
+
+
+@pytest.mark.parametrize("method", ["GET", "POST"])
+async def test_only_a_get_is_retried_when_a_kept_connection_dies_unanswered(
+    serve: Start, method: str
+) -> None:
+    """The server reads the second request on the kept connection and hangs
+    up without an answer: it may have acted on it, so only GET goes again."""
+    seen: list[bytes] = []
+
+    def answer(head: bytes) -> bytes | None:
+        seen.append(head)
+        return None if len(seen) == 2 else length_answer(b"{}")
+
+    srv = await serve(answer)
+    client = Http1Client(srv.url, None)
+    await client.get("/first", {})
+    if method == "GET":
+        assert await client.request(method, "/again", {}) == (200, b"{}")
+        assert srv.connections == 2 and len(seen) == 3
+    else:
+        with pytest.raises(ConnectionError, match="no answer"):
+            await client.request(method, "/once", {}, b"{}")
+        assert srv.connections == 1 and len(seen) == 2
+    await client.close()
 
 
 async def test_connection_close_is_not_kept(serve: Start) -> None:
     srv = await serve(lambda _: length_answer(b"{}", extra="Connection: close\r\n"))
-    getter = Http1Getter(f"http://127.0.0.1:{srv.port}", None)
-    await getter.get("/a", {})
-    await getter.get("/b", {})
+    client = Http1Client(srv.url, None)
+    await client.get("/a", {})
+    await client.get("/b", {})
     assert srv.connections == 2
-    await getter.close()
+    await client.close()
 
 
-def kubeconfig(tmp_path: Path, port: int) -> Path:
-    path = tmp_path / "kubeconfig"
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
-                "users": [{"name": "u", "user": {"token": "secret-token"}}],
-                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "x",
-            }
-        )
-    )
-    return path
+async def test_a_malformed_answer_is_a_connection_error(serve: Start) -> None:
+    srv = await serve(lambda _: b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n")
+    client = Http1Client(srv.url, None)
+    with pytest.raises(ConnectionError, match="chunk size"):
+        await client.get("/a", {})
+    assert not client._idle
+    await client.close()
 
 
-async def test_kube_api_get_decodes_and_sends_the_token(serve: Start, tmp_path: Path) -> None:
-    srv = await serve(lambda _: length_answer(b'{"kind": "ResourceClaim"}'))
-    api = await KubeApi.connect(str(kubeconfig(tmp_path, srv.port)))
-    try:
-        got = await api.get("/apis/resource.k8s.io/v1/x", {"limit": 5, "continue": None})
-        assert got == {"kind": "ResourceClaim"}
-        assert srv.requests[0].startswith(b"GET /apis/resource.k8s.io/v1/x?limit=5 HTTP/1.1")
-        assert b"Authorization: Bearer secret-token\r\n" in srv.requests[0]
-    finally:
-        await api.close()
+EVENTS = [{"type": "ADDED", "object": {"n": i, "pad": "x" * 50}} for i in range(3)]
+STREAM = b"".join(json.dumps(e).encode() + b"\n" for e in EVENTS)
 
 
-async def test_kube_api_get_raises_the_status(serve: Start, tmp_path: Path) -> None:
-    srv = await serve(lambda _: length_answer(b'{"reason": "NotFound"}', status="404 Not Found"))
-    api = await KubeApi.connect(str(kubeconfig(tmp_path, srv.port)))
-    try:
-        with pytest.raises(ApiStatusError) as info:
-            await api.get("/api/v1/nodes/none")
-        assert info.value.not_found
-    finally:
-        await api.close()
+async def test_a_stream_splits_lines_across_chunks_and_ends_with_the_body(serve: Start) -> None:
+    pieces = [STREAM[i : i + 13] for i in range(0, len(STREAM), 13)]  # mid-event cuts
+    srv = await serve(lambda _: chunked_answer(*pieces))
+    client = Http1Client(srv.url, None)
+    resp = await client.stream("GET", "/watch", {})
+    assert resp.status == 200
+    assert [json.loads(line) async for line in resp.lines()] == EVENTS
+    async with asyncio.timeout(5):
+        await srv.closed.wait()  # the stream's connection is closed, not kept
+    assert not client._idle
+    await client.close()
 
 
-async def test_kube_api_get_unreachable(tmp_path: Path) -> None:
-    s = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
-    port = s.sockets[0].getsockname()[1]
-    s.close()
-    await s.wait_closed()
-    api = await KubeApi.connect(str(kubeconfig(tmp_path, port)))
-    try:
-        with pytest.raises(ApiError, match="unreachable"):
-            await api.get("/api/v1/nodes/x")
-    finally:
-        await api.close()
+async def test_a_stream_that_breaks_off_raises(serve: Start) -> None:
+    srv = await serve(lambda _: chunked_answer(STREAM[:30], last=False) + b"40\r\nabc", 1)
+    client = Http1Client(srv.url, None)
+    resp = await client.stream("GET", "/watch", {})
+    with pytest.raises(ConnectionError, match="broke off"):
+        async for _ in resp.lines():
+            pass
+    await client.close()
+
+
+async def test_cancelling_a_stream_reader_closes_its_connection(serve: Start) -> None:
+    srv = await serve(lambda _: chunked_answer(STREAM, last=False))  # then nothing more
+    client = Http1Client(srv.url, None)
+    resp = await client.stream("GET", "/watch", {})
+    got: list[bytes] = []
+    three = asyncio.Event()
+
+    async def consume() -> None:
+        async for line in resp.lines():
+            got.append(line)
+            if len(got) == 3:
+                three.set()
+
+    task = asyncio.create_task(consume())
+    async with asyncio.timeout(5):
+        await three.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await srv.closed.wait()  # the server saw the connection close
+    await client.close()
+
+
+async def test_a_stream_past_its_deadline_times_out(serve: Start) -> None:
+    srv = await serve(lambda _: chunked_answer(last=False))  # the head, then nothing
+    client = Http1Client(srv.url, None)
+    resp = await client.stream("GET", "/watch", {})
+    lines = resp.lines(asyncio.get_running_loop().time())  # already due: the first read
+    with pytest.raises(TimeoutError):
+        await anext(lines)
+    async with asyncio.timeout(5):
+        await srv.closed.wait()
+    await client.close()
