@@ -38,6 +38,11 @@ log = logging.getLogger(__name__)
 
 # Kept connections at most; more concurrent requests open (and then close) more.
 MAX_IDLE = 8
+# Requests in flight at most (watches not counted: each holds a connection of
+# its own for minutes); more wait for a slot, and then mostly for a kept
+# connection, rather than each opening a TLS connection of its own (a burst
+# of slice writes or claim reads). The wait counts against the request's time.
+MAX_OPEN = 16
 DRAIN_OVER = 2**16  # a request larger than this waits for the socket to take it
 _Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
@@ -59,6 +64,7 @@ class Http1Client:
         self._ssl = (ssl_context or ssl.create_default_context()) if self._tls else None
         self._server_hostname = (server_hostname or self._hostname) if self._tls else None
         self._idle: list[_Conn] = []
+        self._slots = asyncio.Semaphore(MAX_OPEN)
 
     async def close(self) -> None:
         idle, self._idle = self._idle, []
@@ -72,6 +78,12 @@ class Http1Client:
     ) -> tuple[int, bytes]:
         """(status, body) of ``method path``; ``headers`` besides Host and
         Content-Length."""
+        async with self._slots:
+            return await self._request(method, path, headers, body)
+
+    async def _request(
+        self, method: str, path: str, headers: dict[str, str], body: bytes | None
+    ) -> tuple[int, bytes]:
         (reader, writer), head = await self._send(method, self._encode(method, path, headers, body))
         keep = False  # set only once the whole answer is read
         try:

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from driver.kube import http1
 from driver.kube.http1 import Http1Client
 from tests.unit.local_http import Start, chunked_answer, length_answer, serving
 
@@ -188,4 +189,19 @@ async def test_a_stream_past_its_deadline_times_out(serve: Start) -> None:
         await anext(lines)
     async with asyncio.timeout(5):
         await srv.closed.wait()
+    await client.close()
+
+
+async def test_requests_past_the_limit_wait_for_a_kept_connection(
+    serve: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three GETs at once with room for two: the third waits, then takes a
+    connection one of the first two left kept (without the limit each of the
+    three opens its own: nothing is kept yet when they start)."""
+    monkeypatch.setattr(http1, "MAX_OPEN", 2)
+    srv = await serve(lambda _: length_answer(b"{}"))
+    client = Http1Client(srv.url, None)
+    answers = await asyncio.gather(*(client.get(f"/{i}", {}) for i in range(3)))
+    assert answers == [(200, b"{}")] * 3
+    assert srv.connections == 2
     await client.close()
