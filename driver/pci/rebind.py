@@ -16,7 +16,7 @@ import logging
 from pathlib import Path
 
 from driver.errors import DeviceError
-from driver.pci.writes import driver_of, wait_until, write_attr
+from driver.pci.writes import driver_of, wait_until, write_attr, write_command
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +35,14 @@ def _unbind(drivers: Path, bdf: str, device_path: Path, timeout: float) -> None:
     current = driver_of(device_path)
     if current is None:
         return
-    write_attr(drivers / current / "unbind", bdf)
+    write_command(drivers / current / "unbind", bdf)
     wait_until(f"{bdf} to unbind from {current}", lambda: driver_of(device_path) is None, timeout)
 
 
 def _bind(sysfs_root: Path, bdf: str, device_path: Path, driver: str, timeout: float) -> None:
     pci = sysfs_root / "bus" / "pci"
     bind = pci / "drivers" / driver / "bind"
-    write_attr(bind if bind.exists() else pci / "drivers_probe", bdf)
+    write_command(bind if bind.exists() else pci / "drivers_probe", bdf)
     wait_until(
         f"{bdf} to bind to {driver} (is the module loaded?)",
         lambda: driver_of(device_path) == driver,

@@ -32,6 +32,22 @@ def write_attr(path: Path, value: str) -> None:
     log.debug("wrote %r to %s", value, path)
 
 
+def write_command(path: Path, bdf: str) -> None:
+    """Write one request to a sysfs command file (``bind``, ``unbind``,
+    ``drivers_probe``), as ``echo BDF >> FILE`` does: appended, with a
+    newline. The kernel acts on each write as it comes, so appending is the
+    same to it; a simulated tree (``fabric/simhost/effects.py``) sees every
+    request of writers that write at once. Truncating writes lost one of two
+    VFs of one PF rebinding side by side, which per-device prepare locks let
+    happen (issue 36: a burst's VF claim timed out waiting for its unbind)."""
+    try:
+        with path.open("a") as f:
+            f.write(bdf + "\n")
+    except OSError as exc:
+        raise DeviceError(f"cannot write {bdf!r} to {path}: {exc}") from exc
+    log.debug("wrote %r to %s", bdf, path)
+
+
 def wait_until(what: str, done: Callable[[], bool], timeout: float) -> None:
     """Poll ``done`` until true; :class:`DeviceError` naming ``what`` on timeout."""
     deadline = time.monotonic() + timeout

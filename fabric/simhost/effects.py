@@ -8,13 +8,14 @@ N VFs (created bound to the PF's driver, or removed from the top). A plain
 directory cannot react to writes, so the simulated host applies them in a
 separate step: :meth:`SysfsEffects.apply` scans the write-only files,
 performs what the kernel would (unbind first, then bind, then probe, then VF
-counts), and empties them again. ``on_driver_change(bdf, driver)`` hears
-each binding change (``driver`` None: unbound), so the host can keep what
-depends on it in step (NVML lists a GPU only while NVIDIA's driver has it),
-in the kernel's order: a driver's probe before the ``driver`` link appears,
-its remove before the link goes. A writer that waits for the link then finds
-NVML in step too (a GPU given back from ``vfio-pci`` was once checked in
-NVML between the link and the probe: issue 33).
+counts), and remembers how far it read each (:class:`CommandFiles`).
+``on_driver_change(bdf, driver)`` hears each binding change (``driver``
+None: unbound), so the host can keep what depends on it in step (NVML lists
+a GPU only while NVIDIA's driver has it), in the kernel's order: a driver's
+probe before the ``driver`` link appears, its remove before the link goes. A
+writer that waits for the link then finds NVML in step too (a GPU given back
+from ``vfio-pci`` was once checked in NVML between the link and the probe:
+issue 33).
 
 Two ways to run it, both used: call ``apply()`` (``SimHost.process_writes``)
 right after in-process code writes, or run :class:`EffectsWatcher`, a thread
@@ -33,6 +34,7 @@ kernel that wait ends at once).
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -44,16 +46,46 @@ from fabric.simhost.sysfs_tree import SysfsTree
 log = logging.getLogger(__name__)
 
 
-def _take(path: Path) -> list[str]:
-    """The BDFs written to a write-only file, which is emptied."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return []
-    if not text.strip():
-        return []
-    path.write_text("")
-    return [line.strip() for line in text.splitlines() if line.strip()]
+_BDF = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
+
+
+class CommandFiles:
+    """What was written to the tree's command files since the last pass.
+
+    Writers append one request per line (``driver.pci.writes.write_command``)
+    and a file is never emptied: emptying it after reading lost a request
+    written in between, and two writers truncating it lost one of theirs. How
+    far each file was read is kept in the tree (``.effects/``), so a request
+    that lands during a pass is read by the next and a restarted effects
+    process does not act on old ones. A last line without its newline is
+    taken only when it is a whole BDF (a write still landing is not)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._marks = root / ".effects"
+
+    def take(self, path: Path) -> list[str]:
+        mark = self._marks / path.relative_to(self.root).as_posix().replace("/", "%")
+        try:
+            start = int(mark.read_text())
+        except (FileNotFoundError, ValueError):
+            start = 0
+        try:
+            with path.open("rb") as f:
+                if f.seek(0, 2) < start:  # emptied by someone: from the start
+                    start = 0
+                f.seek(start)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        end = data.rfind(b"\n") + 1  # whole lines; a last one only if a whole BDF
+        if _BDF.fullmatch(data[end:].decode(errors="replace").strip()):
+            end = len(data)
+        if not end:
+            return []
+        self._marks.mkdir(exist_ok=True)
+        mark.write_text(str(start + end))
+        return [line.strip() for line in data[:end].decode().splitlines() if line.strip()]
 
 
 class SysfsEffects:
@@ -70,6 +102,7 @@ class SysfsEffects:
         # The host's lock (hostlock.py): a hot-add or hot-remove in another
         # process never meets a pass half-way.
         self._lock: AbstractContextManager[object] = lock or threading.Lock()
+        self._commands = CommandFiles(tree.root)
 
     def _override(self, bdf: str) -> str | None:
         try:
@@ -84,14 +117,14 @@ class SysfsEffects:
             done = 0
             drivers = sorted(p for p in self.tree.drivers.iterdir() if p.is_dir())
             for d in drivers:
-                for bdf in _take(d / "unbind"):
+                for bdf in self._commands.take(d / "unbind"):
                     if self.tree.exists(bdf) and self.tree.driver_of(bdf) == d.name:
                         self._changed(bdf, None)  # the driver's remove, then the link
                         self.tree.unbind(bdf)
                         log.info("sysfs: %s unbound from %s", bdf, d.name)
                         done += 1
             for d in drivers:
-                for bdf in _take(d / "bind"):
+                for bdf in self._commands.take(d / "bind"):
                     override = self._override(bdf)
                     ok = override in (None, d.name)
                     if self.tree.exists(bdf) and self.tree.driver_of(bdf) is None and ok:
@@ -99,7 +132,7 @@ class SysfsEffects:
                         self.tree.bind(bdf, d.name)
                         log.info("sysfs: %s bound to %s", bdf, d.name)
                         done += 1
-            for bdf in _take(self.tree.root / "bus" / "pci" / "drivers_probe"):
+            for bdf in self._commands.take(self.tree.root / "bus" / "pci" / "drivers_probe"):
                 if not self.tree.exists(bdf) or self.tree.driver_of(bdf) is not None:
                     continue
                 driver = self._override(bdf) or self.native_driver(bdf)

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from driver.pci import sysfs
+from driver.pci.writes import write_command
 from fabric.simhost import TOPOLOGIES, SimHost
 from fabric.simhost.topology import Nic, TopologySpec
 from tests.harness import poll
@@ -77,19 +78,48 @@ def test_unbind_override_and_probe_rebind_a_vf(host: SimHost) -> None:
     bdf = "0000:1a:00.3"
     dev = host.sysfs_root / "bus/pci/devices" / bdf
     (dev / "driver_override").write_text("vfio-pci")
-    (dev / "driver" / "unbind").write_text(bdf)
+    write_command(dev / "driver" / "unbind", bdf)
     assert host.process_writes() == 1
     assert not (dev / "driver").exists()
-    (host.sysfs_root / "bus/pci/drivers_probe").write_text(bdf)
+    write_command(host.sysfs_root / "bus/pci/drivers_probe", bdf)
     assert host.process_writes() == 1
     assert host.tree.driver_of(bdf) == "vfio-pci"
     assert (host.sysfs_root / "bus/pci/drivers/vfio-pci" / bdf).resolve() == dev.resolve()
     # and back: clear the override, unbind, probe -> the native driver
     (dev / "driver_override").write_text("\n")
-    (dev / "driver" / "unbind").write_text(bdf)
-    (host.sysfs_root / "bus/pci/drivers_probe").write_text(bdf)
+    write_command(dev / "driver" / "unbind", bdf)
+    write_command(host.sysfs_root / "bus/pci/drivers_probe", bdf)
     assert host.process_writes() == 2
     assert host.tree.driver_of(bdf) == "mlx5_core"
+
+
+def test_every_request_written_is_applied_once(host: SimHost) -> None:
+    """Two VFs of one PF unbound side by side (per-device prepare locks let
+    two claims do it at once), the same request again after a pass, and a
+    write still landing: each write is one request, as on a kernel. Writes
+    that truncated the file lost the first of two (issue 36: a burst's VF
+    claim timed out waiting for its unbind)."""
+    vfs = ["0000:1a:00.3", "0000:1a:00.4"]
+    unbind = host.sysfs_root / "bus/pci/drivers/mlx5_core/unbind"
+    probe = host.sysfs_root / "bus/pci/drivers_probe"
+    assert [host.tree.driver_of(v) for v in vfs] == ["mlx5_core"] * 2
+    for vf in vfs:
+        write_command(unbind, vf)
+    assert host.process_writes() == 2
+    assert [host.tree.driver_of(v) for v in vfs] == [None, None]
+    for vf in vfs:
+        write_command(probe, vf)
+    assert host.process_writes() == 2
+    write_command(unbind, vfs[0])  # read on from where the last pass stopped
+    assert host.process_writes() == 1
+    with unbind.open("a") as f:
+        f.write(vfs[1][:8])  # not yet a whole BDF: waits for the rest
+    assert host.process_writes() == 0
+    with unbind.open("a") as f:
+        f.write(vfs[1][8:] + "\n")
+    assert host.process_writes() == 1
+    assert host.process_writes() == 0  # nothing is applied twice
+    assert [host.tree.driver_of(v) for v in vfs] == [None, None]
 
 
 def test_a_gpu_leaves_and_rejoins_nvml_before_its_driver_link_changes(host: SimHost) -> None:
@@ -108,10 +138,10 @@ def test_a_gpu_leaves_and_rejoins_nvml_before_its_driver_link_changes(host: SimH
         on_change(changed, driver)
 
     host.effects.on_driver_change = noting
-    (dev / "driver" / "unbind").write_text(bdf)
+    write_command(dev / "driver" / "unbind", bdf)
     assert host.process_writes() == 1
     assert bdf not in host.gpu_uuids()
-    (host.sysfs_root / "bus/pci/drivers_probe").write_text(bdf)
+    write_command(host.sysfs_root / "bus/pci/drivers_probe", bdf)
     assert host.process_writes() == 1
     assert bdf in host.gpu_uuids()
     assert seen == [(None, "nvidia"), ("nvidia", None)]
@@ -123,8 +153,8 @@ def test_bind_honours_override_and_watcher_applies_writes(host: SimHost) -> None
     host.tree.driver_dir("vfio-pci")
     # No safety pass within the test: only the inotify wake-up can apply the writes.
     with host.effects_watcher(safety_s=3600):
-        (dev / "driver" / "unbind").write_text(bdf)
-        (host.sysfs_root / "bus/pci/drivers/vfio-pci/bind").write_text(bdf)
+        write_command(dev / "driver" / "unbind", bdf)
+        write_command(host.sysfs_root / "bus/pci/drivers/vfio-pci/bind", bdf)
         poll.wait_for(
             "the VF bound to vfio-pci", lambda: host.tree.driver_of(bdf) == "vfio-pci", 30
         )
@@ -144,9 +174,9 @@ def test_watcher_wakes_for_vf_counts_probes_and_drivers_made_after_it_started(
         vf = (pf_dir / f"virtfn{want - 1}").resolve().name
         host.tree.driver_dir("late-driver")  # a driver directory that appears later
         (host.sysfs_root / "bus/pci/devices" / vf / "driver_override").write_text("late-driver")
-        (host.sysfs_root / "bus/pci/devices" / vf / "driver" / "unbind").write_text(vf)
+        write_command(host.sysfs_root / "bus/pci/devices" / vf / "driver" / "unbind", vf)
         poll.wait_for("the VF unbound", lambda: host.tree.driver_of(vf) is None, 30)
-        (host.sysfs_root / "bus/pci/drivers/late-driver/bind").write_text(vf)
+        write_command(host.sysfs_root / "bus/pci/drivers/late-driver/bind", vf)
         poll.wait_for("the VF bound", lambda: host.tree.driver_of(vf) == "late-driver", 30)
 
 
