@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import re
 import statistics
-import tempfile
 import time
 import urllib.request
 from datetime import datetime
@@ -30,6 +29,7 @@ from pathlib import Path
 from kubernetes import client, config
 
 from tests.bench.contenders import percentile
+from tests.bench.rundir import bench_dir
 from tests.e2e.burst import (
     BurstNodes,
     burst_nodes,
@@ -124,7 +124,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="bursts of 100 pods, one by one")
     args = parser.parse_args(argv)
     build_nvml_mock()
-    run = Path(tempfile.mkdtemp(prefix="pbu-", dir="/tmp"))
+    run = bench_dir("pbu-")
     cluster = localk8s.LocalCluster(run / "k8s", localk8s.bin_dir(build=True)).up()
     try:
         api = config.new_client_from_config(config_file=str(cluster.kubeconfig))

@@ -18,14 +18,13 @@ from __future__ import annotations
 import argparse
 import ssl
 import statistics
-import tempfile
 import time
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
 
+from tests.bench.rundir import bench_dir
 from tests.harness import cluster as localk8s
 from tests.harness.fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService, switch
 from tests.harness.simnode import (
@@ -158,7 +157,7 @@ def main(argv: list[str]) -> None:
     if unknown := sorted(set(kinds) - set(CLASSES)):
         parser.error(f"--kinds: unknown {unknown}; known: {sorted(CLASSES)}")
     build_nvml_mock()
-    run = Path(tempfile.mkdtemp(prefix="pbf-", dir="/tmp"))
+    run = bench_dir("pbf-")
     cluster = localk8s.LocalCluster(run / "k8s", localk8s.bin_dir(build=True)).up()
     node = fabric = ctl = None
     try:

@@ -29,11 +29,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
@@ -41,6 +39,7 @@ from kubernetes import client, config
 from driver.controller.pool.domains import LABEL_PREFIX as REACH_LABEL
 from fabric.simhost.nvidia_smi import set_reset_seconds
 from tests.bench.fabric_bench import ADAPTERS, bench_clients, p99
+from tests.bench.rundir import bench_dir
 from tests.harness import cluster as localk8s
 from tests.harness.fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService, switch
 from tests.harness.simnode import PLUGIN_IDENTITY, SimNode, build_nvml_mock
@@ -148,7 +147,7 @@ def main(argv: list[str]) -> None:
     if unknown := sorted(set(cases) - set(XIDS)):
         parser.error(f"--cases: unknown {unknown}; known: {sorted(XIDS)}")
     build_nvml_mock()
-    run = Path(tempfile.mkdtemp(prefix="pbh-", dir="/tmp"))
+    run = bench_dir("pbh-")
     cluster = localk8s.LocalCluster(run / "k8s", localk8s.bin_dir(build=True)).up()
     nodes: list[SimNode] = []
     fabric = ctl = None

@@ -42,6 +42,7 @@ from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
 from tests.bench import reference
 from tests.bench.contenders import cpu_seconds, rss_mb
+from tests.bench.rundir import bench_dir
 from tests.harness import cluster as localk8s
 from tests.harness.simnode import PluginProcess, build_nvml_mock
 
@@ -186,7 +187,7 @@ def main(argv: list[str]) -> None:
         servers_only(args.idle_seconds, args.settle_seconds, args.rounds)
         return
     build_nvml_mock()
-    run = Path(tempfile.mkdtemp(prefix="idle-", dir="/tmp"))
+    run = bench_dir("idle-")
     cluster = localk8s.LocalCluster(run / "k8s", localk8s.bin_dir(build=True)).up()
     plugin: PluginProcess | None = None
     try:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -46,6 +45,7 @@ from tests.bench.contenders import (
     table,
 )
 from tests.bench.floors import Floors, above_floor_table
+from tests.bench.rundir import bench_dir
 from tests.harness import cluster as localk8s
 from tests.harness.cluster_proc import free_port, stop_group
 from tests.harness.simnode import PluginProcess, build_nvml_mock
@@ -99,7 +99,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> None:
     args = parse(argv)
     build_nvml_mock()
-    run = Path(tempfile.mkdtemp(prefix="pbb-", dir="/tmp"))
+    run = bench_dir("pbb-")
     cluster = localk8s.LocalCluster(run / "k8s", localk8s.bin_dir(build=True)).up()
     ours_proc: PluginProcess | None = None
     others: list[int] = []

@@ -39,7 +39,6 @@ import os
 import re
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -49,6 +48,7 @@ import yaml
 from kubernetes import client, config
 
 from tests.bench.pod_bursts import NS, clean, timed_pods
+from tests.bench.rundir import bench_dir
 from tests.bench.scale_bytes import byte_report
 from tests.bench.scale_cluster import (
     LeaseBeat,
@@ -217,7 +217,7 @@ def guarded(reading: Callable[..., None], *args: Any) -> None:
 
 
 def one_size(args: argparse.Namespace, size: int, pools: HostPools) -> None:
-    run = Path(tempfile.mkdtemp(prefix=f"scale-{size}-", dir="/tmp"))
+    run = bench_dir(f"scale-{size}-")
     cluster = localk8s.LocalCluster(
         run / "k8s", localk8s.bin_dir(build=True), audit=True, profiling=args.profile > 0
     ).up()

@@ -16,7 +16,6 @@ byte-identical copies.
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from driver.slices.order import node_order
 from driver.vf.config import PfPoolConfig, PfSelector
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
+from tests.bench.rundir import bench_dir
 
 Obj = dict[str, Any]
 BOOT_ID = "00000000-0000-4000-8000-000000000001"
@@ -72,7 +72,7 @@ class HostPools:
     """Per-node pools over one simulated host's tree."""
 
     def __init__(self, topology: str = "2x-h100-nic", work: Path | None = None) -> None:
-        self.work = work or Path(tempfile.mkdtemp(prefix="scale-host-", dir="/tmp"))
+        self.work = work or bench_dir("scale-host-")
         self.host = SimHost.build(TOPOLOGIES[topology](), self.work / "host", name="template")
         self.gpus = self.host.nvml.read()["gpus"]
 

@@ -31,7 +31,6 @@ import functools
 import os
 import re
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,6 +40,7 @@ import yaml
 from kubernetes import client, config
 
 from tests.bench.pod_bursts import NS, clean, timed_pods
+from tests.bench.rundir import bench_dir
 from tests.bench.sched_world import (
     FABRIC_POOL,
     Heartbeat,
@@ -144,7 +144,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--pods", type=int, default=30)
     parser.add_argument("--layout", choices=("node-major", "gpu-major"), default="node-major")
     args = parser.parse_args(argv)
-    run = Path(tempfile.mkdtemp(prefix="pbs-", dir="/tmp"))
+    run = bench_dir("pbs-")
     cluster = localk8s.LocalCluster(run / "k8s", localk8s.bin_dir(build=True)).up()
     beat = None
     try:

@@ -20,7 +20,6 @@ so N <= 8 M) as the baseline. Figures only: nothing here asserts.
 from __future__ import annotations
 
 import argparse
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ import yaml
 from kubernetes import client, config
 
 from tests.bench.fabric_bench import write_counts
+from tests.bench.rundir import bench_dir
 from tests.harness import cluster as localk8s
 from tests.harness.simnode import PLUGIN_IDENTITY, SimNode, apply_rbac, build_nvml_mock
 
@@ -101,7 +101,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--exclusive", action="store_true", help="whole GPUs: the baseline")
     args = parser.parse_args(argv)
     build_nvml_mock()
-    run = Path(tempfile.mkdtemp(prefix="pbs-", dir="/tmp"))
+    run = bench_dir("pbs-")
     cluster = localk8s.LocalCluster(run / "k8s", localk8s.bin_dir(build=True)).up()
     sims: list[SimNode] = []
     try:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -40,6 +39,7 @@ from kubernetes import client
 
 from tests.bench.contenders import rss_mb
 from tests.bench.fabric_bench import ADAPTERS, bench_clients, write_counts
+from tests.bench.rundir import bench_dir
 from tests.e2e.helpers import wait_for
 from tests.harness import cluster as localk8s
 from tests.harness.cluster_proc import free_port
@@ -158,7 +158,7 @@ def main(argv: list[str]) -> None:
                         default=os.environ.get("SOAK_HEAP", "") not in ("", "0"))  # fmt: skip
     args = parser.parse_args(argv)
     build_nvml_mock()
-    run = Path(tempfile.mkdtemp(prefix="pbs-", dir="/tmp"))
+    run = bench_dir("pbs-")
     cluster = localk8s.LocalCluster(run / "k8s", localk8s.bin_dir(build=True)).up()
     started: list[Any] = []
     try:

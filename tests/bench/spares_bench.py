@@ -25,17 +25,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import threading
 import time
 import urllib.request
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.bench.fabric_bench import ADAPTERS, allocated, bench_clients, p99
+from tests.bench.rundir import bench_dir
 from tests.harness import cluster as localk8s
 from tests.harness.cluster_proc import free_port
 from tests.harness.fabricsim import CONTROLLER_GROUP, ControllerProcess, FabricService, switch
@@ -157,7 +156,7 @@ def main(argv: list[str]) -> None:
     if unknown := sorted(set(args.cases.split(",")) - set(CASES)):
         parser.error(f"--cases: unknown {unknown}; known: {sorted(CASES)}")
     build_nvml_mock()
-    run = Path(tempfile.mkdtemp(prefix="pbs-", dir="/tmp"))
+    run = bench_dir("pbs-")
     cluster = localk8s.LocalCluster(run / "k8s", localk8s.bin_dir(build=True)).up()
     node = fabric = ctl = None
     try:

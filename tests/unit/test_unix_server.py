@@ -147,11 +147,12 @@ _AT_REST = textwrap.dedent(
             yield []
 
     async def main():
-        top = Path(tempfile.mkdtemp(dir="/tmp", prefix="pb-rest-"))
-        servers = PluginServers(socket_paths(top / "reg", top / "plug"), Handler(), Health())
-        await servers.start()
-        print(len(os.listdir("/proc/self/task")), flush=True)
-        await servers.stop(0)
+        with tempfile.TemporaryDirectory(dir="/tmp", prefix="pb-rest-") as tmp:
+            top = Path(tmp)
+            servers = PluginServers(socket_paths(top / "reg", top / "plug"), Handler(), Health())
+            await servers.start()
+            print(len(os.listdir("/proc/self/task")), flush=True)
+            await servers.stop(0)
 
     asyncio.run(main())
     """
