@@ -115,6 +115,8 @@ test: $(SHARED_PREREQS) ## every tier (what CI runs)
 
 # REFERENCE_PLUGIN=<dra-example-kubeletplugin binary> adds the reference
 # driver's columns to the plugin figures (tests/bench/reference.py).
+# PLUGIN_BENCH_SAMPLES=<dir> keeps each plugin run's latencies there, for
+# `python -m tests.bench.pooled <dir>` (p99 pooled over runs, issue 36).
 # BENCH=<name> runs one benchmark (tests/bench/__main__.py lists them), e.g.
 # BENCH=soak (not in the default set; SOAK_SECONDS, default 600; SOAK_HEAP=1
 # adds heap summaries, driver/heapsummary.py), BENCH=burst, or BENCH=scale (not

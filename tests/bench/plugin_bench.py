@@ -45,6 +45,7 @@ from tests.bench.contenders import (
     table,
 )
 from tests.bench.floors import Floors, above_floor_table
+from tests.bench.pooled import save
 from tests.bench.rundir import bench_dir
 from tests.harness import cluster as localk8s
 from tests.harness.cluster_proc import free_port, stop_group
@@ -76,6 +77,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--held", type=int, default=2, help="claims prepared at rest per plugin")
     parser.add_argument("--log-level", default="info")
+    parser.add_argument(
+        "--samples-out",
+        type=Path,
+        default=os.environ.get("PLUGIN_BENCH_SAMPLES") or None,
+        help="a directory to write this run's latencies to (tests.bench.pooled pools runs)",
+    )
     parser.add_argument(
         "--reference",
         type=Path,
@@ -174,6 +181,8 @@ def main(argv: list[str]) -> None:
         print(f"RSS above the import floor (ours): "
               f"{rss_mb(ours.pid) - floors.import_rss_mb:.1f} MB", flush=True)  # fmt: skip
         print(syscall_table(contenders), flush=True)
+        if args.samples_out is not None:
+            save(args.samples_out / f"run-{time.strftime('%Y%m%dT%H%M%S')}.json", contenders)
         for c in contenders:
             c.hold(res, [f"gpu-{i + 1}" for i in range(args.held)])
         before = writes_total(port)
