@@ -132,15 +132,8 @@ class _Reader:
             if user.get(field):
                 raise self.fail(f"{uwhere}.{field} is not supported (use exec or a token)")
         server = self.text(cluster, "server", cwhere)
-        if (
-            server is None
-            or not urlsplit(server).hostname
-            or urlsplit(server).scheme
-            not in (
-                "https",
-                "http",
-            )
-        ):
+        url = urlsplit(server) if server is not None else None
+        if server is None or url is None or not url.hostname or url.scheme not in ("https", "http"):
             raise self.fail(f"{cwhere}.server must be an https:// or http:// URL, not {server!r}")
         insecure = cluster.get("insecure-skip-tls-verify", False)
         if not isinstance(insecure, bool):

@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 
-MAX_CONNECTIONS = 16
+from driver.kube.http1 import MAX_OPEN
 
 
 class ProxiedClient:
@@ -37,7 +37,7 @@ class ProxiedClient:
         # ~/.netrc on every request; the kubeconfig names the proxy.
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(
-                ssl=ssl_context if ssl_context is not None else True, limit=MAX_CONNECTIONS
+                ssl=ssl_context if ssl_context is not None else True, limit=MAX_OPEN
             ),
             read_bufsize=2**20,  # watch events can be large
         )
