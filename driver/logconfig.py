@@ -110,12 +110,12 @@ class TextFormatter(logging.Formatter):
         return f"{line} [{' '.join(words)}]" if words else line
 
 
-# Libraries whose DEBUG is wire-level: the HTTP/2 stack under the plugin's
-# grpclib servers logs every header field of every call (a kubelet's prepare
-# is dozens of lines). They log at INFO and above whatever --log-level says,
+# Libraries whose DEBUG is wire-level: hpack, under the plugin's gRPC
+# server, logs every header field of every call (a kubelet's prepare is
+# dozens of lines). They log at INFO and above whatever --log-level says,
 # so a debug plugin shows our own debug lines and not a flood that reads as a
 # hot loop.
-WIRE_LOGGERS = ("hpack", "h2", "grpclib")
+WIRE_LOGGERS = ("hpack",)
 
 
 def configure(level: str = "info", fmt: str = "text") -> None:

@@ -13,12 +13,13 @@ read by the kubelet at registration only: to offer the health stream later
 makes the registration socket anew, which the kubelet's plugin watcher takes
 as a new registration (ARCHITECTURE.md section 4).
 
-The servers are grpclib's (``plugin.servers.unix_server``), not
-``grpc.aio``'s: grpc-core's timers and worker threads wake a process that
-has a server 6-8 times a second even when no call ever comes (0.03-0.06 % of
-a core, over an idle plugin's whole 0.05 % budget; docs/figures.md), and no
-grpcio setting stops them. The wire protocol, the generated registration
-functions and the servicers are unchanged.
+The servers are our own (``plugin.servers.unix_server`` over
+``plugin.servers.h2conn``), not ``grpc.aio``'s: grpc-core's timers and worker
+threads wake a process that has a server 6-8 times a second even when no
+call ever comes (0.03-0.06 % of a core, over an idle plugin's whole 0.05 %
+budget; docs/figures.md), and no grpcio setting stops them; nor grpclib's,
+whose HTTP/2 stack cost more CPU per call than the plugin's own work (issue
+36). The wire protocol and the servicers are unchanged.
 
 Concurrency model: everything runs on the single asyncio event loop of the
 plugin process; servicers are coroutines and the claim handler pushes

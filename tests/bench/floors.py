@@ -8,8 +8,11 @@ what each plugin's own work costs. :class:`Floors` measures them in the same
 rounds as the contenders (``contenders.alternate``), under the same load:
 
 - the round trip of a NodePrepareResources with one claim to a trivial
-  grpclib server (``plugin.servers.unix_server``, as the plugin serves) in a
-  process of its own, answering an empty response at once, on a Unix socket;
+  grpclib server in a process of its own, answering an empty response at
+  once, on a Unix socket (issue 36's floor; the plugin served with grpclib
+  until then); and the same round trip to a trivial server of the plugin's
+  own (``plugin.servers.unix_server``), which is the floor of ours alone;
+  both on uvloop, as the plugin serves;
 - the claim GET through our own client (``driver.kube.api.KubeApi`` and
   ``driver.kube.objects.ApiClaimReader``, the plugin's read), one connection
   kept open as the plugin keeps it;
@@ -18,8 +21,9 @@ rounds as the contenders (``contenders.alternate``), under the same load:
 
 A prepare's floor is the round trip plus the GET; an unprepare's the round
 trip alone (the claim object is not read). :func:`above_floor_table` prints,
-for each median, what each contender spends above its floor and ours over
-theirs. Figures only.
+for each median, what each contender spends above the grpclib floor and
+ours over theirs, then the same above the plugin's own server's floor (on
+which ours is only its own work on the claim). Figures only.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -40,24 +45,62 @@ from plugin.proto import dra_v1_pb2, dra_v1_pb2_grpc
 from tests.bench.contenders import Contender, percentile
 
 
-def serve(path: Path) -> None:
-    """Serve ``DRAPlugin`` v1 on ``path`` with methods that answer at once."""
-    from plugin.servers.unix_server import UnixGrpcServer
+class _Trivial:
+    async def NodePrepareResources(self, request: object, context: object) -> object:
+        return dra_v1_pb2.NodePrepareResourcesResponse()
 
-    class Trivial:
-        async def NodePrepareResources(self, request: object, context: object) -> object:
-            return dra_v1_pb2.NodePrepareResourcesResponse()
+    async def NodeUnprepareResources(self, request: object, context: object) -> object:
+        return dra_v1_pb2.NodeUnprepareResourcesResponse()
 
-        async def NodeUnprepareResources(self, request: object, context: object) -> object:
-            return dra_v1_pb2.NodeUnprepareResourcesResponse()
+
+def serve(kind: str, path: Path) -> None:
+    """Serve ``DRAPlugin`` v1 on ``path`` with methods that answer at once,
+    with grpclib (``kind`` "grpclib") or the plugin's own server ("own")."""
+    service = dra_v1_pb2.DESCRIPTOR.services_by_name["DRAPlugin"]
 
     async def run() -> None:
-        server = UnixGrpcServer()
-        server.add_service(dra_v1_pb2.DESCRIPTOR.services_by_name["DRAPlugin"], Trivial())
-        await server.start(path)
+        if kind == "own":
+            from plugin.servers.unix_server import UnixGrpcServer
+
+            own = UnixGrpcServer()
+            own.add_service(service, _Trivial())
+            await own.start(path)
+        else:
+            await _grpclib_server(service).start(path=str(path))
         await asyncio.Event().wait()
 
-    asyncio.run(run())
+    import uvloop
+
+    uvloop.run(run())
+
+
+def _grpclib_server(service: Any) -> Any:
+    from google.protobuf.message_factory import GetMessageClass
+    from grpclib.const import Cardinality, Handler
+    from grpclib.server import Server
+
+    trivial = _Trivial()
+
+    def unary(name: str) -> Any:
+        async def call(stream: Any) -> None:
+            request = await stream.recv_message()
+            await stream.send_message(await getattr(trivial, name)(request, stream))
+
+        return call
+
+    class Mapping:
+        def __mapping__(self) -> dict[str, Handler]:
+            return {
+                f"/{service.full_name}/{m.name}": Handler(
+                    unary(m.name),
+                    Cardinality.UNARY_UNARY,
+                    GetMessageClass(m.input_type),
+                    GetMessageClass(m.output_type),
+                )
+                for m in service.methods
+            }
+
+    return Server([Mapping()])
 
 
 IMPORTS = "import plugin.app, plugin.main"
@@ -82,21 +125,12 @@ class Floors:
 
     def __init__(self, run_dir: Path, kubeconfig: Path, namespace: str, claim: str) -> None:
         self.rtt_ms: list[float] = []
+        self.own_rtt_ms: list[float] = []
         self.get_ms: list[float] = []
         self.import_rss_mb = import_rss_mb()
-        sock = run_dir / "trivial.sock"
-        self._server = subprocess.Popen(
-            [sys.executable, "-m", "tests.bench.floors", "serve", str(sock)],
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + 60
-        while not sock.exists():
-            if self._server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the trivial grpclib server did not start")
-            time.sleep(0.05)
-        self._channel = grpc.insecure_channel(f"unix://{sock}")
-        self._stub = dra_v1_pb2_grpc.DRAPluginStub(self._channel)
+        self._servers: list[subprocess.Popen[bytes]] = []
+        self._channels: list[grpc.Channel] = []
+        self._stubs = [self._start(run_dir, kind) for kind in ("grpclib", "own")]
         self._request = dra_v1_pb2.NodePrepareResourcesRequest(
             claims=[dra_v1_pb2.Claim(namespace=namespace, name=claim, uid="0" * 36)]
         )
@@ -104,6 +138,23 @@ class Floors:
         self._loop = asyncio.new_event_loop()
         self._reader, self._api = self._loop.run_until_complete(self._connect(kubeconfig))
         self.run(5, record=False)  # warm both connections
+
+    def _start(self, run_dir: Path, kind: str) -> Any:
+        sock = run_dir / f"trivial-{kind}.sock"
+        server = subprocess.Popen(
+            [sys.executable, "-m", "tests.bench.floors", "serve", kind, str(sock)],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self._servers.append(server)
+        deadline = time.monotonic() + 60
+        while not sock.exists():
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the trivial {kind} server did not start")
+            time.sleep(0.05)
+        channel = grpc.insecure_channel(f"unix://{sock}")
+        self._channels.append(channel)
+        return dra_v1_pb2_grpc.DRAPluginStub(channel)
 
     @staticmethod
     async def _connect(kubeconfig: Path) -> tuple[ApiClaimReader, KubeApi]:
@@ -119,44 +170,53 @@ class Floors:
         return out
 
     def run(self, pairs: int, *, record: bool = True) -> None:
-        rtt = []
+        rtts: list[list[float]] = [[], []]
         for _ in range(pairs):
-            t0 = time.perf_counter()
-            self._stub.NodePrepareResources(self._request, timeout=45)
-            rtt.append((time.perf_counter() - t0) * 1000)
+            for stub, rtt in zip(self._stubs, rtts, strict=True):
+                t0 = time.perf_counter()
+                stub.NodePrepareResources(self._request, timeout=45)
+                rtt.append((time.perf_counter() - t0) * 1000)
         gets = self._loop.run_until_complete(self._gets(pairs))
         if record:
-            self.rtt_ms += rtt
+            self.rtt_ms += rtts[0]
+            self.own_rtt_ms += rtts[1]
             self.get_ms += gets
 
     def close(self) -> None:
-        self._channel.close()
+        for channel in self._channels:
+            channel.close()
         self._loop.run_until_complete(self._api.close())
         self._loop.close()
-        self._server.terminate()
-        self._server.wait(timeout=10)
+        for server in self._servers:
+            server.terminate()
+            server.wait(timeout=10)
 
     def describe(self) -> str:
         return (
             f"floors: gRPC round trip (grpclib, Unix socket) median "
             f"{statistics.median(self.rtt_ms):.2f} ms, p99 {percentile(self.rtt_ms, 0.99):.2f}; "
+            f"to the plugin's own server median {statistics.median(self.own_rtt_ms):.2f} ms, "
+            f"p99 {percentile(self.own_rtt_ms, 0.99):.2f}; "
             f"claim GET (our client) median {statistics.median(self.get_ms):.2f} ms, "
             f"p99 {percentile(self.get_ms, 0.99):.2f}; "
             f"RSS of the plugin's imports alone {self.import_rss_mb:.1f} MB"
         )
 
 
+def _above(floor: float, samples: str) -> Callable[[Contender], float]:
+    return lambda c: statistics.median(getattr(c, samples)) - floor
+
+
 def above_floor_table(contenders: list[Contender], floors: Floors, ratio_to: list[str]) -> str:
     """Per median, what each contender spends above the floor, and ours over
     theirs (the issue's "at most half": <= 0.50). The import floor is
     Python's, so RSS has no row here (:meth:`Floors.describe` prints it)."""
-    rtt, get = statistics.median(floors.rtt_ms), statistics.median(floors.get_ms)
-    rows: dict[str, Callable[[Contender], float]] = {
-        f"prepare median - (rtt + GET {rtt + get:.2f})": (
-            lambda c: statistics.median(c.prepare_ms) - rtt - get
-        ),
-        f"unprepare median - (rtt {rtt:.2f})": (lambda c: statistics.median(c.unprepare_ms) - rtt),
-    }
+    get = statistics.median(floors.get_ms)
+    rows: dict[str, Callable[[Contender], float]] = {}
+    for name, rtts in (("grpclib rtt", floors.rtt_ms), ("own rtt", floors.own_rtt_ms)):
+        rtt = statistics.median(rtts)
+        rows[f"prepare median - ({name} + GET {rtt + get:.2f})"] = _above(rtt + get, "prepare_ms")
+        rows[f"unprepare median - ({name} {rtt:.2f})"] = _above(rtt, "unprepare_ms")
     ours = contenders[0]
     heads = [c.label for c in contenders] + [f"{ours.label}/{t}" for t in ratio_to]
     width = max(len(k) for k in rows)
@@ -177,4 +237,4 @@ def above_floor_table(contenders: list[Contender], floors: Floors, ratio_to: lis
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["serve"]:
-        serve(Path(sys.argv[2]))
+        serve(sys.argv[2], Path(sys.argv[3]))

@@ -14,7 +14,7 @@ switches (a thread that sleeps in a poll loop switches once per wake-up).
 Figures only: nothing here asserts.
 
 ``--servers-only`` needs no cluster: it measures the plugin's gRPC servers
-alone (``plugin.grpc_server``, grpclib; registration, DRA and health on two
+alone (``plugin.grpc_server``, the plugin's own HTTP/2 server; registration, DRA and health on two
 sockets) and, for comparison, ``grpc.aio`` servers with the same sockets and
 the registration and DRA services, each in a process of its own and each
 ``--rounds`` times (median): what grpc-core's threads cost a process at
@@ -116,7 +116,7 @@ async def _serve(kind: str, top: Path) -> None:
     from plugin.sockets import socket_paths
 
     paths = socket_paths(top / "reg", top / "plug")
-    if kind == "grpclib":
+    if kind == "own":
         from plugin.grpc_server import PluginServers
 
         await PluginServers(paths, _NoClaims(), _NoHealthChange()).start()  # type: ignore[arg-type]
@@ -142,7 +142,7 @@ async def _serve(kind: str, top: Path) -> None:
 
 def servers_only(seconds: float, settle: float, rounds: int) -> None:
     """Measure each kind of server at rest ``rounds`` times; print medians."""
-    shares: dict[str, list[float]] = {"grpclib": [], "grpc.aio": []}
+    shares: dict[str, list[float]] = {"own": [], "grpc.aio": []}
     for _ in range(rounds):
         for kind, runs in shares.items():
             top = tempfile.mkdtemp(prefix="idle-servers-", dir="/tmp")
@@ -176,7 +176,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--servers-only", action="store_true",
                         help="no cluster: the gRPC servers alone, ours and grpc.aio's")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=3, help="windows per kind (--servers-only)")
-    parser.add_argument("--serve", choices=("grpclib", "grpc.aio"), help=argparse.SUPPRESS)
+    parser.add_argument("--serve", choices=("own", "grpc.aio"), help=argparse.SUPPRESS)
     parser.add_argument("--dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:  # the plugin's loop: uvloop's (driver.process)
