@@ -70,7 +70,7 @@ class UnixGrpcServer:
         self._methods: dict[bytes, _Method] = {}
         self._server: asyncio.AbstractServer | None = None
         self._conns: set[H2Connection] = set()
-        self._calls: set[asyncio.Task[None]] = set()
+        self._calls: dict[asyncio.Task[None], tuple[H2Connection, H2Stream]] = {}
         self._timers: dict[asyncio.Task[None], asyncio.TimerHandle] = {}
         self._expired: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -115,13 +115,13 @@ class UnixGrpcServer:
         """A whole request arrived: refuse it at once, or start its call."""
         method = self._methods.get(stream.headers.get(b":path", b""))
         refusal = self._refusal(stream, method)
-        if refusal is not None or method is None:
-            conn.end(stream, h2wire.status_trailers(*(refusal or (INTERNAL, ""))))
+        if refusal is not None:
+            conn.end(stream, h2wire.status_trailers(*refusal))
             return
-        assert self._loop is not None  # set by start()
+        assert method is not None and self._loop is not None  # named by _refusal; start()
         task = self._loop.create_task(self._call(conn, stream, method))
         stream.task = task
-        self._calls.add(task)
+        self._calls[task] = conn, stream
         self._idle.clear()
         task.add_done_callback(self._call_done)
         timeout = stream.headers.get(b"grpc-timeout")
@@ -143,10 +143,14 @@ class UnixGrpcServer:
         if method is None:
             path = headers.get(b":path", b"").decode(errors="replace")
             return UNIMPLEMENTED, f"unknown method {path}"
+        if h2wire.grpc_timeout_s(headers.get(b"grpc-timeout", b"1S")) == 0:
+            return DEADLINE_EXCEEDED, "deadline exceeded before the call started"
         return _message_error(stream.body)
 
     def _call_done(self, task: asyncio.Task[None]) -> None:
-        self._calls.discard(task)
+        conn, stream = self._calls.pop(task)
+        if task.cancelled():  # cancelled before it ran: answer for it
+            self._cancelled(conn, stream)
         self._expired.discard(task)
         timer = self._timers.pop(task, None)
         if timer is not None:
@@ -158,16 +162,20 @@ class UnixGrpcServer:
         try:
             await self._serve(conn, stream, method)
         except asyncio.CancelledError:
-            if self._closing:
-                conn.end(stream, h2wire.status_trailers(UNAVAILABLE, "the server stopped"))
-            elif stream.task in self._expired:
-                conn.end(stream, h2wire.status_trailers(DEADLINE_EXCEEDED, "deadline exceeded"))
-            # else the client reset the stream or went away: nobody to answer
+            self._cancelled(conn, stream)
         except ConnectionResetError:
             pass  # the connection closed under a streaming answer
         except Exception:
             log.exception("gRPC method %s failed", stream.headers.get(b":path", b"").decode())
             conn.end(stream, h2wire.status_trailers(UNKNOWN, "Internal Server Error"))
+
+    def _cancelled(self, conn: H2Connection, stream: H2Stream) -> None:
+        """Answer a call whose task was cancelled: by stop(), or at its deadline."""
+        if self._closing:
+            conn.end(stream, h2wire.status_trailers(UNAVAILABLE, "the server stopped"))
+        elif stream.task in self._expired:
+            conn.end(stream, h2wire.status_trailers(DEADLINE_EXCEEDED, "deadline exceeded"))
+        # else the client reset the stream or went away: nobody to answer
 
     async def _serve(self, conn: H2Connection, stream: H2Stream, method: _Method) -> None:
         try:

@@ -289,3 +289,11 @@ async def test_the_answer_waits_for_the_clients_window(served: tuple[Echo, Path]
                 assert dict(raw.decoder.decode(payload, raw=True))[b"grpc-status"] == b"0"
                 break
     assert got == 5 + registration_pb2.PluginInfo(name="0", endpoint="x" * 5000).ByteSize()
+
+
+async def test_a_deadline_already_passed_is_answered_so(served: tuple[Echo, Path]) -> None:
+    echo, sock = served
+    raw = await Raw.open(sock)
+    raw.request(1, GET_INFO, b"", timeout="0n")
+    assert (await raw.trailers(1))[b"grpc-status"] == b"4"
+    assert not echo.entered.is_set()
