@@ -153,16 +153,27 @@ def rounds(
 
 
 def profile(
-    args: argparse.Namespace, cluster: localk8s.LocalCluster, pid: int, core: client.CoreV1Api,
-    res: client.ResourceV1Api, cpu: Callable[[], float],
+    args: argparse.Namespace, cluster: localk8s.LocalCluster, pid: int, nodes: list[Obj],
+    core: client.CoreV1Api, res: client.ResourceV1Api, cpu: Callable[[], float],
 ) -> None:  # fmt: skip
-    """The scheduler's pprof over bursts of whole-GPU and of MIG 1g pods, without the fabric."""
-    for what in ("whole GPU", "MIG 1g"):
-        devices, until = kinds()[what]
-        out = cluster.run_dir / "logs" / f"scheduler-{what.replace(' ', '-')}.pprof"
-        work = functools.partial(burst, core, res, what, devices, args.pods, until, cpu)
-        print(f"  scheduler pprof, {what}, {args.pods}-pod bursts for {args.profile}s:", flush=True)
-        print(profiled(cluster, pid, args.profile, out, work), flush=True)
+    """The scheduler's pprof over bursts of whole-GPU and of MIG 1g pods, without the fabric,
+    then of whole-GPU pods with the largest fabric pool published (what it adds per pod)."""
+    gpus = max(int(g) for g in args.fabric_gpus.split(","))
+    fabric = FabricSlices(res)
+    runs = [("whole GPU", 0), ("MIG 1g", 0)] + ([("whole GPU", gpus)] if gpus > 0 else [])
+    try:
+        for what, size in runs:
+            fabric.show(fabric_pools(args.shape, size, nodes) if size else [])
+            time.sleep(2)  # the scheduler's informer takes the slices in
+            devices, until = kinds()[what]
+            name = f"{what}-{fabric_label(size)}".replace(" ", "-")
+            out = cluster.run_dir / "logs" / f"scheduler-{name}.pprof"
+            work = functools.partial(burst, core, res, what, devices, args.pods, until, cpu)
+            print(f"  scheduler pprof, {what}, {fabric_label(size)}, {args.pods}-pod bursts "
+                  f"for {args.profile}s:", flush=True)  # fmt: skip
+            print(profiled(cluster, pid, args.profile, out, work), flush=True)
+    finally:
+        fabric.withdraw()
 
 
 def publish_pools(
@@ -256,7 +267,7 @@ def one_size(args: argparse.Namespace, size: int, pools: HostPools) -> None:
             time.sleep(2)  # the scheduler's informer takes the new slices in
             guarded(storage_report, api, res, pids, nodes)
             if args.profile > 0:
-                profile(args, cluster, pids["kube-scheduler"], core, res, cpu)
+                profile(args, cluster, pids["kube-scheduler"], nodes, core, res, cpu)
             todo = {what: kind for what, kind in kinds().items() if chosen(args, what)}
             rounds(args, figures, nodes, todo, core, res, cpu)
         if args.rest_seconds > 0:
