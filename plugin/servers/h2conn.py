@@ -43,7 +43,6 @@ CONN_WINDOW = 1 << 20  # the connection's receive window we keep open
 MAX_STREAMS = 256
 MAX_HEADER_LIST = 16 << 10
 MAX_MESSAGE = (4 << 20) + 5  # gRPC's default receive limit, plus its prefix
-RESOURCE_EXHAUSTED = 8
 
 
 class H2Stream:
@@ -151,7 +150,7 @@ class H2Connection(asyncio.Protocol):
         if ftype == w.DATA:
             return self._data(flags, sid, payload, out)
         if ftype in (w.HEADERS, w.CONTINUATION):
-            return self._headers(ftype, flags, sid, payload)
+            return self._headers(ftype, flags, sid, payload, out)
         if ftype == w.SETTINGS:
             return self._settings(flags, sid, payload, out)
         if ftype == w.WINDOW_UPDATE:
@@ -186,12 +185,9 @@ class H2Connection(asyncio.Protocol):
         stream = self._streams.get(sid)
         if stream is None or stream.remote_done:
             return None  # reset or finished: the frame only counted above
-        if flags & w.PADDED:
-            if not payload or payload[0] >= len(payload):
-                return w.PROTOCOL_ERROR, "DATA padding longer than the frame"
-            body = payload[1 : len(payload) - payload[0]]
-        else:
-            body = payload
+        body = w.unpad(payload, flags)
+        if body is None:
+            return w.PROTOCOL_ERROR, "DATA padding longer than the frame"
         stream.recv_unacked += len(payload)
         if stream.recv_unacked > STREAM_WINDOW:
             return w.FLOW_CONTROL_ERROR, f"DATA beyond stream {sid}'s window"
@@ -199,7 +195,7 @@ class H2Connection(asyncio.Protocol):
             if len(stream.body) + len(body) > MAX_MESSAGE:
                 stream.discard = True
                 stream.body.clear()
-                self.end(stream, w.status_trailers(RESOURCE_EXHAUSTED, "request over 4 MiB"))
+                self.end(stream, w.status_trailers(w.RESOURCE_EXHAUSTED, "request over 4 MiB"))
             else:
                 stream.body += body
         if flags & w.END_STREAM:
@@ -209,7 +205,9 @@ class H2Connection(asyncio.Protocol):
             stream.recv_unacked = 0
         return None
 
-    def _headers(self, ftype: int, flags: int, sid: int, payload: bytes) -> tuple[int, str] | None:
+    def _headers(
+        self, ftype: int, flags: int, sid: int, payload: bytes, out: list[bytes]
+    ) -> tuple[int, str] | None:
         if ftype == w.CONTINUATION:
             if self._block is None or self._block[0] != sid:
                 return w.PROTOCOL_ERROR, "CONTINUATION without its HEADERS"
@@ -219,16 +217,10 @@ class H2Connection(asyncio.Protocol):
         else:
             if sid == 0 or not sid & 1:
                 return w.PROTOCOL_ERROR, f"HEADERS on stream {sid}"
-            pad = 0
-            if flags & w.PADDED:
-                if not payload:
-                    return w.PROTOCOL_ERROR, "HEADERS padding without its length"
-                pad, payload = payload[0], payload[1:]
-            if flags & w.PRIORITY_FLAG:
-                payload = payload[5:]
-            if pad > len(payload):
+            fragment = w.unpad(payload, flags, priority=True)
+            if fragment is None:
                 return w.PROTOCOL_ERROR, "HEADERS padding longer than the frame"
-            block = bytearray(payload[: len(payload) - pad])
+            block = bytearray(fragment)
             first_flags = flags
         if len(block) > MAX_HEADER_LIST:
             return w.PROTOCOL_ERROR, "a header block over 16 KiB"
@@ -240,10 +232,10 @@ class H2Connection(asyncio.Protocol):
             fields = cast(list[tuple[bytes, bytes]], self._decoder.decode(bytes(block), raw=True))
         except HPACKError as exc:
             return w.COMPRESSION_ERROR, f"header block: {exc}"
-        return self._header_block(sid, first_flags, fields)
+        return self._header_block(sid, first_flags, fields, out)
 
     def _header_block(
-        self, sid: int, flags: int, fields: list[tuple[bytes, bytes]]
+        self, sid: int, flags: int, fields: list[tuple[bytes, bytes]], out: list[bytes]
     ) -> tuple[int, str] | None:
         stream = self._streams.get(sid)
         if stream is not None:  # trailers from the client
@@ -256,8 +248,7 @@ class H2Connection(asyncio.Protocol):
         stream = H2Stream(sid, self._peer_initial)
         stream.headers = dict(fields)
         if self._going_away or len(self._streams) >= MAX_STREAMS:
-            if self._transport is not None:
-                self._transport.write(w.rst_stream(sid, w.REFUSED_STREAM))
+            out.append(w.rst_stream(sid, w.REFUSED_STREAM))
             return None
         self._streams[sid] = stream
         if flags & w.END_STREAM:

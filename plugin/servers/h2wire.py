@@ -34,6 +34,10 @@ NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR = 0x0, 0x1, 0x2, 0x
 STREAM_CLOSED, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL = 0x5, 0x6, 0x7, 0x8
 COMPRESSION_ERROR = 0x9
 
+# gRPC status codes (google.rpc.Code) the server answers with
+UNKNOWN, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, UNIMPLEMENTED = 2, 4, 8, 12
+INTERNAL, UNAVAILABLE = 13, 14
+
 DEFAULT_WINDOW = 65_535
 DEFAULT_FRAME_SIZE = 16_384
 MAX_WINDOW = 2**31 - 1
@@ -59,6 +63,19 @@ def parse_settings(payload: bytes) -> list[tuple[int, int]] | None:
     if len(payload) % 6:
         return None
     return [_SETTING.unpack_from(payload, i) for i in range(0, len(payload), 6)]
+
+
+def unpad(payload: bytes, flags: int, *, priority: bool = False) -> bytes | None:
+    """A DATA or HEADERS payload without its padding (and, for HEADERS, its
+    priority fields); None when the padding does not fit in the frame."""
+    start, end = 0, len(payload)
+    if flags & PADDED:
+        if not payload:
+            return None
+        start, end = 1, len(payload) - payload[0]
+    if priority and flags & PRIORITY_FLAG:
+        start += 5
+    return payload[start:end] if start <= end else None
 
 
 def window_update(stream: int, increment: int) -> bytes:

@@ -46,14 +46,18 @@ from google.protobuf.message_factory import GetMessageClass
 
 from plugin.servers import h2wire
 from plugin.servers.h2conn import H2Connection, H2Stream
+from plugin.servers.h2wire import (
+    DEADLINE_EXCEEDED,
+    INTERNAL,
+    UNAVAILABLE,
+    UNIMPLEMENTED,
+    UNKNOWN,
+)
 
 log = logging.getLogger(__name__)
 
 _CLOSE_WAIT_S = 1.0  # how long stop() waits for cancelled calls to end
 _PREFIX = struct.Struct(">BL")  # gRPC's message prefix: compressed flag, length
-
-# gRPC status codes (google.rpc.Code)
-UNKNOWN, DEADLINE_EXCEEDED, UNIMPLEMENTED, INTERNAL, UNAVAILABLE = 2, 4, 12, 13, 14
 
 
 class _Method:
@@ -114,7 +118,9 @@ class UnixGrpcServer:
     def _request(self, conn: H2Connection, stream: H2Stream) -> None:
         """A whole request arrived: refuse it at once, or start its call."""
         method = self._methods.get(stream.headers.get(b":path", b""))
-        refusal = self._refusal(stream, method)
+        timeout = stream.headers.get(b"grpc-timeout")
+        seconds = None if timeout is None else h2wire.grpc_timeout_s(timeout)
+        refusal = self._refusal(stream, method, seconds)
         if refusal is not None:
             conn.end(stream, h2wire.status_trailers(*refusal))
             return
@@ -124,15 +130,16 @@ class UnixGrpcServer:
         self._calls[task] = conn, stream
         self._idle.clear()
         task.add_done_callback(self._call_done)
-        timeout = stream.headers.get(b"grpc-timeout")
-        if timeout is not None and (seconds := h2wire.grpc_timeout_s(timeout)) is not None:
+        if seconds is not None:
             self._timers[task] = self._loop.call_later(seconds, self._expire, task)
 
     def _expire(self, task: asyncio.Task[None]) -> None:
         self._expired.add(task)
         task.cancel()
 
-    def _refusal(self, stream: H2Stream, method: _Method | None) -> tuple[int, str] | None:
+    def _refusal(
+        self, stream: H2Stream, method: _Method | None, seconds: float | None
+    ) -> tuple[int, str] | None:
         headers = stream.headers
         if self._closing:
             return UNAVAILABLE, "the server is shutting down"
@@ -143,7 +150,7 @@ class UnixGrpcServer:
         if method is None:
             path = headers.get(b":path", b"").decode(errors="replace")
             return UNIMPLEMENTED, f"unknown method {path}"
-        if h2wire.grpc_timeout_s(headers.get(b"grpc-timeout", b"1S")) == 0:
+        if seconds == 0:
             return DEADLINE_EXCEEDED, "deadline exceeded before the call started"
         return _message_error(stream.body)
 
