@@ -22,7 +22,7 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from tests import figures
+from tests import figures, run_dirs
 from tests.e2e.helpers import unique, wait_for
 from tests.harness import cluster as localk8s
 from tests.harness.cluster_proc import pid_alive
@@ -82,6 +82,7 @@ def local_cluster() -> Iterator[localk8s.LocalCluster]:
     yield cluster
     killed = cluster.down()
     assert killed == [], f"ignored SIGTERM at teardown and were killed: {killed}"
+    run_dirs.done_with(RUN_DIR)
 
 
 def _remove_stale() -> None:

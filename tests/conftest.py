@@ -15,7 +15,7 @@ import pytest
 
 from tests import figures, machine_load
 
-pytest_plugins = ["tests.cluster_fixtures", "tests.sigterm"]
+pytest_plugins = ["tests.cluster_fixtures", "tests.run_dirs", "tests.sigterm"]
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

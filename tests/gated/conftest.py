@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import run_dirs
 from tests.cluster_fixtures import missing_prerequisite, record_startup
 from tests.node.helpers import Node, Tier
 
@@ -92,6 +93,7 @@ def real_tier(
         if not keep:
             killed = cluster.down()
             assert killed == [], f"ignored SIGTERM at teardown and were killed: {killed}"
+            run_dirs.done_with(run_dir)
 
 
 @pytest.fixture(scope="session")

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests import run_dirs
 from tests.cluster_fixtures import missing_prerequisite, record_startup
 from tests.node.helpers import IDLE_WINDOW_S, Node, Tier
 
@@ -100,6 +101,7 @@ def tier() -> Iterator[Tier]:
         if not keep:
             killed = cluster.down()
             assert killed == [], f"ignored SIGTERM at teardown and were killed: {killed}"
+            run_dirs.done_with(RUN_DIR)
 
 
 @pytest.fixture
@@ -111,6 +113,6 @@ def namespace(tier: Tier) -> Iterator[str]:
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:  # pragma: no cover - reporting
     path = RUN_DIR / "figures.json"
-    if path.exists():  # written by the session; the run dir is removed only at the next start
+    if path.exists():  # written by the session; the run dir goes after this (tests.run_dirs)
         for key, value in json.loads(path.read_text()).items():
             terminalreporter.write_line(f"real nodes: {key}: {value}")
