@@ -16,9 +16,11 @@ answered, WINDOW_UPDATE both ways with the peer's flow control honoured on
 every DATA frame we send, RST_STREAM cancelling that call's task, GOAWAY
 from the peer letting open calls finish, padding and CONTINUATION accepted.
 A connection error (a bad preface, a frame over 16 KiB, a broken header
-block, a window overrun, a frame out of order) ends the connection with
-GOAWAY naming the error; it never touches other connections. A request body
-over ``MAX_MESSAGE`` ends that call alone with RESOURCE_EXHAUSTED.
+block, a window overrun, a frame out of order, a bad setting) ends the
+connection with GOAWAY naming the error; it never touches other connections.
+A stream error (a WINDOW_UPDATE of 0 or past 2^31-1 on a call) resets that
+call alone, and a request body over ``MAX_MESSAGE`` ends it with
+RESOURCE_EXHAUSTED.
 
 Concurrency model: callbacks on the process's asyncio loop; the only
 awaiting is :meth:`H2Connection.send_message` waiting for window.
@@ -154,16 +156,14 @@ class H2Connection(asyncio.Protocol):
         if ftype == w.SETTINGS:
             return self._settings(flags, sid, payload, out)
         if ftype == w.WINDOW_UPDATE:
-            return self._window_update(sid, payload)
+            return self._window_update(sid, payload, out)
         if ftype == w.PING:
             if sid or len(payload) != 8:
                 return w.PROTOCOL_ERROR, "a malformed PING"
             if not flags & w.ACK:
                 out.append(w.frame(w.PING, w.ACK, 0, payload))
         elif ftype == w.RST_STREAM:
-            stream = self._streams.pop(sid, None)
-            if stream is not None and stream.task is not None:
-                stream.task.cancel()
+            self._drop(sid)
         elif ftype == w.GOAWAY:
             self._going_away = True
             self._close_if_idle()
@@ -284,6 +284,8 @@ class H2Connection(asyncio.Protocol):
                 if not w.DEFAULT_FRAME_SIZE <= value < 1 << 24:
                     return w.PROTOCOL_ERROR, f"SETTINGS_MAX_FRAME_SIZE {value}"
                 self._peer_frame = value
+            elif key == w.ENABLE_PUSH and value > 1:
+                return w.PROTOCOL_ERROR, f"SETTINGS_ENABLE_PUSH {value}"
             elif key == w.HEADER_TABLE_SIZE and value < 4096:
                 # Our blocks never index, but the peer's decoder must hear
                 # that our table shrank (RFC 7541 section 4.2).
@@ -292,7 +294,13 @@ class H2Connection(asyncio.Protocol):
         self._wake()
         return None
 
-    def _window_update(self, sid: int, payload: bytes) -> tuple[int, str] | None:
+    def _drop(self, sid: int) -> None:
+        """Forget stream ``sid`` and cancel its call (reset by either side)."""
+        stream = self._streams.pop(sid, None)
+        if stream is not None and stream.task is not None:
+            stream.task.cancel()
+
+    def _window_update(self, sid: int, payload: bytes, out: list[bytes]) -> tuple[int, str] | None:
         if len(payload) != 4:
             return w.FRAME_SIZE_ERROR, "a WINDOW_UPDATE not of 4 bytes"
         increment = w.u32(payload)
@@ -305,6 +313,12 @@ class H2Connection(asyncio.Protocol):
         else:
             stream = self._streams.get(sid)
             if stream is not None:
+                if not increment or stream.window + increment > w.MAX_WINDOW:  # a stream error
+                    out.append(
+                        w.rst_stream(sid, w.FLOW_CONTROL_ERROR if increment else w.PROTOCOL_ERROR)
+                    )
+                    self._drop(sid)
+                    return None
                 stream.window += increment
         self._wake()
         return None

@@ -297,3 +297,33 @@ async def test_a_deadline_already_passed_is_answered_so(served: tuple[Echo, Path
     raw.request(1, GET_INFO, b"", timeout="0n")
     assert (await raw.trailers(1))[b"grpc-status"] == b"4"
     assert not echo.entered.is_set()
+
+
+async def test_enable_push_other_than_0_or_1_is_a_protocol_error(
+    served: tuple[Echo, Path],
+) -> None:
+    _, sock = served
+    raw = await Raw.open(sock, settings={w.ENABLE_PUSH: 2})
+    assert await raw.goaway() == w.PROTOCOL_ERROR
+
+
+@pytest.mark.parametrize(
+    ("increment", "error"), [(0, w.PROTOCOL_ERROR), (w.MAX_WINDOW, w.FLOW_CONTROL_ERROR)]
+)
+async def test_a_bad_stream_window_update_resets_that_call_alone(
+    served: tuple[Echo, Path], increment: int, error: int
+) -> None:
+    echo, sock = served
+    echo.hold.clear()
+    raw = await Raw.open(sock)
+    raw.request(1, GET_INFO, b"")
+    async with asyncio.timeout(5):
+        await echo.entered.wait()
+    raw.writer.write(w.window_update(1, increment))
+    _, payload = await raw.until(w.RST_STREAM, 1)
+    assert struct.unpack(">L", payload)[0] == error
+    async with asyncio.timeout(5):
+        await echo.cancelled.wait()
+    echo.hold.set()
+    raw.request(3, GET_INFO, b"")  # the connection serves on
+    assert (await raw.trailers(3))[b"grpc-status"] == b"0"
