@@ -178,6 +178,8 @@ def _indented(value: Any, pad: str, out: list[str]) -> None:
             _indented(item, inner, out)
             sep = ",\n"
         out += ("\n", pad, "]")
+    elif isinstance(value, _Cached):
+        out.append(_device_text(value.device, pad))
     elif isinstance(value, str):
         out.append(_STRING(value))
     elif value is None or isinstance(value, bool):
@@ -188,12 +190,57 @@ def _indented(value: Any, pad: str, out: list[str]) -> None:
         out.append(_OTHER(value))
 
 
+class _Cached:
+    """A device in a document being written, whose text :func:`_device_text`
+    renders once per value and indent: a node has a few devices and every
+    prepare writes some of them again (the rendering was a tenth of the
+    plugin's own work per prepare; docs/figures.md)."""
+
+    __slots__ = ("device",)
+
+    def __init__(self, device: MetadataDevice) -> None:
+        self.device = device
+
+
+_TEXTS: dict[tuple[Any, ...], str] = {}
+_TEXTS_MAX = 4096  # distinct device values and indents kept; then it starts over
+
+
+def _device_text(device: MetadataDevice, pad: str) -> str:
+    """``device.to_json()`` as :func:`_indented` writes it at ``pad``, from
+    the cache when the same value was written before. Network data (a VF's
+    addresses, per claim) is not cached."""
+    key: tuple[Any, ...] | None = None
+    if device.network_data is None:
+        try:
+            attrs = tuple((k, *v.items()) for k, v in device.attributes.items())
+            key = (pad, device.driver, device.pool, device.name, attrs)
+            if (text := _TEXTS.get(key)) is not None:
+                return text
+        except (AttributeError, TypeError):  # a value not of scalars: not cached
+            key = None
+    out: list[str] = []
+    _indented(device.to_json(), pad, out)
+    text = "".join(out)
+    if key is not None:
+        if len(_TEXTS) >= _TEXTS_MAX:
+            _TEXTS.clear()
+        _TEXTS[key] = text
+    return text
+
+
+def _go_text(value: Any) -> str:
+    """:func:`go_json` without its fallback: TypeError where a key or a value
+    is not what ``_indented`` writes."""
+    out: list[str] = []
+    _indented(value, "", out)
+    return _GO_ESCAPE.sub(lambda m: _GO_ESCAPES[m.group()], "".join(out))
+
+
 def go_json(value: Any) -> str:
     """``value`` as Go's ``json.MarshalIndent(v, "", "  ")`` writes it."""
-    out: list[str] = []
     try:
-        _indented(value, "", out)
-        text = "".join(out)
+        return _go_text(value)
     except TypeError:  # a key to coerce, or a value json.dumps refuses too
         text = json.dumps(value, indent=2, ensure_ascii=False)
     return _GO_ESCAPE.sub(lambda m: _GO_ESCAPES[m.group()], text)
@@ -206,7 +253,13 @@ def stream(claim: ClaimIdentity, request: str, devices: Sequence[MetadataDevice]
     encoded once, the other
     versions are that text with the line swapped (no value can hold the
     line: its quotes would be escaped)."""
-    newest = go_json(document(claim, request, devices, VERSIONS[0]))
+    doc = document(claim, request, (), VERSIONS[0])
+    if devices:  # after "name", as document() puts them
+        doc["requests"][0]["devices"] = [_Cached(d) for d in devices]
+    try:
+        newest = _go_text(doc)
+    except TypeError:
+        newest = go_json(document(claim, request, devices, VERSIONS[0]))
     line = f'"apiVersion": "{GROUP}/{VERSIONS[0]}"'
     others = [newest.replace(line, f'"apiVersion": "{GROUP}/{v}"', 1) for v in VERSIONS[1:]]
     return "".join(t + "\n" for t in (newest, *others)).encode()

@@ -198,3 +198,25 @@ def test_a_netdev_vf_carries_its_network_data(tmp_path: Path) -> None:
     (device,) = doc["requests"][0]["devices"]
     assert device["networkData"]["interfaceName"] == netdev
     assert device["attributes"][PCI_BUS_ID] == {"string": "0000:1a:00.2"}
+
+
+def test_a_device_written_again_reads_as_written_once_and_a_changed_one_as_itself() -> None:
+    """stream() renders a device once per value (driver.claims.metadata
+    _device_text): the bytes stay those of the whole document rendered anew,
+    for a device seen before, one whose attribute changed, one with network
+    data, and one whose attribute value is not a scalar."""
+    from driver.claims.metadata import VERSIONS, document
+
+    claim = ClaimIdentity("ns", "c", UID)
+
+    def fresh(devices: list[MetadataDevice]) -> bytes:
+        texts = [go_json(document(claim, "gpu", devices, v)) for v in VERSIONS]
+        return "".join(t + "\n" for t in texts).encode()
+
+    one = MetadataDevice("node-a", "gpu-0", {"uuid": {"string": "GPU-0"}, "minor": {"int": 0}})
+    changed = MetadataDevice("node-a", "gpu-0", {"uuid": {"string": "GPU-9"}, "minor": {"int": 0}})
+    routed = MetadataDevice("node-a", "vf-0", {}, {"interfaceName": "net1", "ips": ["10.0.0.2/24"]})
+    odd = MetadataDevice("node-a", "gpu-1", {"list": {"string": ["not", "a", "scalar"]}})
+    for devices in ([one], [one], [changed], [one, changed], [routed], [odd], [odd]):
+        assert stream(claim, "gpu", devices) == fresh(devices)
+    assert b"GPU-9" in stream(claim, "gpu", [changed])
