@@ -239,13 +239,19 @@ async def test_a_compressed_or_cut_message_fails_its_call_and_the_next_is_served
     assert trailers[b"grpc-status"] == b"0"
 
 
-async def test_a_reset_call_cancels_its_servicer(served: tuple[Echo, Path]) -> None:
-    echo, sock = served
+async def held_call(echo: Echo, sock: Path) -> Raw:
+    """A connection whose call on stream 1 is inside its servicer, held there."""
     echo.hold.clear()
     raw = await Raw.open(sock)
     raw.request(1, GET_INFO, b"")
     async with asyncio.timeout(5):
         await echo.entered.wait()
+    return raw
+
+
+async def test_a_reset_call_cancels_its_servicer(served: tuple[Echo, Path]) -> None:
+    echo, sock = served
+    raw = await held_call(echo, sock)
     raw.writer.write(w.rst_stream(1, w.CANCEL))
     async with asyncio.timeout(5):
         await echo.cancelled.wait()
@@ -314,11 +320,7 @@ async def test_a_bad_stream_window_update_resets_that_call_alone(
     served: tuple[Echo, Path], increment: int, error: int
 ) -> None:
     echo, sock = served
-    echo.hold.clear()
-    raw = await Raw.open(sock)
-    raw.request(1, GET_INFO, b"")
-    async with asyncio.timeout(5):
-        await echo.entered.wait()
+    raw = await held_call(echo, sock)
     raw.writer.write(w.window_update(1, increment))
     _, payload = await raw.until(w.RST_STREAM, 1)
     assert struct.unpack(">L", payload)[0] == error
