@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -123,9 +123,15 @@ def container_path(claim: ClaimIdentity, request: str, driver: str = DRIVER_NAME
 
 
 def document(
-    claim: ClaimIdentity, request: str, devices: Sequence[MetadataDevice], version: str
+    claim: ClaimIdentity,
+    request: str,
+    devices: Sequence[MetadataDevice],
+    version: str,
+    as_value: Callable[[MetadataDevice], Any] = MetadataDevice.to_json,
 ) -> dict[str, Any]:
-    """One ``DeviceMetadata`` object (``request`` as allocated: may name a subrequest)."""
+    """One ``DeviceMetadata`` object (``request`` as allocated: may name a
+    subrequest); each device as ``as_value`` gives it (:func:`stream` passes
+    one the writer renders from its cache)."""
     out: dict[str, Any] = {
         "kind": KIND,
         "apiVersion": f"{GROUP}/{version}",
@@ -140,7 +146,7 @@ def document(
         out["podClaimName"] = claim.pod_claim_name
     entry: dict[str, Any] = {"name": request}
     if devices:
-        entry["devices"] = [d.to_json() for d in devices]
+        entry["devices"] = [as_value(d) for d in devices]
     out["requests"] = [entry]
     return out
 
@@ -253,11 +259,8 @@ def stream(claim: ClaimIdentity, request: str, devices: Sequence[MetadataDevice]
     encoded once, the other
     versions are that text with the line swapped (no value can hold the
     line: its quotes would be escaped)."""
-    doc = document(claim, request, (), VERSIONS[0])
-    if devices:  # after "name", as document() puts them
-        doc["requests"][0]["devices"] = [_Cached(d) for d in devices]
     try:
-        newest = _go_text(doc)
+        newest = _go_text(document(claim, request, devices, VERSIONS[0], _Cached))
     except TypeError:
         newest = go_json(document(claim, request, devices, VERSIONS[0]))
     line = f'"apiVersion": "{GROUP}/{VERSIONS[0]}"'
