@@ -98,6 +98,7 @@ class ClaimPreparer:
         # Called on the loop after every prepare/unprepare batch (the node's
         # fabric report says which fabric devices are held).
         self.on_change: Callable[[], None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the calls' loop, once one came
 
     @property
     def lock(self) -> ClaimLock:
@@ -111,6 +112,15 @@ class ClaimPreparer:
         return self._shared
 
     def _changed(self) -> None:
+        """After a call: its listeners (the node's fabric report, the GPU
+        recovery) and the compaction timer, once the call's answer is written
+        (the server writes it in the same step of the call's task); the
+        kubelet does not wait for what they do."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()  # once: a lookup reads the pid on 3.11
+        self._loop.call_soon(self._after_call)
+
+    def _after_call(self) -> None:
         if self.on_change is not None:
             self.on_change()
         self.rest.after_call()

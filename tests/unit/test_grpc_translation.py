@@ -3,6 +3,9 @@ servicer's failure isolation, without any socket."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -120,6 +123,54 @@ async def test_batch_exception_becomes_per_claim_errors(pb2: Any) -> None:
         A.uid: "RuntimeError: checkpoint unreadable",
         B.uid: "RuntimeError: checkpoint unreadable",
     }
+
+
+class _Half:
+    """Prepares A, fails B; unprepares both."""
+
+    async def read(self, claims: Sequence[ClaimRef]) -> Fetched:
+        return {}
+
+    async def prepare(
+        self, claims: Sequence[ClaimRef], fetched: Fetched | None = None
+    ) -> Mapping[str, PrepareResult]:
+        return {A.uid: PrepareResult(devices=(GPU,)), B.uid: PrepareResult(error="no such GPU")}
+
+    async def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]:
+        return {c.uid: "" for c in claims}
+
+
+def _call_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "plugin.servers.dra" and r.levelno == logging.INFO
+    ]
+
+
+async def test_call_line_is_written_after_the_answer(caplog: pytest.LogCaptureFixture) -> None:
+    """One info line per call, with its count, failures and time, scheduled
+    for after the servicer returned (the server writes the answer in that
+    same step); a claim's failure is logged at once."""
+    caplog.set_level(logging.INFO)
+    servicer = DraServicer(_Half(), dra_v1_pb2)
+    resp = await servicer.NodePrepareResources(_request(dra_v1_pb2, A, B), None)
+    assert resp.claims[B.uid].error == "no such GPU"
+    assert _call_lines(caplog) == []  # not yet: the answer is still to be written
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == ["prepare of claim uid-b failed: no such GPU"]
+    await asyncio.sleep(0)
+    [line] = _call_lines(caplog)
+    assert re.fullmatch(
+        r"prepared 2 claim\(s\) in \d+\.\d\d ms, 1 failed: \['uid-a', 'uid-b'\]", line
+    )
+    unreq = dra_v1_pb2.NodeUnprepareResourcesRequest(claims=[_request(dra_v1_pb2, A).claims[0]])
+    await servicer.NodeUnprepareResources(unreq, None)
+    assert len(_call_lines(caplog)) == 1
+    await asyncio.sleep(0)
+    assert re.fullmatch(
+        r"unprepared 1 claim\(s\) in \d+\.\d\d ms, 0 failed: \['uid-a'\]", _call_lines(caplog)[1]
+    )
 
 
 def test_health_to_proto() -> None:

@@ -3,6 +3,7 @@ rollback on failure and recovery of an interrupted prepare."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from pathlib import Path
@@ -60,6 +61,25 @@ async def test_prepare_and_unprepare_roundtrip(
     assert (await prep.unprepare([ref]))[ref.uid] == ""
     assert list((tmp / "cdi").glob("*.json")) == []
     assert prep.checkpoint.claims == {}
+
+
+async def test_listeners_run_after_the_call_returns(
+    env: tuple[Reader, FlakyHandler, ClaimPreparer, Path],
+) -> None:
+    """``on_change`` (the fabric report, the GPU recovery) runs once the call
+    has returned, its answer written, and sees what the call changed."""
+    reader, _handler, prep, _ = env
+    seen: list[set[tuple[str, str]]] = []
+    prep.on_change = lambda: seen.append(prep.prepared_devices())
+    ref = reader.add("c1", ["gpu-1"])
+    assert (await prep.prepare([ref]))[ref.uid].error == ""
+    assert seen == []
+    await asyncio.sleep(0)
+    assert seen == [{("gpu", "GPU-1")}]
+    assert (await prep.unprepare([ref]))[ref.uid] == ""
+    assert len(seen) == 1
+    await asyncio.sleep(0)
+    assert seen == [{("gpu", "GPU-1")}, set()]
 
 
 async def test_batch_isolates_bad_claims(
