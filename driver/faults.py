@@ -5,8 +5,10 @@ SIGKILL when it reaches that point, exactly as an OOM kill or a crash would
 stop it (what it wrote stays; power loss is a reboot, see docs/design.md).
 Tests use it to crash the plugin at each step of a prepare and an unprepare,
 and the controller at each step of an attach, and check that the next call
-converges with nothing leaked (and nothing asked twice). Unset (the default)
-it costs one dictionary lookup.
+converges with nothing leaked (and nothing asked twice). The variable is read
+once, when the process starts (tests set it in the environment of the
+process they start): a point costs one comparison, where a lookup in
+``os.environ`` cost a prepare 2-3 us each at four or five points.
 """
 
 from __future__ import annotations
@@ -50,7 +52,10 @@ UNPREPARE_POINTS = (
 )
 
 
+_ARMED = os.environ.get(ENV)  # the point this process dies at, if any
+
+
 def crash_point(name: str) -> None:
-    if os.environ.get(ENV) == name:
+    if name == _ARMED:
         log.critical("crash point %s reached: killing the process", name)
         os.kill(os.getpid(), signal.SIGKILL)

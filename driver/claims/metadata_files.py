@@ -68,13 +68,17 @@ class MetadataFiles:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._spare_of: tuple[int, Path] | None = None  # (pid, path), as CdiRegistry keeps it
 
     @classmethod
     def in_plugin_dir(cls, plugin_dir: Path) -> MetadataFiles:
         return cls(plugin_dir / SUBDIR)
 
     def _spare(self) -> Path:
-        return self.root / f"{SPARE}-{own_pid()}"
+        pid = own_pid()
+        if self._spare_of is None or self._spare_of[0] != pid:
+            self._spare_of = (pid, self.root / f"{SPARE}-{pid}")
+        return self._spare_of[1]
 
     def path(self, claim_uid: str, request: str) -> Path:
         return self.root / f"{canonical_claim_uid(claim_uid)}_{base_request(request)}.json"

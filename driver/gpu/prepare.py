@@ -61,6 +61,7 @@ class GpuHandler:
         passthrough: GpuPassthrough | None = None,
     ) -> None:
         self._dev_root = dev_root
+        self._hosts: dict[str, Path] = {}  # device node name -> its path under dev_root
         self._guard = guard
         self._passthrough = passthrough
         # The MIG guard blocks (NVML, the session lock scans hold), and so does
@@ -81,7 +82,9 @@ class GpuHandler:
         return self._passthrough is not None and _passthrough(config)
 
     def node(self, name: str, default_minor: int | None) -> DeviceNode | None:
-        host = self._dev_root / name
+        host = self._hosts.get(name)
+        if host is None:  # a few names per node, joined once (four per prepare)
+            host = self._hosts[name] = self._dev_root / name
         try:
             st = host.stat()
         except OSError:
