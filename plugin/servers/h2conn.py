@@ -280,6 +280,8 @@ class H2Connection(asyncio.Protocol):
                 delta, self._peer_initial = value - self._peer_initial, value
                 for stream in self._streams.values():
                     stream.window += delta
+                    if stream.window > w.MAX_WINDOW:  # RFC 9113 section 6.9.2
+                        return w.FLOW_CONTROL_ERROR, f"stream {stream.id}'s window over 2^31-1"
             elif key == w.MAX_FRAME_SIZE:
                 if not w.DEFAULT_FRAME_SIZE <= value < 1 << 24:
                     return w.PROTOCOL_ERROR, f"SETTINGS_MAX_FRAME_SIZE {value}"

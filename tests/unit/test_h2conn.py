@@ -329,3 +329,15 @@ async def test_a_bad_stream_window_update_resets_that_call_alone(
     echo.hold.set()
     raw.request(3, GET_INFO, b"")  # the connection serves on
     assert (await raw.trailers(3))[b"grpc-status"] == b"0"
+
+
+async def test_a_settings_change_that_overflows_a_window_is_a_flow_control_error(
+    served: tuple[Echo, Path],
+) -> None:
+    """RFC 9113 section 6.9.2: a new SETTINGS_INITIAL_WINDOW_SIZE that takes an
+    open stream's window over 2^31-1 is a connection error."""
+    echo, sock = served
+    raw = await held_call(echo, sock)
+    raw.writer.write(w.window_update(1, w.MAX_WINDOW - 65535))  # at the limit, allowed
+    raw.writer.write(w.settings({w.INITIAL_WINDOW_SIZE: 65536}))  # one over it
+    assert await raw.goaway() == w.FLOW_CONTROL_ERROR
