@@ -15,7 +15,9 @@ import pytest
 
 from tests import figures, machine_load
 
-pytest_plugins = ["tests.cluster_fixtures", "tests.run_dirs", "tests.sigterm"]
+# run_dirs first: cluster_fixtures imports it, and a plugin imported before
+# its turn is not rewritten by pytest (a warning on every run).
+pytest_plugins = ["tests.run_dirs", "tests.cluster_fixtures", "tests.sigterm"]
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
