@@ -110,18 +110,7 @@ class TextFormatter(logging.Formatter):
         return f"{line} [{' '.join(words)}]" if words else line
 
 
-# Libraries whose DEBUG is wire-level: hpack, under the plugin's gRPC
-# server, logs every header field of every call (a kubelet's prepare is
-# dozens of lines). They log at INFO and above whatever --log-level says,
-# so a debug plugin shows our own debug lines and not a flood that reads as a
-# hot loop.
-WIRE_LOGGERS = ("hpack",)
-
-
 def configure(level: str = "info", fmt: str = "text") -> None:
-    for name in WIRE_LOGGERS:
-        wanted = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
-        logging.getLogger(name).setLevel(max(logging.INFO, wanted))
     # No formatter here writes the process id or name: without these, a
     # record costs no getpid syscall (the plugin logs two per claim pair).
     logging.logProcesses = logging.logMultiprocessing = False

@@ -7,8 +7,9 @@ and several futures per stream (issue 36; docs/figures.md). A gRPC server
 on a Unix socket needs a small part of HTTP/2: requests come as HEADERS and
 DATA, answers go out as HEADERS, DATA and trailing HEADERS, written here in
 one socket write when the peer's windows allow. Request headers are decoded
-with ``hpack`` (h2's own decoder: the peer's dynamic table must be followed
-exactly); what the server sends is fixed bytes (``plugin.servers.h2wire``).
+by ``plugin.servers.h2headers`` (RFC 7541, checked against the ``hpack``
+library's encoder and decoder); what the server sends is fixed bytes
+(``plugin.servers.h2wire``).
 
 What it does, by RFC 9113: the preface and SETTINGS both ways (ours: stream
 windows of 1 MiB, at most 256 streams, a header list of 16 KiB), PING
@@ -33,10 +34,8 @@ import logging
 from collections.abc import Callable
 from typing import cast
 
-from hpack import Decoder
-from hpack.exceptions import HPACKError
-
 from plugin.servers import h2wire as w
+from plugin.servers.h2headers import HeaderDecoder, HeaderError
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +76,7 @@ class H2Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._buf = bytearray()
         self._preface = True
-        self._decoder = Decoder(max_header_list_size=MAX_HEADER_LIST)
+        self._decoder = HeaderDecoder(max_list=MAX_HEADER_LIST)
         self._streams: dict[int, H2Stream] = {}
         self._last_id = 0
         self._block: tuple[int, int, bytearray] | None = None  # (stream, flags, fragments)
@@ -229,8 +228,8 @@ class H2Connection(asyncio.Protocol):
             return None
         self._block = None
         try:
-            fields = cast(list[tuple[bytes, bytes]], self._decoder.decode(bytes(block), raw=True))
-        except HPACKError as exc:
+            fields = self._decoder.decode(bytes(block))
+        except HeaderError as exc:
             return w.COMPRESSION_ERROR, f"header block: {exc}"
         return self._header_block(sid, first_flags, fields, out)
 

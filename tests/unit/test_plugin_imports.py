@@ -20,7 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 # -> why the entry modules must not import it
 LAZY = {
     "grpclib": "the plugin served with it until issue 36; only the bench's floor uses it",
-    "h2": "grpclib's HTTP/2 stack: the plugin's server decodes headers with hpack alone",
+    "h2": "grpclib's HTTP/2 stack: the plugin's server speaks HTTP/2 itself (plugin.servers)",
+    "hpack": "the plugin decodes HPACK itself (plugin.servers.h2headers); tests check it",
     "aiohttp": "driver.kube.proxied's, behind a proxy-url (/metrics: driver.http1server)",
     "kubernetes": "driver.kube.api has its own client (tests/unit/test_kube_api.py checks a run)",
     "grpc": "grpcio: the plugin serves with its own HTTP/2 server (plugin.servers)",
