@@ -42,6 +42,8 @@ never lost. The tree (exit code where an error ends a process)::
     │       │                         (kept beside its Redfish renderer)
     │       └── fabric.service.count_wire.FmError
     │                                 ... on its count face (its own error body)
+    ├── WireError                     a peer broke a wire protocol (an HPACK header
+    │                                 block the plugin's HTTP/2 server cannot decode)
     ├── LeaseLost                  5  the controller is no longer the leader
     └── Stopped                    0  not a failure: SIGTERM ends a task group
 
@@ -236,6 +238,11 @@ class AdapterFull(AttachFailed):
 
 class SpareTaken(AttachFailed):
     """A warm spare's device turned out attached elsewhere: not a failure of the device."""
+
+
+class WireError(PatchbayError):
+    """A peer sent what a wire protocol forbids: the connection ends with the
+    protocol's own error (``plugin.servers.h2headers``: COMPRESSION_ERROR)."""
 
 
 class LeaseLost(PatchbayError):

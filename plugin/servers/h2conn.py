@@ -34,8 +34,9 @@ import logging
 from collections.abc import Callable
 from typing import cast
 
+from driver.errors import WireError
 from plugin.servers import h2wire as w
-from plugin.servers.h2headers import HeaderDecoder, HeaderError
+from plugin.servers.h2headers import HeaderDecoder
 
 log = logging.getLogger(__name__)
 
@@ -229,7 +230,7 @@ class H2Connection(asyncio.Protocol):
         self._block = None
         try:
             fields = self._decoder.decode(bytes(block))
-        except HeaderError as exc:
+        except WireError as exc:
             return w.COMPRESSION_ERROR, f"header block: {exc}"
         return self._header_block(sid, first_flags, fields, out)
 

@@ -8,7 +8,7 @@ indexed; this decoder does what RFC 7541 asks of a decoder and nothing
 else: integers (5.1), string literals with Huffman (5.2, Appendix B), the
 static table (Appendix A), the dynamic table with its eviction (4), size
 updates only at the head of a block (4.2), every field representation
-(6.1-6.3). Any violation is a :class:`HeaderError`, which the connection
+(6.1-6.3). Any violation is a :class:`driver.errors.WireError`, which the connection
 answers with COMPRESSION_ERROR (RFC 9113 section 4.3): the peer's table
 and ours can no longer agree. A decoded list over ``max_list`` bytes (names
 and values plus 32 each, as SETTINGS_MAX_HEADER_LIST_SIZE counts them) is
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from driver.errors import WireError
 from plugin.servers.hpack_tables import CODES, LENGTHS, STATIC_TABLE
 
 ENTRY_OVERHEAD = 32  # RFC 7541 section 4.1
@@ -70,10 +71,6 @@ _NEXT, _EMIT, _PADDING = _huffman_machine()
 _STATIC = len(STATIC_TABLE)
 
 
-class HeaderError(ValueError):
-    """A header block that cannot be decoded (a COMPRESSION_ERROR)."""
-
-
 def huffman(data: bytes | memoryview) -> bytes:
     """A Huffman-coded string literal (RFC 7541 section 5.2, Appendix B)."""
     out = bytearray()
@@ -85,15 +82,15 @@ def huffman(data: bytes | memoryview) -> bytes:
         if emit >= 0:
             out.append(emit)
         elif emit == -2:
-            raise HeaderError("the Huffman EOS symbol inside a string")
+            raise WireError("the Huffman EOS symbol inside a string")
         at = state + (byte & 15)
         state, emit = nexts[at], emits[at]
         if emit >= 0:
             out.append(emit)
         elif emit == -2:
-            raise HeaderError("the Huffman EOS symbol inside a string")
+            raise WireError("the Huffman EOS symbol inside a string")
     if state not in _PADDING:
-        raise HeaderError("invalid Huffman padding")
+        raise WireError("invalid Huffman padding")
     return bytes(out)
 
 
@@ -120,10 +117,10 @@ class HeaderDecoder:
                 field = self._entry(index)
             elif first & 0xE0 == 0x20:  # 6.3: a dynamic table size update
                 if out:
-                    raise HeaderError("a table size update after a field")
+                    raise WireError("a table size update after a field")
                 size, pos = self._int(block, pos, 5)
                 if size > self._limit:
-                    raise HeaderError(f"a table size of {size} over the {self._limit} allowed")
+                    raise WireError(f"a table size of {size} over the {self._limit} allowed")
                 self._max = size
                 self._evict(0)
                 continue
@@ -140,7 +137,7 @@ class HeaderDecoder:
                     self._add(field)
             listed += len(field[0]) + len(field[1]) + ENTRY_OVERHEAD
             if listed > self._max_list:
-                raise HeaderError(f"a header list over {self._max_list} bytes")
+                raise WireError(f"a header list over {self._max_list} bytes")
             out.append(field)
         return out
 
@@ -155,23 +152,23 @@ class HeaderDecoder:
         shift = 0
         while True:
             if pos >= len(block):
-                raise HeaderError("an integer cut short")
+                raise WireError("an integer cut short")
             byte = block[pos]
             pos += 1
             value += (byte & 0x7F) << shift
             if value >= MAX_INT:
-                raise HeaderError("an integer too large")
+                raise WireError("an integer too large")
             if not byte & 0x80:
                 return value, pos
             shift += 7
 
     def _string(self, view: memoryview, block: bytes, pos: int) -> tuple[bytes, int]:
         if pos >= len(block):
-            raise HeaderError("a string literal missing")
+            raise WireError("a string literal missing")
         coded = block[pos] & 0x80
         length, pos = self._int(block, pos, 7)
         if pos + length > len(block):
-            raise HeaderError("a string literal cut short")
+            raise WireError("a string literal cut short")
         raw = view[pos : pos + length]
         return (huffman(raw) if coded else bytes(raw)), pos + length
 
@@ -180,7 +177,7 @@ class HeaderDecoder:
             return STATIC_TABLE[index - 1]
         if _STATIC < index <= _STATIC + len(self._table):
             return self._table[index - _STATIC - 1]
-        raise HeaderError(f"index {index} is in neither table")
+        raise WireError(f"index {index} is in neither table")
 
     def _add(self, field: tuple[bytes, bytes]) -> None:
         """A new entry (4.4): older ones evicted to make room; an entry larger

@@ -52,7 +52,7 @@ def test_the_root_holds_one_class_per_kind_and_each_feature_its_own_subtree() ->
     children = sorted(c.__name__ for c in errors.PatchbayError.__subclasses__())
     assert children == [
         "ApiError", "ClaimError", "ConfigError", "DeviceError", "DiscoveryError",
-        "FabricError", "LeaseLost", "NodeStateError", "Stopped",
+        "FabricError", "LeaseLost", "NodeStateError", "Stopped", "WireError",
     ]  # fmt: skip
     fabric = [n for n, c in found.items() if "Fabric" in n or "Attach" in n or "Redfish" in n]
     assert fabric and all(issubclass(found[n], errors.FabricError) for n in fabric)

@@ -13,7 +13,8 @@ from hpack.exceptions import HPACKError
 from hpack.huffman import HuffmanEncoder
 from hpack.huffman_constants import REQUEST_CODES, REQUEST_CODES_LENGTH
 
-from plugin.servers.h2headers import HeaderDecoder, HeaderError, huffman
+from driver.errors import WireError
+from plugin.servers.h2headers import HeaderDecoder, huffman
 from plugin.servers.h2wire import hpack_int
 
 LIMIT = 16 << 10
@@ -83,7 +84,7 @@ def _literal(value: bytes, coded: bool) -> bytes:
     ],
 )
 def test_a_malformed_block_is_refused(block: bytes, why: str) -> None:
-    with pytest.raises(HeaderError):
+    with pytest.raises(WireError):
         HeaderDecoder(LIMIT).decode(block)
     with pytest.raises(HPACKError):  # as the library refuses it
         hpack.Decoder(LIMIT).decode(block, raw=True)
@@ -96,7 +97,7 @@ def test_a_list_that_expands_past_the_limit_is_refused() -> None:
     big = b"\x40\x01x" + hpack_int(3000, 7, 0) + b"v" * 3000  # x: v*3000, into the table
     assert decoder.decode(big) == [(b"x", b"v" * 3000)]
     assert len(decoder.decode(b"\xbe" * 5)) == 5  # 5 x 3033 bytes: under 16 KiB
-    with pytest.raises(HeaderError, match="over 16384 bytes"):
+    with pytest.raises(WireError, match="over 16384 bytes"):
         decoder.decode(b"\xbe" * 6)
 
 
@@ -106,7 +107,7 @@ def test_an_entry_larger_than_the_table_empties_it() -> None:
     assert decoder.decode(b"\xbe") == [(b"a", b"b")]
     huge = b"\x40\x01x" + hpack_int(5000, 7, 0) + b"v" * 5000  # 5033 bytes > 4096
     assert decoder.decode(huge) == [(b"x", b"v" * 5000)]
-    with pytest.raises(HeaderError, match="index 62"):
+    with pytest.raises(WireError, match="index 62"):
         decoder.decode(b"\xbe")
 
 
@@ -114,5 +115,5 @@ def test_a_smaller_table_evicts_at_once() -> None:
     """A size update of 0 empties the table before the block's first field."""
     decoder = HeaderDecoder(LIMIT)
     decoder.decode(b"\x40\x01a\x01b")
-    with pytest.raises(HeaderError, match="index 62"):
+    with pytest.raises(WireError, match="index 62"):
         decoder.decode(b"\x20\xbe")

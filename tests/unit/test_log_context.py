@@ -130,24 +130,6 @@ async def test_a_hot_plug_rescan_logs_with_the_devices_that_came() -> None:
         await asyncio.gather(task, return_exceptions=True)
 
 
-def test_a_debug_process_keeps_the_http2_stack_at_info() -> None:
-    """hpack, under the plugin's gRPC server, logs every header field at DEBUG; a
-    debug plugin logged 238 such lines in a 10 s outage (the outage e2e's
-    hot-loop check). Our own loggers still follow the level."""
-    root = logging.getLogger()
-    saved = (root.handlers[:], root.level)
-    try:
-        logconfig.configure("debug")
-        assert not logging.getLogger("hpack.hpack").isEnabledFor(logging.DEBUG)
-        assert logging.getLogger("hpack.hpack").isEnabledFor(logging.INFO)
-        assert logging.getLogger("driver.claims.preparer").isEnabledFor(logging.DEBUG)
-        logconfig.configure("warning")
-        assert not logging.getLogger("hpack.hpack").isEnabledFor(logging.INFO)
-    finally:
-        root.handlers[:] = saved[0]
-        root.setLevel(saved[1])
-
-
 def test_a_configured_process_reads_no_pid_per_record(monkeypatch: pytest.MonkeyPatch) -> None:
     """No formatter writes the process id, so a record reads none: the
     plugin's hot path logs per claim pair, and each getpid is a syscall."""
