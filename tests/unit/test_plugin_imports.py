@@ -23,6 +23,7 @@ LAZY = {
     "h2": "grpclib's HTTP/2 stack: the plugin's server speaks HTTP/2 itself (plugin.servers)",
     "hpack": "the plugin decodes HPACK itself (plugin.servers.h2headers); tests check it",
     "aiohttp": "driver.kube.proxied's, behind a proxy-url (/metrics: driver.http1server)",
+    "yaml": "only for a kubeconfig or VF config file that is not JSON (1.6 MB resident)",
     "kubernetes": "driver.kube.api has its own client (tests/unit/test_kube_api.py checks a run)",
     "grpc": "grpcio: the plugin serves with its own HTTP/2 server (plugin.servers)",
     "driver.controller": "the controller's code",
