@@ -241,8 +241,13 @@ class SpareTaken(AttachFailed):
 
 
 class WireError(PatchbayError):
-    """A peer sent what a wire protocol forbids: the connection ends with the
-    protocol's own error (``plugin.servers.h2headers``: COMPRESSION_ERROR)."""
+    """A peer sent what a wire protocol forbids: the connection ends with
+    ``code``, the protocol's own error (``plugin.servers.h2headers``: HTTP/2's
+    PROTOCOL_ERROR or COMPRESSION_ERROR)."""
+
+    def __init__(self, message: str, code: int = 0) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class LeaseLost(PatchbayError):

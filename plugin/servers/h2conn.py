@@ -36,7 +36,7 @@ from typing import cast
 
 from driver.errors import WireError
 from plugin.servers import h2wire as w
-from plugin.servers.h2headers import HeaderDecoder
+from plugin.servers.h2headers import HeaderBlocks
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +77,9 @@ class H2Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._buf = bytearray()
         self._preface = True
-        self._decoder = HeaderDecoder(max_list=MAX_HEADER_LIST)
+        self._blocks = HeaderBlocks(MAX_HEADER_LIST)
         self._streams: dict[int, H2Stream] = {}
         self._last_id = 0
-        self._block: tuple[int, int, bytearray] | None = None  # (stream, flags, fragments)
         self._send_window = w.DEFAULT_WINDOW
         self._peer_initial = w.DEFAULT_WINDOW
         self._peer_frame = w.DEFAULT_FRAME_SIZE
@@ -147,7 +146,7 @@ class H2Connection(asyncio.Protocol):
     def _frame(
         self, ftype: int, flags: int, sid: int, payload: bytes, out: list[bytes]
     ) -> tuple[int, str] | None:
-        if self._block is not None and ftype != w.CONTINUATION:
+        if self._blocks.open and ftype != w.CONTINUATION:
             return w.PROTOCOL_ERROR, "a frame inside a header block"
         if ftype == w.DATA:
             return self._data(flags, sid, payload, out)
@@ -208,31 +207,11 @@ class H2Connection(asyncio.Protocol):
     def _headers(
         self, ftype: int, flags: int, sid: int, payload: bytes, out: list[bytes]
     ) -> tuple[int, str] | None:
-        if ftype == w.CONTINUATION:
-            if self._block is None or self._block[0] != sid:
-                return w.PROTOCOL_ERROR, "CONTINUATION without its HEADERS"
-            block = self._block[2]
-            block += payload
-            first_flags = self._block[1]
-        else:
-            if sid == 0 or not sid & 1:
-                return w.PROTOCOL_ERROR, f"HEADERS on stream {sid}"
-            fragment = w.unpad(payload, flags, priority=True)
-            if fragment is None:
-                return w.PROTOCOL_ERROR, "HEADERS padding longer than the frame"
-            block = bytearray(fragment)
-            first_flags = flags
-        if len(block) > MAX_HEADER_LIST:
-            return w.PROTOCOL_ERROR, "a header block over 16 KiB"
-        if not flags & w.END_HEADERS:
-            self._block = (sid, first_flags, block)
-            return None
-        self._block = None
         try:
-            fields = self._decoder.decode(bytes(block))
+            block = self._blocks.frame(ftype, flags, sid, payload)
         except WireError as exc:
-            return w.COMPRESSION_ERROR, f"header block: {exc}"
-        return self._header_block(sid, first_flags, fields, out)
+            return exc.code, str(exc)
+        return None if block is None else self._header_block(*block, out)
 
     def _header_block(
         self, sid: int, flags: int, fields: list[tuple[bytes, bytes]], out: list[bytes]

@@ -14,7 +14,8 @@ from hpack.huffman import HuffmanEncoder
 from hpack.huffman_constants import REQUEST_CODES, REQUEST_CODES_LENGTH
 
 from driver.errors import WireError
-from plugin.servers.h2headers import HeaderDecoder, huffman
+from plugin.servers import h2wire as w
+from plugin.servers.h2headers import HeaderBlocks, HeaderDecoder, huffman
 from plugin.servers.h2wire import hpack_int
 
 LIMIT = 16 << 10
@@ -117,3 +118,36 @@ def test_a_smaller_table_evicts_at_once() -> None:
     decoder.decode(b"\x40\x01a\x01b")
     with pytest.raises(WireError, match="index 62"):
         decoder.decode(b"\x20\xbe")
+
+
+def test_a_block_split_into_continuations_is_joined_and_padding_dropped() -> None:
+    """RFC 9113 6.2 and 6.10: the HEADERS frame's padding and priority fields
+    go, its CONTINUATIONs join it, and the block keeps the HEADERS' flags."""
+    block = hpack.Encoder().encode([(":method", "POST"), (":path", "/a.B/C"), ("te", "trailers")])
+    blocks = HeaderBlocks(LIMIT)
+    padded = bytes([3]) + b"\x00\x00\x00\x00\x10" + block[:2] + b"\x00" * 3
+    flags = w.PADDED | w.PRIORITY_FLAG | w.END_STREAM
+    assert blocks.frame(w.HEADERS, flags, 1, padded) is None
+    assert blocks.open
+    assert blocks.frame(w.CONTINUATION, 0, 1, block[2:4]) is None
+    whole = blocks.frame(w.CONTINUATION, w.END_HEADERS, 1, block[4:])
+    assert whole == (1, flags, [(b":method", b"POST"), (b":path", b"/a.B/C"), (b"te", b"trailers")])
+    assert not blocks.open
+
+
+@pytest.mark.parametrize(
+    ("ftype", "flags", "sid", "payload", "code"),
+    [
+        (w.CONTINUATION, w.END_HEADERS, 1, b"\x82", w.PROTOCOL_ERROR),  # no HEADERS before it
+        (w.HEADERS, w.END_HEADERS, 2, b"\x82", w.PROTOCOL_ERROR),  # a server-side stream id
+        (w.HEADERS, w.END_HEADERS | w.PADDED, 1, b"\x09\x82", w.PROTOCOL_ERROR),  # padding > frame
+        (w.HEADERS, 0, 1, b"\x00" * (LIMIT + 1), w.PROTOCOL_ERROR),  # a block over the limit
+        (w.HEADERS, w.END_HEADERS, 1, b"\x80", w.COMPRESSION_ERROR),  # undecodable
+    ],
+)
+def test_a_bad_header_frame_is_the_connection_error_it_names(
+    ftype: int, flags: int, sid: int, payload: bytes, code: int
+) -> None:
+    with pytest.raises(WireError) as failed:
+        HeaderBlocks(LIMIT).frame(ftype, flags, sid, payload)
+    assert failed.value.code == code
