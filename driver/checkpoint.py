@@ -24,12 +24,12 @@ unsynced writes, and after one the file is dropped whatever it holds
 A prepare or unprepare does not rewrite the file: the one record that
 changed is appended to the checkpoint's journal (``driver.journal``), and
 the whole file is written again (a compaction) once the journal holds as
-many entries as the node has claims, when the plugin is at rest, at its
-start and at a graceful stop (below :data:`JOURNAL_FROM` claims every
-change writes the file). A reader replays the journal over the file.
-Builds before the journal read only the file, which is therefore always the
-format every build reads, current whenever the plugin is at rest
-(docs/design.md, "Upgrades and downgrades", says what a rollback sees).
+many entries as the node has claims (and at least :data:`COMPACT_FROM`),
+when the plugin is at rest, at its start and at a graceful stop. A reader
+replays the journal over the file. Builds before the journal read only the
+file, which is therefore always the format every build reads, current
+whenever the plugin is at rest (docs/design.md, "Upgrades and downgrades",
+says what a rollback sees).
 
 The records are read in one place: ``driver.holdings`` turns them into typed
 ``Holding`` values (which claim holds which device, as a share, or
@@ -56,19 +56,22 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from driver.atomicfile import remove_file, remove_stale_temps, write_atomic
 from driver.errors import CheckpointError
+from driver.journal import Appender, journal_path
 from driver.journal import append as journal_append
 from driver.journal import entries as journal_entries
 from driver.journal import entry as journal_entry
-from driver.journal import journal_path
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_VERSION = 1
-# Below this many claims a change writes the whole file, as a journal entry
-# costs about as much as that small a file (7.6 kB at 10 claims, 0.03-0.06
-# ms; tests/bench/checkpoint_bench.py) and the file every build reads stays
-# current without a compaction; from it on, the journal (O(1) per change).
-JOURNAL_FROM = 16
+# A compaction is due once the journal holds as many entries as the node has
+# claims, and never before it holds this many: a node with few claims
+# compacts every so many changes, not at every other one. Every change is
+# journaled, however few the claims: the entry is one write on the held
+# journal, a whole file five syscalls (open, write, truncate, close,
+# rename), each 3-5x dearer on a node between calls than in a loop
+# (docs/figures.md, "Where a prepare's time went inside the plugin").
+COMPACT_FROM = 16
 
 # Keys of a device record's undo data that every reader interprets alike.
 ADMIN_ACCESS = "adminAccess"  # an admin-access view (driver.claims.admin): holds nothing
@@ -172,9 +175,10 @@ class CheckpointStore:
     :meth:`record` journals one claim's change (O(1), ``driver.journal``);
     :meth:`save` writes the whole file (format 1) and removes the journal: a
     compaction, due when the journal holds as many entries as the node has
-    claims (amortised O(1)), and done by :meth:`compact` when the preparer
-    is at rest, at start-up and at a graceful stop. A node with fewer than
-    :data:`JOURNAL_FROM` claims has every change written to the file."""
+    claims and at least :data:`COMPACT_FROM` (amortised O(1)), and done by
+    :meth:`compact` when the preparer is at rest, at start-up and at a
+    graceful stop. Where no other process writes them, the journal is held
+    open between entries (``driver.journal.Appender``)."""
 
     def __init__(self, path: Path, boot_id: str, *, shared: bool = True) -> None:
         self.path = path
@@ -190,6 +194,7 @@ class CheckpointStore:
         self._followers: list[Callable[[Checkpoint], None]] = []
         self._encoded: dict[str, tuple[ClaimRecord, bytes]] = {}  # completed records' JSON
         self._entries = 0  # journal entries not yet compacted into the file
+        self._appender = None if shared else Appender(self.journal)
 
     @property
     def pending(self) -> int:
@@ -340,8 +345,7 @@ class CheckpointStore:
         """Make claim ``uid``'s record in ``checkpoint`` (or its absence) durable
         as the whole checkpoint's save would: one journal entry, or a
         compaction (:meth:`save`) when one is due."""
-        claims = len(checkpoint.claims)
-        if claims < JOURNAL_FROM or self._entries >= claims:
+        if self._entries >= max(len(checkpoint.claims), COMPACT_FROM):
             self.save(checkpoint)
             return
         record = checkpoint.claims.get(uid)
@@ -351,8 +355,12 @@ class CheckpointStore:
             if record.state is ClaimState.PREPARE_COMPLETED:  # never changed again (encode)
                 self._encoded[uid] = (record, json.dumps(uid).encode() + b":" + data)
         entry = journal_entry(self.boot_id, uid, data)
+        st = None
         try:
-            st = journal_append(self.journal, entry, status=self.shared)
+            if self._appender is not None:
+                self._appender.append(entry)
+            else:
+                st = journal_append(self.journal, entry)
         except OSError as exc:
             raise CheckpointError(f"cannot write checkpoint journal {self.journal}: {exc}") from exc
         self._entries += 1
@@ -376,6 +384,8 @@ class CheckpointStore:
         try:
             write_atomic(self.path, data, mode=0o600, keep_spare=True)
             if self._entries:
+                if self._appender is not None:
+                    self._appender.close()  # appends after this create it anew
                 remove_file(self.journal)
         except OSError as exc:
             raise CheckpointError(f"cannot write checkpoint {self.path}: {exc}") from exc

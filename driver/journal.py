@@ -23,9 +23,11 @@ killed in the middle of one (a write of many pages can stop at a page)
 leaves a torn last line, which does not parse (a JSON object closes at its
 end) and is skipped with a warning: the step it recorded never completed.
 The newline *before* each entry keeps the next process's first entry off a
-torn line. The file is opened for each append, never held: a compaction by
-another plugin process (a rolling update) removes it, and the next append
-creates it anew.
+torn line. Where only this process writes the journal, an :class:`Appender`
+holds it open, so an entry costs one ``write`` (a prepare's or unprepare's
+only checkpoint syscall); where another plugin process may write it too (a
+rolling update), :func:`append` opens it for each entry, as a compaction by
+the other process removes it and the next append must create it anew.
 """
 
 from __future__ import annotations
@@ -53,22 +55,55 @@ def entry(boot_id: str, uid: str, record_json: bytes | None) -> bytes:
     return head + b',"record":' + (record_json if record_json is not None else b"null") + b"}"
 
 
-def append(path: Path, data: bytes, *, status: bool = True) -> os.stat_result | None:
-    """Append ``data`` in one write (created if missing); the file's status
-    after (None without ``status``: no ``fstat``)."""
+def _open(path: Path) -> int:
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
     try:
-        fd = os.open(path, flags, 0o600)
+        return os.open(path, flags, 0o600)
     except FileNotFoundError:  # as driver.atomicfile does for the file
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, flags, 0o600)
+        return os.open(path, flags, 0o600)
+
+
+def _write(fd: int, data: bytes, path: Path) -> None:
+    written = os.write(fd, data)
+    if written != len(data):  # a full disk: the rest would glue to a torn line
+        raise OSError(f"short write to {path}: {written} of {len(data)} bytes")
+
+
+def append(path: Path, data: bytes) -> os.stat_result:
+    """Append ``data`` in one write (created if missing), opened for this
+    entry only; the file's status after (another process may write it)."""
+    fd = _open(path)
     try:
-        written = os.write(fd, data)
-        if written != len(data):  # a full disk: the rest would glue to a torn line
-            raise OSError(f"short write to {path}: {written} of {len(data)} bytes")
-        return os.fstat(fd) if status else None
+        _write(fd, data, path)
+        return os.fstat(fd)
     finally:
         os.close(fd)
+
+
+class Appender:
+    """The journal of a process that alone writes it, held open between
+    entries: :meth:`append` is one ``write``. :meth:`close` before the file is
+    removed (a compaction), or the next entries would go to the removed file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def append(self, data: bytes) -> None:
+        """Append ``data`` in one write (the file created if missing)."""
+        if self._fd is None:
+            self._fd = _open(self.path)
+        try:
+            _write(self._fd, data, self.path)
+        except OSError:
+            self.close()  # the next entry opens it anew
+            raise
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
 
 
 def entries(raw: bytes, boot_id: str, path: Path) -> Iterator[tuple[str, dict[str, Any] | None]]:

@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 from unittest import mock
 
+from tests.checkpoint_view import recorded
 from tests.upgrade_node import FIXTURE, UpgradeNode, ref
 
 
@@ -72,7 +73,7 @@ def main(argv: list[str]) -> int:
         node = UpgradeNode(Path(tmp))
         asyncio.run(_prepare(node))
         (target / "cdi").mkdir(parents=True, exist_ok=True)
-        data = json.loads(node.checkpoint_path.read_text())
+        data = recorded(node.checkpoint_path)  # the file, its journal replayed
         (target / "checkpoint.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
         for spec in sorted(node.cdi_root.glob("*.json")):
             shutil.copyfile(spec, target / "cdi" / spec.name)

@@ -1,7 +1,7 @@
 """A graceful stop leaves the checkpoint file current (issue 36).
 
-From ``JOURNAL_FROM`` claims on, a prepare appends its record to the
-checkpoint's journal instead of writing the whole file (``driver.journal``),
+A prepare appends its record to the checkpoint's journal instead of
+writing the whole file (``driver.journal``),
 and builds before the journal read only the file (format 1): a rollback that
 found a journal the file lacks would drop the CDI specs of the claims it does
 not know. So the plugin compacts the journal when it stops on SIGTERM, after
@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from driver.checkpoint import CHECKPOINT_VERSION, JOURNAL_FROM
+from driver.checkpoint import CHECKPOINT_VERSION
 from driver.journal import journal_path
 from fabric.simhost.topologies import TOPOLOGIES
 from plugin.sockets import LOCK_FILE_NAME, checkpoint_file
@@ -76,7 +76,7 @@ def test_sigterm_compacts_the_journal(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(PluginProcess, "argv", argv_without_rest_compaction)
-    # 4 GPUs and 16 VFs: a claim each for JOURNAL_FROM + 1 of them.
+    # 4 GPUs and 16 VFs: a claim each for 4 of them.
     with own_node(local_cluster, core, "stop-node", TOPOLOGIES["2x-h100-nic"]()) as own:
         vf_config = own.base / "vf.yaml"
         vf_config.write_text("pfs:\n  - vendorID: '15b3'\n")
@@ -87,27 +87,26 @@ def test_sigterm_compacts_the_journal(
 
         def device_names() -> list[str] | None:
             names = [d.name for s in our_slices(resource_api, own.name) for d in s.spec.devices]
-            return names if len(names) > JOURNAL_FROM else None
+            return names if len(names) >= 4 else None
 
-        names = wait_for("devices published", device_names, timeout=30)[: JOURNAL_FROM + 1]
+        names = wait_for("devices published", device_names, timeout=30)[:4]
         claims = [
             (namespace, f"c{i}", allocated_claim(resource_api, namespace, f"c{i}", own.name, [n]))
             for i, n in enumerate(names)
         ]
-        # Below JOURNAL_FROM claims every change writes the whole file.
-        first = kubelet.prepare(endpoint, claims[: JOURNAL_FROM - 1])
-        assert [r.error for r in first.values()] == [""] * (JOURNAL_FROM - 1)
+        first = kubelet.prepare(endpoint, claims[:2])
+        assert [r.error for r in first.values()] == ["", ""]
         path = checkpoint_file(plugin.plugin_dir)
         journal = journal_path(path)
-        assert not journal.exists()
-        # The last call (claims JOURNAL_FROM and JOURNAL_FROM + 1: journaled)
-        # waits on the prepare lock the test holds; SIGTERM comes meanwhile.
+        assert journal.exists(), "the prepares were journaled"
+        # The last call (two more claims) waits on the prepare lock the test
+        # holds; SIGTERM comes meanwhile.
         lock = plugin.plugin_dir / LOCK_FILE_NAME
         fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             with ThreadPoolExecutor(1) as pool:
-                last = pool.submit(kubelet.prepare, endpoint, claims[JOURNAL_FROM - 1 :])
+                last = pool.submit(kubelet.prepare, endpoint, claims[2:])
                 assert plugin.proc is not None
                 pid = plugin.proc.pid
                 wait_for("the last prepare waiting on the lock", lambda: lock_waiter(lock, pid))

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from driver.checkpoint import CheckpointStore, ClaimState
+from tests.checkpoint_view import recorded
 from tests.upgrade_node import BOOT_ID, CLAIMS, FIXTURE, MIG_GPU_INDEX, UpgradeNode, ref
 
 UID = {name: uid for name, (uid, _, _) in CLAIMS.items()}
@@ -129,5 +130,5 @@ async def test_every_claim_unprepares_from_its_undo_data(node: UpgradeNode) -> N
         assert node.host.tree.driver_of(bdf) == "mlx5_core"
         override = (node.host.tree.path_of(bdf) / "driver_override").read_text().strip()
         assert override in ("", "(null)")
-    assert json.loads(node.checkpoint_path.read_text())["claims"] == {}
+    assert recorded(node.checkpoint_path)["claims"] == {}
     assert list(node.cdi_root.glob("*.json")) == []

@@ -5,6 +5,7 @@ writes the whole file and removes it; torn and foreign entries are skipped."""
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,11 @@ from driver.journal import journal_path
 
 
 @pytest.fixture(autouse=True)
-def journal_at_any_size(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The journal from the first claim on (a node below JOURNAL_FROM claims
-    writes the whole file at every change)."""
-    monkeypatch.setattr(checkpoint_module, "JOURNAL_FROM", 0)
+def compaction_at_any_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compaction as soon as the journal holds as many entries as the node
+    has claims, however few (a node compacts at COMPACT_FROM entries at the
+    earliest; the small node's test sets it back)."""
+    monkeypatch.setattr(checkpoint_module, "COMPACT_FROM", 0)
 
 
 def record(uid: str, state: ClaimState = ClaimState.PREPARE_COMPLETED) -> ClaimRecord:
@@ -153,17 +155,52 @@ def test_the_first_entry_creates_the_directory(tmp_path: Path) -> None:
     assert uid in CheckpointStore(store.path, "boot").load().claims
 
 
-def test_a_small_node_writes_the_whole_file_at_every_change(
+def test_a_small_node_journals_too_and_compacts_at_compact_from_entries(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(checkpoint_module, "JOURNAL_FROM", 16)
-    store, checkpoint, held = filled(tmp_path, 15)
-    new = str(uuid.uuid4())
-    checkpoint.claims[new] = record(new)  # 16 claims: from here on, the journal
-    store.record(checkpoint, new)
-    assert store.pending == 1 and new not in json.loads(store.path.read_bytes())["claims"]
-    del checkpoint.claims[held[0]]  # 15: the whole file, the journal folded in
-    store.record(checkpoint, held[0])
+    monkeypatch.setattr(checkpoint_module, "COMPACT_FROM", 16)
+    store, checkpoint, held = filled(tmp_path, 2)
+    changed = [str(uuid.uuid4()) for _ in range(17)]
+    for n, uid in enumerate(changed[:16], start=1):  # 3 claims, then 2, then 3...
+        if n % 2:
+            checkpoint.claims[uid] = record(uid)
+        else:
+            del checkpoint.claims[changed[n - 2]]
+            uid = changed[n - 2]
+        store.record(checkpoint, uid)
+        assert store.pending == n, "a change is an entry, however few the claims"
+    assert set(json.loads(store.path.read_bytes())["claims"]) == set(held)
+    checkpoint.claims[changed[16]] = record(changed[16])
+    store.record(checkpoint, changed[16])  # the journal holds 16: a compaction instead
     assert store.pending == 0 and not store.journal.exists()
-    on_disk = json.loads(store.path.read_bytes())["claims"]
-    assert new in on_disk and held[0] not in on_disk
+    assert set(json.loads(store.path.read_bytes())["claims"]) == set(checkpoint.claims)
+
+
+def test_a_store_alone_on_its_files_holds_the_journal_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = CheckpointStore(tmp_path / "cp.json", "boot", shared=False)
+    checkpoint = store.load()
+    held = [str(uuid.uuid4()) for _ in range(10)]
+    checkpoint.claims.update({uid: record(uid) for uid in held})
+    store.save(checkpoint)
+    opened: list[str] = []
+    real_open = os.open
+
+    def counting(path: Any, *args: Any, **kwargs: Any) -> int:
+        opened.append(str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", counting)
+    for uid in held[:3]:
+        del checkpoint.claims[uid]
+        store.record(checkpoint, uid)
+    assert opened == [str(store.journal)] and store.pending == 3, "opened for the first only"
+    # A compaction removes the journal: the next entry goes to a new one,
+    # not to the removed file.
+    assert store.compact(checkpoint) and not store.journal.exists()
+    new = str(uuid.uuid4())
+    checkpoint.claims[new] = record(new)
+    store.record(checkpoint, new)
+    assert opened.count(str(store.journal)) == 2 and store.journal.exists()
+    assert set(CheckpointStore(store.path, "boot").load().claims) == {*held[3:], new}

@@ -33,6 +33,7 @@ from driver.pci.writes import driver_of
 from fabric.simhost.effects import EffectsWatcher
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
+from tests.checkpoint_view import recorded
 from tests.claims_doubles import Reader
 
 GPU_BDF = "0000:3b:00.0"
@@ -245,7 +246,7 @@ async def test_through_the_preparer_checkpointed_and_restored(
     vm = vm_claim(reader, "gpu-0", PASSTHROUGH)
     assert (await prep.prepare([vm]))[vm.uid].error == ""
     assert host.tree.driver_of(GPU_BDF) == "vfio-pci"
-    saved = json.loads((tmp_path / "cp.json").read_text())
+    saved = recorded(tmp_path / "cp.json")  # the file, its journal replayed
     assert saved["claims"][vm.uid]["devices"][0]["undo"]["pci"] == GPU_BDF
     spec = json.loads(next((tmp_path / "cdi").glob("*.json")).read_text())
     paths = {n["path"] for d in spec["devices"] for n in d["containerEdits"].get("deviceNodes", [])}

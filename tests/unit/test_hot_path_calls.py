@@ -83,4 +83,4 @@ async def test_an_unshared_checkpoint_is_not_stat_after_writes(
         assert not (await preparer.prepare([ref]))[ref.uid].error
         assert (await preparer.unprepare([ref]))[ref.uid] == ""
     assert [p for p in stats if p.startswith(str(store.path))] == []
-    assert store.path.exists() and not store.changed()
+    assert store.journal.exists() and not store.changed()

@@ -298,6 +298,6 @@ async def test_the_record_keeps_the_uids_of_the_claims_pods(
         {"resource": "pods", "name": "p1", "uid": "uid-1"},
     ]
     await prep.prepare([ref, other])
-    stored = Checkpoint.model_validate_json((tmp / "cp.json").read_text())
+    stored = CheckpointStore(tmp / "cp.json", "boot").load()  # as a restart reads it
     assert stored.claims[ref.uid].pods == ["uid-1", "uid-2"]
     assert stored.claims[other.uid].pods is None  # reserved for no pod it names

@@ -3,7 +3,6 @@ sequence and its undo, and VF claims through the claim preparer."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ from driver.vf.prepare import VfHandler
 from fabric.simhost.effects import EffectsWatcher
 from fabric.simhost.host import SimHost
 from fabric.simhost.topologies import TOPOLOGIES
+from tests.checkpoint_view import recorded
 from tests.claims_doubles import Reader
 
 VFIO = VfConfig.model_validate(
@@ -138,7 +138,7 @@ async def test_preparer_batch_vfio_and_malformed_config(
     assert "field mode" in results[bad.uid].error and "field vlan" in results[bad.uid].error
     assert host.tree.driver_of("0000:1a:00.2") == "vfio-pci"
     assert host.tree.driver_of("0000:1a:00.3") == "mlx5_core"
-    saved = json.loads((tmp_path / "cp.json").read_text())
+    saved = recorded(tmp_path / "cp.json")  # the file, its journal replayed
     assert saved["claims"][good.uid]["devices"][0]["undo"]["driver"] == "mlx5_core"
     assert bad.uid not in saved["claims"]
     assert (await prep.unprepare([good]))[good.uid] == ""
