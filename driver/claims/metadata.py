@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,10 +65,21 @@ class MetadataDevice:
     def of(
         cls, pool: str, device: Device, network: Mapping[str, Any] | None = None
     ) -> MetadataDevice:
-        """A device with the attributes its ResourceSlice publishes (``type`` too)."""
+        """A device with the attributes its ResourceSlice publishes (``type``
+        too); without network data, the one made before for the same
+        :class:`Device` value (discovery replaces a device, never changes it),
+        so its text is rendered once (:func:`_device_text`)."""
+        kept = _MADE.get((pool, id(device))) if network is None else None
+        if kept is not None and kept[0] is device:  # the cache holds it: its id is not reused
+            return kept[1]
         attrs = dict(device.attributes)
         attrs.setdefault(TYPE, device.kind)
-        return cls(pool, device.name, {k: attribute_json(v) for k, v in attrs.items()}, network)
+        made = cls(pool, device.name, {k: attribute_json(v) for k, v in attrs.items()}, network)
+        if network is None:
+            if len(_MADE) >= _CACHE_MAX:
+                _MADE.clear()
+            _MADE[(pool, id(device))] = (device, made)
+        return made
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"driver": self.driver, "pool": self.pool, "name": self.name}
@@ -123,15 +134,10 @@ def container_path(claim: ClaimIdentity, request: str, driver: str = DRIVER_NAME
 
 
 def document(
-    claim: ClaimIdentity,
-    request: str,
-    devices: Sequence[MetadataDevice],
-    version: str,
-    as_value: Callable[[MetadataDevice], Any] = MetadataDevice.to_json,
+    claim: ClaimIdentity, request: str, devices: Sequence[MetadataDevice], version: str
 ) -> dict[str, Any]:
     """One ``DeviceMetadata`` object (``request`` as allocated: may name a
-    subrequest); each device as ``as_value`` gives it (:func:`stream` passes
-    one the writer renders from its cache)."""
+    subrequest); :func:`stream` writes the same from a template."""
     out: dict[str, Any] = {
         "kind": KIND,
         "apiVersion": f"{GROUP}/{version}",
@@ -146,7 +152,7 @@ def document(
         out["podClaimName"] = claim.pod_claim_name
     entry: dict[str, Any] = {"name": request}
     if devices:
-        entry["devices"] = [as_value(d) for d in devices]
+        entry["devices"] = [d.to_json() for d in devices]
     out["requests"] = [entry]
     return out
 
@@ -184,8 +190,6 @@ def _indented(value: Any, pad: str, out: list[str]) -> None:
             _indented(item, inner, out)
             sep = ",\n"
         out += ("\n", pad, "]")
-    elif isinstance(value, _Cached):
-        out.append(_device_text(value.device, pad))
     elif isinstance(value, str):
         out.append(_STRING(value))
     elif value is None or isinstance(value, bool):
@@ -196,42 +200,30 @@ def _indented(value: Any, pad: str, out: list[str]) -> None:
         out.append(_OTHER(value))
 
 
-class _Cached:
-    """A device in a document being written, whose text :func:`_device_text`
-    renders once per value and indent: a node has a few devices and every
-    prepare writes some of them again (the rendering was a tenth of the
-    plugin's own work per prepare; docs/figures.md)."""
-
-    __slots__ = ("device",)
-
-    def __init__(self, device: MetadataDevice) -> None:
-        self.device = device
-
-
-_TEXTS: dict[tuple[Any, ...], str] = {}
-_TEXTS_MAX = 4096  # distinct device values and indents kept; then it starts over
+_CACHE_MAX = 4096  # devices (and indents) kept per cache; then it starts over
+# (pool, id(Device)) -> the device and what MetadataDevice.of made of it.
+_MADE: dict[tuple[str, int], tuple[Device, MetadataDevice]] = {}
+# (indent, id(MetadataDevice)) -> the device and its text at that indent.
+_TEXTS: dict[tuple[str, int], tuple[MetadataDevice, str]] = {}
 
 
 def _device_text(device: MetadataDevice, pad: str) -> str:
     """``device.to_json()`` as :func:`_indented` writes it at ``pad``, from
-    the cache when the same value was written before. Network data (a VF's
-    addresses, per claim) is not cached."""
-    key: tuple[Any, ...] | None = None
-    if device.network_data is None:
-        try:
-            attrs = tuple((k, *v.items()) for k, v in device.attributes.items())
-            key = (pad, device.driver, device.pool, device.name, attrs)
-            if (text := _TEXTS.get(key)) is not None:
-                return text
-        except (AttributeError, TypeError):  # a value not of scalars: not cached
-            key = None
+    the cache when the same device was written before: a node has a few
+    devices, every prepare writes some of them again, and
+    :meth:`MetadataDevice.of` hands out the same one for the same device (the
+    rendering was a tenth of the plugin's own work per prepare;
+    docs/figures.md). Network data (a VF's addresses, per claim) is not
+    cached."""
+    if (kept := _TEXTS.get((pad, id(device)))) is not None and kept[0] is device:
+        return kept[1]
     out: list[str] = []
     _indented(device.to_json(), pad, out)
     text = "".join(out)
-    if key is not None:
-        if len(_TEXTS) >= _TEXTS_MAX:
+    if device.network_data is None:
+        if len(_TEXTS) >= _CACHE_MAX:
             _TEXTS.clear()
-        _TEXTS[key] = text
+        _TEXTS[(pad, id(device))] = (device, text)
     return text
 
 
@@ -252,6 +244,37 @@ def go_json(value: Any) -> str:
     return _GO_ESCAPE.sub(lambda m: _GO_ESCAPES[m.group()], text)
 
 
+# The object of VERSIONS[0] up to its metadata's name: the same in every file.
+_HEAD = f'{{\n  "kind": "{KIND}",\n  "apiVersion": "{GROUP}/{VERSIONS[0]}",\n  "metadata": {{\n'
+_DEVICE_PAD = " " * 8  # a device's indent in requests[0].devices
+
+
+def _newest_text(claim: ClaimIdentity, request: str, devices: Sequence[MetadataDevice]) -> str:
+    """``_go_text(document(claim, request, devices, VERSIONS[0]))``, written
+    from a template around the claim's strings and the devices' cached texts:
+    the whole object through :func:`_indented` was most of the file's cost.
+    TypeError where a value is not what ``_indented`` writes."""
+    text = _STRING
+    parts = [
+        _HEAD,
+        '    "name": ', text(claim.name),
+        ',\n    "namespace": ', text(claim.namespace),
+        ',\n    "uid": ', text(claim.uid),
+        ',\n    "generation": 1\n  }',
+    ]  # fmt: skip
+    if claim.pod_claim_name is not None:
+        parts += (',\n  "podClaimName": ', text(claim.pod_claim_name))
+    parts += (',\n  "requests": [\n    {\n      "name": ', text(request))
+    if devices:
+        sep = ',\n      "devices": [\n' + _DEVICE_PAD
+        for device in devices:
+            parts += (sep, _device_text(device, _DEVICE_PAD))
+            sep = ",\n" + _DEVICE_PAD
+        parts.append("\n      ]")
+    parts.append("\n    }\n  ]\n}")
+    return _GO_ESCAPE.sub(lambda m: _GO_ESCAPES[m.group()], "".join(parts))
+
+
 def stream(claim: ClaimIdentity, request: str, devices: Sequence[MetadataDevice]) -> bytes:
     """The file's content: one object per version, each ended by a newline.
 
@@ -260,7 +283,7 @@ def stream(claim: ClaimIdentity, request: str, devices: Sequence[MetadataDevice]
     versions are that text with the line swapped (no value can hold the
     line: its quotes would be escaped)."""
     try:
-        newest = _go_text(document(claim, request, devices, VERSIONS[0], _Cached))
+        newest = _newest_text(claim, request, devices)
     except TypeError:
         newest = go_json(document(claim, request, devices, VERSIONS[0]))
     line = f'"apiVersion": "{GROUP}/{VERSIONS[0]}"'

@@ -45,6 +45,23 @@ def gpu(name: str = "gpu-0") -> Device:
     return Device(name=name, kind="gpu", local_id="GPU-0", attributes=attrs)
 
 
+def test_a_device_is_described_once_and_a_replaced_one_anew() -> None:
+    device = gpu()
+    first = MetadataDevice.of(NODE, device)
+    assert MetadataDevice.of(NODE, device) is first, "the same device: made once"
+    assert MetadataDevice.of("another-pool", device).pool == "another-pool"
+    # Discovery replaces a device whose attributes changed: a new value.
+    replaced = Device(name="gpu-0", kind="gpu", local_id="GPU-0", attributes={"minor": 1})
+    again = MetadataDevice.of(NODE, replaced)
+    assert again is not first and again.attributes["minor"] == {"int": 1}
+    claim = ClaimIdentity("ns", "c", UID)
+    assert [d["requests"][0]["devices"][0]["attributes"]["minor"] for d in read_stream(
+        stream(claim, "gpu", [first]) + stream(claim, "gpu", [again])
+    )] == [{"int": 0}] * 2 + [{"int": 1}] * 2  # fmt: skip
+    net = {"interfaceName": "eth1"}
+    assert MetadataDevice.of(NODE, device, net).network_data == net, "network data: not cached"
+
+
 def test_stream_has_upstream_fields_and_versions_newest_first() -> None:
     claim = ClaimIdentity("ns", "pod-gpu-abc12", UID, pod_claim_name="gpu")
     net = {"interfaceName": "eth1", "hardwareAddress": "02:00:00:00:00:01"}
