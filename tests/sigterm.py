@@ -27,7 +27,14 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt("SIGTERM: ending the run; tearing down what it started")
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_configure(config: pytest.Config) -> None:
+def interrupt_on_sigterm() -> None:
+    """From now on a SIGTERM ends this process as Ctrl-C does (the
+    benches' entry point, ``tests.bench``, calls it too: a bench stopped
+    so left its plugins and the reference's running)."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _interrupt)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    interrupt_on_sigterm()

@@ -33,6 +33,7 @@ from tests.bench import (
     soak_bench,
     spares_bench,
 )
+from tests.sigterm import interrupt_on_sigterm
 
 DEFAULT = (
     plugin_bench,
@@ -59,6 +60,7 @@ BY_NAME: dict[str, ModuleType] = {
 
 
 def main(argv: list[str]) -> int:
+    interrupt_on_sigterm()  # a bench stopped with SIGTERM tears down what it started
     if argv:
         bench = BY_NAME.get(argv[0])
         if bench is None:
