@@ -66,15 +66,17 @@ def exchange(a: Path, b: Path) -> bool:
     return _rename2(a, b, RENAME_EXCHANGE, set()) == 0
 
 
-def _fill(path: Path, data: bytes, mode: int) -> None:
+def _fill(path: Path, data: bytes, mode: int, fd: int | None = None) -> None:
     """Write ``data`` into ``path`` from offset 0 (created if missing), cut to
-    its length: over an old file in place, never truncated to zero first."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags, mode)
-    except FileNotFoundError:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, flags, mode)
+    its length: over an old file in place, never truncated to zero first.
+    ``fd``: ``path`` opened already (closed here, as an fd opened here is)."""
+    if fd is None:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
+        try:
+            fd = os.open(path, flags, mode)
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, flags, mode)
     try:
         view, offset = memoryview(data), 0
         while offset < len(view):
@@ -84,12 +86,15 @@ def _fill(path: Path, data: bytes, mode: int) -> None:
         os.close(fd)
 
 
-def create_from_spare(path: Path, data: bytes, spare: Path, mode: int = 0o644) -> None:
+def create_from_spare(
+    path: Path, data: bytes, spare: Path, mode: int = 0o644, *, fd: int | None = None
+) -> None:
     """Create ``path`` with ``data`` atomically by filling the ``spare`` file
     (a temp name in the same directory) and renaming it: no inode is made when
     :func:`retire` left one there. An existing ``path`` is replaced as
-    :func:`write_atomic` does."""
-    _fill(spare, data, mode)
+    :func:`write_atomic` does. ``fd``: the spare opened already
+    (``driver.sparefile``), closed here."""
+    _fill(spare, data, mode, fd)
     err = _rename2(spare, path, RENAME_NOREPLACE, {errno.EEXIST})
     if err == errno.EEXIST:
         write_atomic(path, data, mode)  # a re-write: the spare stays for the next one

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from driver.atomicfile import create_from_spare, own_pid, remove_stale_temps, retire
+from driver.atomicfile import remove_stale_temps
 from driver.errors import CdiError
+from driver.sparefile import Spare
 
 CDI_VERSION = "0.6.0"
 VENDOR = "k8s.patchbay.dev"
@@ -106,15 +107,9 @@ class CdiRegistry:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self._spare_of: tuple[int, Path] | None = None  # (pid, path)
-
-    def _spare(self) -> Path:
-        # One file recycled between specs (driver.atomicfile.retire); its name
-        # ends in neither .json nor .yaml, so runtimes never read it as a spec.
-        pid = own_pid()
-        if self._spare_of is None or self._spare_of[0] != pid:
-            self._spare_of = (pid, self.root / f".{VENDOR}-{CLASS}.spare.tmp-{pid}")
-        return self._spare_of[1]
+        # One file recycled between specs (driver.sparefile); its name ends
+        # in neither .json nor .yaml, so runtimes never read it as a spec.
+        self.spare = Spare(root, f"{VENDOR}-{CLASS}.spare.tmp")
 
     def remove_debris(self) -> int:
         """Temp files and spares of ours a crash or another process left (only
@@ -163,7 +158,7 @@ class CdiRegistry:
         path = self.spec_path(claim_uid)
         uid = path.name[len(FILE_PREFIX) : -len(".json")]
         try:
-            create_from_spare(path, json.dumps(spec, separators=(",", ":")).encode(), self._spare())
+            self.spare.create(path, json.dumps(spec, separators=(",", ":")).encode())
         except OSError as exc:
             raise CdiError(f"cannot write CDI spec for claim {uid}: {self._why(exc)}") from exc
 
@@ -179,7 +174,7 @@ class CdiRegistry:
 
     def remove_claim_spec(self, claim_uid: str) -> bool:
         try:
-            return retire(self.spec_path(claim_uid), self._spare())
+            return self.spare.retire(self.spec_path(claim_uid))
         except OSError as exc:
             why = self._why(exc)
             raise CdiError(f"cannot remove CDI spec for claim {claim_uid}: {why}") from exc

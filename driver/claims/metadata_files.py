@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from driver.atomicfile import create_from_spare, own_pid, remove_stale_temps, retire
+from driver.atomicfile import remove_stale_temps
 from driver.cdi import CdiDevice, CdiRegistry, ContainerEdits, canonical_claim_uid
 from driver.checkpoint import DeviceRecord
 from driver.claims.metadata import (
@@ -44,9 +44,10 @@ from driver.claims.metadata import (
     stream,
 )
 from driver.errors import CdiError
+from driver.sparefile import Spare
 
 SUBDIR = "dra-device-metadata"  # under the plugin directory (the Go library's name)
-SPARE = ".metadata.spare.tmp"  # + "-<pid>": a debris name of driver.atomicfile
+SPARE = "metadata.spare.tmp"  # ".<SPARE>-<pid>": a debris name of driver.atomicfile
 CDI_DEVICE_PREFIX = "metadata_"
 
 
@@ -68,17 +69,11 @@ class MetadataFiles:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self._spare_of: tuple[int, Path] | None = None  # (pid, path), as CdiRegistry keeps it
+        self.spare = Spare(root, SPARE)  # recycled between files, as CdiRegistry's
 
     @classmethod
     def in_plugin_dir(cls, plugin_dir: Path) -> MetadataFiles:
         return cls(plugin_dir / SUBDIR)
-
-    def _spare(self) -> Path:
-        pid = own_pid()
-        if self._spare_of is None or self._spare_of[0] != pid:
-            self._spare_of = (pid, self.root / f"{SPARE}-{pid}")
-        return self._spare_of[1]
 
     def path(self, claim_uid: str, request: str) -> Path:
         return self.root / f"{canonical_claim_uid(claim_uid)}_{base_request(request)}.json"
@@ -97,7 +92,7 @@ class MetadataFiles:
             base = base_request(request)
             path = self.path(claim.uid, base)
             try:
-                create_from_spare(path, stream(claim, request, devs), self._spare())
+                self.spare.create(path, stream(claim, request, devs))
             except OSError as exc:
                 raise CdiError(
                     f"cannot write the device metadata of claim {claim.uid}, request "
@@ -118,7 +113,7 @@ class MetadataFiles:
         else:
             paths = [self.path(uid, r) for r in dict.fromkeys(base_request(r) for r in requests)]
         try:
-            return sum(retire(p, self._spare()) for p in paths)
+            return sum(self.spare.retire(p) for p in paths)
         except OSError as exc:
             raise CdiError(
                 f"cannot remove the device metadata of claim {uid} in {self.root}: {exc}"

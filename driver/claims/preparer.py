@@ -111,14 +111,25 @@ class ClaimPreparer:
         """Whether each call re-reads the checkpoint another process may write."""
         return self._shared
 
+    def _soon(self, callback: Callable[[], None]) -> None:
+        """``callback`` once the running task yields (loop.call_soon)."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()  # once: a lookup reads the pid on 3.11
+        self._loop.call_soon(callback)
+
     def _changed(self) -> None:
         """After a call: its listeners (the node's fabric report, the GPU
         recovery) and the compaction timer, once the call's answer is written
         (the server writes it in the same step of the call's task); the
         kubelet does not wait for what they do."""
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()  # once: a lookup reads the pid on 3.11
-        self._loop.call_soon(self._after_call)
+        self._soon(self._after_call)
+
+    def _open_spares(self) -> None:
+        """The spares of the files a prepare writes, opened while its GET is
+        in flight (``driver.sparefile``): the writes after it start open."""
+        self._cdi.spare.open_ahead()
+        if self._metadata is not None:
+            self._metadata.spare.open_ahead()
 
     def _after_call(self) -> None:
         if self.on_change is not None:
@@ -141,7 +152,9 @@ class ClaimPreparer:
     # -- public API -------------------------------------------------------
 
     async def read(self, claims: Sequence[ClaimRef]) -> Fetched:
-        """The API reads of a prepare, taken before any lock (driver.claims.fetch)."""
+        """The API reads of a prepare, taken before any lock (driver.claims.fetch);
+        meanwhile, the spares are opened."""
+        self._soon(self._open_spares)
         return await read_claims(self._reader, claims, self._needs_read)
 
     def _needs_read(self, uid: str) -> bool:

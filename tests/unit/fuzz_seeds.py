@@ -55,11 +55,15 @@ def prepare_claim(claim: dict[str, Any]) -> tuple[str, dict[str, Any], list[Path
         reader = Reader()
         reader.claims[("ns", "c")] = claim
         store = CheckpointStore(root / "cp.json", "boot")
-        prep = ClaimPreparer(reader, inventory, {"gpu": handler}, store, CdiRegistry(root / "cdi"))
+        cdi = CdiRegistry(root / "cdi")
+        prep = ClaimPreparer(reader, inventory, {"gpu": handler}, store, cdi)
         ref = ClaimRef("ns", "c", UID)
         result = asyncio.run(prep.prepare([ref]))[UID]
         saved = recorded(root / "cp.json")  # as a restart reads it: file and journal
-        return result.error, saved.get("claims", {}), list((root / "cdi").glob("*")), handler.active
+        # Every file but the registry's spare (opened ahead of a write,
+        # driver.sparefile): specs, and any debris a failure left.
+        files = [p for p in (root / "cdi").glob("*") if p != cdi.spare.path]
+        return result.error, saved.get("claims", {}), files, handler.active
 
 
 DEVICE = {

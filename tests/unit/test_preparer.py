@@ -7,6 +7,7 @@ import asyncio
 import json
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -301,3 +302,24 @@ async def test_the_record_keeps_the_uids_of_the_claims_pods(
     stored = CheckpointStore(tmp / "cp.json", "boot").load()  # as a restart reads it
     assert stored.claims[ref.uid].pods == ["uid-1", "uid-2"]
     assert stored.claims[other.uid].pods is None  # reserved for no pod it names
+
+
+async def test_the_spares_are_opened_while_the_get_is_in_flight(
+    env: tuple[Reader, FlakyHandler, ClaimPreparer, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reader, _handler, prep, tmp = env
+    first, second = reader.add("c1", ["gpu-1"]), reader.add("c2", ["gpu-2"])
+    assert not (await prep.prepare([first]))[first.uid].error  # the CDI directory exists
+    opened_in_flight: list[bool] = []
+    read = reader.read_claim
+
+    async def slow_read(namespace: str, name: str) -> Any:
+        await asyncio.sleep(0)  # the GET in flight: the loop runs what is due
+        opened_in_flight.append(prep._cdi.spare._held() is not None)
+        return await read(namespace, name)
+
+    monkeypatch.setattr(reader, "read_claim", slow_read)
+    assert not (await prep.prepare([second]))[second.uid].error
+    assert opened_in_flight == [True]
+    assert prep._cdi.spare._held() is None, "the spec's write used it"
+    assert json.loads((tmp / "cdi" / f"k8s.patchbay.dev-claim_{second.uid}.json").read_text())
