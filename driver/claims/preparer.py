@@ -37,16 +37,17 @@ from driver.cdi import CdiRegistry, canonical_claim_uid
 from driver.checkpoint import Checkpoint, CheckpointStore, ClaimRecord, ClaimState
 from driver.claims import admin
 from driver.claims.allocation import Allocation, parse_allocation
+from driver.claims.claim_files import ClaimFiles
 from driver.claims.compaction import RestCompaction
 from driver.claims.fetch import ClaimReader, read_claims
 from driver.claims.keys import Seen, prepare_keys, undo_keys
 from driver.claims.lock import ClaimLock, KeyedHold
 from driver.claims.metadata import ClaimIdentity, MetadataDevice
-from driver.claims.metadata_files import MetadataFiles, with_metadata_ids
+from driver.claims.metadata_files import MetadataFiles
 from driver.claims.model import ClaimRef, Fetched, PrepareResult, log_fields
 from driver.claims.plan import Holdings, Planned, plan_claim
 from driver.claims.recovery import recover_files
-from driver.claims.results import ClaimEdits, result_of, unique_devices
+from driver.claims.results import ClaimEdits, result_of
 from driver.claims.threads import ThreadChoice
 from driver.devices.handler import ClaimSharing, DeviceHandler, Inventory, changes_device
 from driver.errors import CheckpointError, ClaimError, ConfigError, PatchbayError
@@ -85,6 +86,7 @@ class ClaimPreparer:
         self._sharing = sharing  # claim-wide GPU sharing (driver.gpu.sharing)
         self._threads = ThreadChoice(self._handlers, sharing)  # loop or worker thread
         self._metadata = metadata  # device metadata files (KEP-5304), when on
+        self._files = ClaimFiles(cdi, metadata)  # a claim's files, in their order
         self._lock = lock if lock is not None else ClaimLock()
         self._state = threading.Lock()  # what keyed claims share (module docstring)
         # During a rolling update two plugin processes share the checkpoint
@@ -124,13 +126,6 @@ class ClaimPreparer:
         kubelet does not wait for what they do."""
         self._soon(self._after_call)
 
-    def _open_spares(self) -> None:
-        """The spares of the files a prepare writes, opened while its GET is
-        in flight (``driver.sparefile``): the writes after it start open."""
-        self._cdi.spare.open_ahead()
-        if self._metadata is not None:
-            self._metadata.spare.open_ahead()
-
     def _after_call(self) -> None:
         if self.on_change is not None:
             self.on_change()
@@ -153,8 +148,9 @@ class ClaimPreparer:
 
     async def read(self, claims: Sequence[ClaimRef]) -> Fetched:
         """The API reads of a prepare, taken before any lock (driver.claims.fetch);
-        meanwhile, the spares are opened."""
-        self._soon(self._open_spares)
+        meanwhile, the spares of the files a prepare writes are opened
+        (``driver.sparefile``): the writes after it start open."""
+        self._soon(self._files.open_spares)
         return await read_claims(self._reader, claims, self._needs_read)
 
     def _needs_read(self, uid: str) -> bool:
@@ -376,22 +372,12 @@ class ClaimPreparer:
         if self._sharing is not None:
             gathered.add_common(self._sharing.apply(ref.uid, [d.undo for d in record.devices]))
         with self._state:  # the files' spares, the records, the journal
-            # The files are on disk before the spec that mounts them (KEP-5304).
-            files = []
-            if self._metadata is not None and identity is not None:
-                files = self._metadata.write_claim(identity, described)
-            unique = unique_devices(gathered.devices + [f.device for f in files])
-            spec = self._cdi.claim_spec(ref.uid, unique, gathered.merged())
-            self._cdi.write_spec(ref.uid, spec)
-            crash_point("prepare-cdi-written")
-            for device_record in record.devices:
-                device_record.cdi_device_ids = [
-                    self._cdi.device_id(ref.uid, device_record.device_name)
-                ]
-            with_metadata_ids(record.devices, files, ref.uid)
             # The spec is on disk before the record says completed, and the record
             # keeps a copy: a prepared claim never points at a missing spec.
-            record.cdi_spec = spec
+            record.cdi_spec = self._files.write(
+                ref.uid, record.devices, gathered, described, identity
+            )
+            crash_point("prepare-cdi-written")
             record.state = ClaimState.PREPARE_COMPLETED
             self._store.record(self.checkpoint, ref.uid)
             crash_point("prepare-completed")
@@ -405,9 +391,7 @@ class ClaimPreparer:
         if record is None:
             # Idempotent: nothing recorded; still drop a spec a crash left behind.
             with self._state, contextlib.suppress(PatchbayError):
-                self._cdi.remove_claim_spec(uid)
-                if self._metadata is not None:
-                    self._metadata.remove_claim(uid)
+                self._files.remove(uid)
             return
         self._undo(record)
 
@@ -430,11 +414,7 @@ class ClaimPreparer:
             self._taken.remove(self.checkpoint, record.uid)
             self._store.record(self.checkpoint, record.uid)
             crash_point("unprepare-recorded")
-            self._cdi.remove_claim_spec(record.uid)
-            if self._metadata is not None:  # after the spec: none mounts a missing file
-                self._metadata.remove_claim(
-                    record.uid, [r for d in record.devices for r in d.request_names]
-                )
+            self._files.remove(record.uid, [r for d in record.devices for r in d.request_names])
             PREPARED_CLAIMS.set(len(self.checkpoint.claims))
 
 
