@@ -26,13 +26,18 @@ Compact = Callable[[], Coroutine[Any, Any, None]]
 
 
 class RestCompaction:
-    def __init__(self, pending: Callable[[], int], compact: Compact) -> None:
+    def __init__(
+        self,
+        pending: Callable[[], int],
+        compact: Compact,
+        loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.get_running_loop,
+    ) -> None:
         self._pending = pending  # journal entries the file lacks (CheckpointStore.pending)
         self._compact = compact
         self._timer: asyncio.TimerHandle | None = None
-        # The calls' loop, taken at the first call: a lookup reads the
-        # process id on 3.11, and every call ends here once the journal is on.
-        self._loop: asyncio.AbstractEventLoop | None = None
+        # The calls' loop (the preparer's, taken once: a lookup reads the
+        # process id on 3.11, and every call ends here once the journal is on).
+        self._loop = loop
         self._tasks: set[asyncio.Task[None]] = set()
         self.ran = asyncio.Event()  # set once a compaction at rest has ended (tests)
 
@@ -41,9 +46,7 @@ class RestCompaction:
         self.cancel()
         if self._pending() == 0:
             return
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()
-        self._timer = self._loop.call_later(COMPACT_AT_REST_S, self._start)
+        self._timer = self._loop().call_later(COMPACT_AT_REST_S, self._start)
 
     def cancel(self) -> None:
         """Forget a compaction not yet started (one is being done now)."""

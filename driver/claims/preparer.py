@@ -82,11 +82,9 @@ class ClaimPreparer:
         self._inventory = inventory
         self._handlers = dict(handlers)
         self._store = store
-        self._cdi = cdi
         self._sharing = sharing  # claim-wide GPU sharing (driver.gpu.sharing)
         self._threads = ThreadChoice(self._handlers, sharing)  # loop or worker thread
-        self._metadata = metadata  # device metadata files (KEP-5304), when on
-        self._files = ClaimFiles(cdi, metadata)  # a claim's files, in their order
+        self._files = ClaimFiles(cdi, metadata)  # the CDI spec, metadata files (KEP-5304)
         self._lock = lock if lock is not None else ClaimLock()
         self._state = threading.Lock()  # what keyed claims share (module docstring)
         # During a rolling update two plugin processes share the checkpoint
@@ -95,7 +93,7 @@ class ClaimPreparer:
         self._shared = self._lock.shared
         self.checkpoint: Checkpoint = store.current()
         self._taken = Holdings.of(self.checkpoint, self._handlers)  # kept as records change
-        self.rest = RestCompaction(lambda: store.pending, self.compact)  # compaction at rest
+        self.rest = RestCompaction(lambda: store.pending, self.compact, self._calls_loop)
         PREPARED_CLAIMS.set(len(self.checkpoint.claims))
         # Called on the loop after every prepare/unprepare batch (the node's
         # fabric report says which fabric devices are held).
@@ -113,11 +111,16 @@ class ClaimPreparer:
         """Whether each call re-reads the checkpoint another process may write."""
         return self._shared
 
+    def _calls_loop(self) -> asyncio.AbstractEventLoop:
+        """The loop the calls run on, taken at the first (a lookup reads the
+        process id on 3.11; the compaction timer asks for it too)."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return self._loop
+
     def _soon(self, callback: Callable[[], None]) -> None:
         """``callback`` once the running task yields (loop.call_soon)."""
-        if self._loop is None:
-            self._loop = asyncio.get_running_loop()  # once: a lookup reads the pid on 3.11
-        self._loop.call_soon(callback)
+        self._calls_loop().call_soon(callback)
 
     def _changed(self) -> None:
         """After a call: its listeners (the node's fabric report, the GPU
@@ -233,7 +236,7 @@ class ClaimPreparer:
 
     def _recover_sync(self) -> tuple[int, int]:
         return recover_files(
-            self.checkpoint, self._store, self._cdi, self._threads, self._sharing, self._metadata
+            self.checkpoint, self._store, self._files, self._threads, self._sharing
         )
 
     # -- prepare ----------------------------------------------------------
@@ -296,7 +299,7 @@ class ClaimPreparer:
             claim = await self._reader.read_claim(ref.namespace, ref.name)
         if allocation is None:
             allocation = parse_allocation(claim, ref.uid, self._inventory.pools())
-        identity = ClaimIdentity.of(claim, ref.uid) if self._metadata is not None else None
+        identity = ClaimIdentity.of(claim, ref.uid) if self._files.metadata is not None else None
         kinds = [
             d.kind
             for r in allocation.devices

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import logging
 
-from driver.cdi import CdiRegistry
 from driver.checkpoint import Checkpoint, CheckpointStore, ClaimState
-from driver.claims.metadata_files import MetadataFiles
+from driver.claims.claim_files import ClaimFiles
 from driver.claims.threads import ThreadChoice
 from driver.devices.handler import ClaimSharing
 from driver.errors import PatchbayError
@@ -27,12 +26,12 @@ log = logging.getLogger(__name__)
 def recover_files(
     checkpoint: Checkpoint,
     store: CheckpointStore,
-    cdi: CdiRegistry,
+    files: ClaimFiles,
     threads: ThreadChoice,
     sharing: ClaimSharing | None,
-    metadata: MetadataFiles | None,
 ) -> tuple[int, int]:
     """(CDI specs re-created, orphaned specs removed)."""
+    cdi, metadata = files.cdi, files.metadata
     store.remove_debris()
     store.compact(checkpoint)  # start from a current file
     cdi.remove_debris()

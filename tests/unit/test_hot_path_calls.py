@@ -29,7 +29,7 @@ async def test_a_pair_calls_no_getpid(tmp_path: Path, monkeypatch: pytest.Monkey
     reader, plain, store, names = node(tmp_path, 2)
     # The plugin's preparer writes the device metadata files too (KEP-5304).
     preparer = ClaimPreparer(
-        reader, plain._inventory, plain._handlers, store, plain._cdi,
+        reader, plain._inventory, plain._handlers, store, plain._files.cdi,
         metadata=MetadataFiles.in_plugin_dir(tmp_path / "plugin"),
     )  # fmt: skip
     warm = reader.add("warm", [names[0]])
@@ -69,7 +69,7 @@ async def test_an_unshared_checkpoint_is_not_stat_after_writes(
     logging.getLogger("driver.gpu").setLevel(logging.ERROR)
     reader, plain, _, names = node(tmp_path, 2)
     store = CheckpointStore(tmp_path / "own.json", "boot", shared=False)  # no rolling update
-    preparer = ClaimPreparer(reader, plain._inventory, plain._handlers, store, plain._cdi)
+    preparer = ClaimPreparer(reader, plain._inventory, plain._handlers, store, plain._files.cdi)
     stats: list[str] = []
     real = os.stat
 

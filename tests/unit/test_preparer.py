@@ -315,11 +315,11 @@ async def test_the_spares_are_opened_while_the_get_is_in_flight(
 
     async def slow_read(namespace: str, name: str) -> Any:
         await asyncio.sleep(0)  # the GET in flight: the loop runs what is due
-        opened_in_flight.append(prep._cdi.spare._held() is not None)
+        opened_in_flight.append(prep._files.cdi.spare._held() is not None)
         return await read(namespace, name)
 
     monkeypatch.setattr(reader, "read_claim", slow_read)
     assert not (await prep.prepare([second]))[second.uid].error
     assert opened_in_flight == [True]
-    assert prep._cdi.spare._held() is None, "the spec's write used it"
+    assert prep._files.cdi.spare._held() is None, "the spec's write used it"
     assert json.loads((tmp / "cdi" / f"k8s.patchbay.dev-claim_{second.uid}.json").read_text())
