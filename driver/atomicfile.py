@@ -24,9 +24,14 @@ import contextlib
 import ctypes
 import errno
 import os
+import secrets
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+
+# A path as the hot path passes it: a str joined once (a Path costs a few
+# microseconds to join and to encode at each call), or a Path.
+StrPath = str | Path
 
 AT_FDCWD = -100
 RENAME_NOREPLACE = 1
@@ -46,7 +51,7 @@ def _renameat2() -> Callable[..., int] | None:
     return fn
 
 
-def _rename2(a: Path, b: Path, flag: int, expected: set[int]) -> int:
+def _rename2(a: StrPath, b: StrPath, flag: int, expected: set[int]) -> int:
     """``renameat2(a, b, flag)``: 0 when done, else the errno when it is one of
     ``expected`` or an "unsupported" one (-1 for no ``renameat2`` at all)."""
     fn = _renameat2()
@@ -66,7 +71,7 @@ def exchange(a: Path, b: Path) -> bool:
     return _rename2(a, b, RENAME_EXCHANGE, set()) == 0
 
 
-def _fill(path: Path, data: bytes, mode: int, fd: int | None = None) -> None:
+def _fill(path: StrPath, data: bytes, mode: int, fd: int | None = None) -> None:
     """Write ``data`` into ``path`` from offset 0 (created if missing), cut to
     its length: over an old file in place, never truncated to zero first.
     ``fd``: ``path`` opened already (closed here, as an fd opened here is)."""
@@ -75,7 +80,7 @@ def _fill(path: Path, data: bytes, mode: int, fd: int | None = None) -> None:
         try:
             fd = os.open(path, flags, mode)
         except FileNotFoundError:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, flags, mode)
     try:
         view, offset = memoryview(data), 0
@@ -87,7 +92,7 @@ def _fill(path: Path, data: bytes, mode: int, fd: int | None = None) -> None:
 
 
 def create_from_spare(
-    path: Path, data: bytes, spare: Path, mode: int = 0o644, *, fd: int | None = None
+    path: StrPath, data: bytes, spare: StrPath, mode: int = 0o644, *, fd: int | None = None
 ) -> None:
     """Create ``path`` with ``data`` atomically by filling the ``spare`` file
     (a temp name in the same directory) and renaming it: no inode is made when
@@ -97,15 +102,15 @@ def create_from_spare(
     _fill(spare, data, mode, fd)
     err = _rename2(spare, path, RENAME_NOREPLACE, {errno.EEXIST})
     if err == errno.EEXIST:
-        write_atomic(path, data, mode)  # a re-write: the spare stays for the next one
+        write_atomic(Path(path), data, mode)  # a re-write: the spare stays for the next one
     elif err != 0:  # no RENAME_NOREPLACE here
-        if path.exists():
-            write_atomic(path, data, mode)
+        if Path(path).exists():
+            write_atomic(Path(path), data, mode)
         else:
-            spare.rename(path)
+            Path(spare).rename(path)
 
 
-def retire(path: Path, spare: Path) -> bool:
+def retire(path: StrPath, spare: StrPath) -> bool:
     """Remove ``path`` (True if it existed), its inode kept as ``spare`` when
     there is none yet (the next :func:`create_from_spare` fills it)."""
     err = _rename2(path, spare, RENAME_NOREPLACE, {errno.EEXIST})
@@ -113,15 +118,20 @@ def retire(path: Path, spare: Path) -> bool:
         return True
     if err == errno.ENOENT:
         return False
-    return remove_file(path)
+    return remove_file(Path(path))
 
 
 _pid = os.getpid()
+# A name no other process on the node has: the pid alone is not one, as two
+# plugin pods each in a PID namespace of their own (a rolling update without
+# hostPID) may both run as pid 1 over the same host directories.
+_tag = f"{_pid}-{secrets.token_hex(4)}"
 
 
 def _forked() -> None:
-    global _pid
+    global _pid, _tag
     _pid = os.getpid()
+    _tag = f"{_pid}-{secrets.token_hex(4)}"
 
 
 os.register_at_fork(after_in_child=_forked)
@@ -132,6 +142,14 @@ def own_pid() -> int:
     once (and again in a forked child), as glibc does not cache ``getpid``
     and a prepare + unprepare pair names such a file at every write."""
     return _pid
+
+
+def own_tag() -> str:
+    """This process's name among the node's processes (``<pid>-<random>``),
+    for files only it may touch outside the cross-process claim lock (the
+    spares a prepare opens ahead, ``driver.sparefile``); made again in a
+    forked child."""
+    return _tag
 
 
 def write_atomic(path: Path, data: bytes, mode: int = 0o644, *, keep_spare: bool = False) -> None:

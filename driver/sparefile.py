@@ -6,10 +6,13 @@ claim and remove it at the unprepare. Creating a file makes an inode and
 removing one frees it; instead a removed file becomes the directory's spare
 (:func:`driver.atomicfile.retire`) and the next file is written into the
 spare and renamed to its name (:func:`driver.atomicfile.create_from_spare`).
-:class:`Spare` owns that name (``.<stem>-<pid>``, a debris name start-up
-removes) and can open it ahead of the write (:meth:`Spare.open_ahead`): the
-preparer does so while a prepare waits for the apiserver's answer, so the
-write after it starts with the file open. On a node between calls every
+:class:`Spare` owns that name (``.<stem>-<pid>-<random>``, a debris name
+start-up removes) and can open it ahead of the write
+(:meth:`Spare.open_ahead`): the preparer does so while a prepare waits for
+the apiserver's answer, so the write after it starts with the file open.
+The name is the process's own, not its pid's: the open ahead happens
+outside the lock two plugin processes share in a rolling update, and their
+pids may be equal (each pod in a PID namespace of its own). On a node between calls every
 file-system call costs 3-5x what it does in a loop (docs/figures.md), and a
 prepare writes two such files.
 
@@ -25,27 +28,31 @@ import os
 import threading
 from pathlib import Path
 
-from driver.atomicfile import create_from_spare, own_pid, retire
+from driver.atomicfile import StrPath, create_from_spare, own_pid, own_tag, retire
 
 _OPEN = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
 
 
 class Spare:
-    """The spare file named ``.<stem>-<pid>`` in ``directory``."""
+    """The spare file named ``.<stem>-<pid>-<random>`` in ``directory``."""
 
     def __init__(self, directory: Path, stem: str, mode: int = 0o644) -> None:
-        self._directory = directory
+        self._directory = os.fspath(directory)
         self._stem = stem
         self._mode = mode
-        self._named: tuple[int, Path] | None = None  # (pid, path)
+        self._named: tuple[str, str] | None = None  # (own_tag, path): joined once
         self._ahead: tuple[int, int] | None = None  # (pid, descriptor) opened ahead
         self._lock = threading.Lock()  # a write's fill and rename against open_ahead
 
     @property
     def path(self) -> Path:
-        pid = own_pid()
-        if self._named is None or self._named[0] != pid:
-            self._named = (pid, self._directory / f".{self._stem}-{pid}")
+        return Path(self._name())
+
+    def _name(self) -> str:
+        """The spare's path, joined as a str once per process."""
+        tag = own_tag()
+        if self._named is None or self._named[0] != tag:
+            self._named = (tag, f"{self._directory}/.{self._stem}-{tag}")
         return self._named[1]
 
     def open_ahead(self) -> None:
@@ -56,7 +63,7 @@ class Spare:
             return
         try:
             if self._held() is None:
-                self._ahead = (own_pid(), os.open(self.path, _OPEN, self._mode))
+                self._ahead = (own_pid(), os.open(self._name(), _OPEN, self._mode))
         except OSError:
             pass
         finally:
@@ -70,20 +77,20 @@ class Spare:
             self._ahead = None
         return None if self._ahead is None else self._ahead[1]
 
-    def create(self, path: Path, data: bytes) -> None:
+    def create(self, path: StrPath, data: bytes) -> None:
         """Create (or replace) ``path`` with ``data`` through the spare."""
         with self._lock:
             fd, self._ahead = self._held(), None
             try:
-                create_from_spare(path, data, self.path, self._mode, fd=fd)
+                create_from_spare(path, data, self._name(), self._mode, fd=fd)
             except FileNotFoundError:
                 if fd is None:
                     raise
                 # The spare was removed since it was opened: without it.
-                create_from_spare(path, data, self.path, self._mode)
+                create_from_spare(path, data, self._name(), self._mode)
 
-    def retire(self, path: Path) -> bool:
+    def retire(self, path: StrPath) -> bool:
         """Remove ``path`` (True if it existed), kept as the spare if there
         is none (``driver.atomicfile.retire``)."""
         with self._lock:
-            return retire(path, self.path)
+            return retire(path, self._name())

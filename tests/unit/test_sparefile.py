@@ -5,6 +5,8 @@ holds its data and nothing else is touched."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +74,38 @@ def test_open_ahead_waits_for_no_write_and_fails_silently(tmp_path: Path) -> Non
     with spare._lock:  # a write under way in another thread
         spare.open_ahead()
     assert not spare.path.exists(), "nothing opened beside a write"
+
+
+# A plugin process that sees itself as pid 1 (a pod in a PID namespace of its
+# own, as the chart runs it without hostPID): it opens the spare ahead, says
+# so, and writes its claim's file once told to.
+_POD = """
+import os, sys
+os.getpid = lambda: 1
+from pathlib import Path
+from driver.sparefile import Spare
+spare = Spare(Path(sys.argv[1]), "x.spare.tmp")
+spare.open_ahead()
+print("open", flush=True)
+sys.stdin.readline()
+spare.create(Path(sys.argv[1]) / sys.argv[2], sys.argv[3].encode())
+"""
+
+
+def test_two_processes_with_one_pid_never_write_into_each_others_file(tmp_path: Path) -> None:
+    """A rolling update: the old pod opened its spare ahead (a prepare waiting
+    for its GET) while the new pod, holding the claim lock, writes a claim.
+    Were spares named by pid alone, both would be ``.x.spare.tmp-1`` and the
+    old pod's write would land in the new pod's file."""
+    env = {**os.environ, "PYTHONPATH": str(Path.cwd())}
+    run = [sys.executable, "-c", _POD, str(tmp_path)]
+    old = subprocess.Popen(
+        [*run, "a.json", "claim a"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+    )
+    assert old.stdout is not None and old.stdout.readline() == b"open\n"
+    new = subprocess.run([*run, "b.json", "claim b"], input=b"\n", env=env, timeout=60)
+    assert new.returncode == 0
+    old.communicate(b"\n", timeout=60)
+    assert old.returncode == 0
+    assert (tmp_path / "b.json").read_bytes() == b"claim b"
+    assert (tmp_path / "a.json").read_bytes() == b"claim a"
