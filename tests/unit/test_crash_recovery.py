@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from driver.atomicfile import own_tag
 from driver.cdi import CdiRegistry
 from driver.checkpoint import CheckpointStore, ClaimState
 from driver.claims.preparer import ClaimPreparer
@@ -56,7 +57,7 @@ class Node:
     def leftovers(self) -> list[Path]:
         """Temp debris: anything temp but this process's spares (the
         checkpoint's and the CDI directory's, kept for the next write)."""
-        spares = {f".cp.json.tmp-{os.getpid()}", f".k8s.patchbay.dev-claim.spare.tmp-{os.getpid()}"}
+        spares = {f".cp.json.tmp-{os.getpid()}", f".k8s.patchbay.dev-claim.spare.tmp-{own_tag()}"}
         return [p for p in self.tmp.rglob("*") if ".tmp-" in p.name and p.name not in spares]
 
     def on_disk(self) -> dict[str, str]:
