@@ -28,6 +28,7 @@ from driver.config.opaque import DeviceConfig, GpuConfig
 from driver.devices.handler import Preparation
 from driver.devices.model import Device
 from driver.errors import DeviceError
+from driver.gpu.device_dir import DeviceDirectory
 
 if TYPE_CHECKING:
     from driver.gpu.passthrough import GpuPassthrough
@@ -61,7 +62,8 @@ class GpuHandler:
         passthrough: GpuPassthrough | None = None,
     ) -> None:
         self._dev_root = dev_root
-        self._hosts: dict[str, Path] = {}  # device node name -> its path under dev_root
+        self._hosts: dict[str, str] = {}  # device node name -> its path under dev_root
+        self._nodes = DeviceDirectory(dev_root)  # the nodes, stat'ed once per change
         self._guard = guard
         self._passthrough = passthrough
         # The MIG guard blocks (NVML, the session lock scans hold), and so does
@@ -82,22 +84,21 @@ class GpuHandler:
         return self._passthrough is not None and _passthrough(config)
 
     def node(self, name: str, default_minor: int | None) -> DeviceNode | None:
-        host = self._hosts.get(name)
-        if host is None:  # a few names per node, joined once (four per prepare)
-            host = self._hosts[name] = self._dev_root / name
-        try:
-            st = host.stat()
-        except OSError:
+        st = self._nodes.stat(name)  # four per prepare, read again only on a change
+        if st is None:
             if default_minor is None:
                 return None
             return DeviceNode(path=f"/dev/{name}", major=NVIDIA_MAJOR, minor=default_minor)
+        host = self._hosts.get(name)
+        if host is None:  # a few names per node, joined once
+            host = self._hosts[name] = str(self._dev_root / name)
         if not stat.S_ISCHR(st.st_mode):
             return DeviceNode(path=f"/dev/{name}", major=NVIDIA_MAJOR, minor=default_minor or 0)
         return DeviceNode(
             path=f"/dev/{name}",
             major=os.major(st.st_rdev),
             minor=os.minor(st.st_rdev),
-            host_path=str(host),
+            host_path=host,
         )
 
     def plan_undo(self, device: Device, config: DeviceConfig | None = None) -> dict[str, Any]:
