@@ -18,9 +18,10 @@ with another process). The API reads happen on the loop before any lock
 worker thread; a claim that needs only CDI edits (full GPUs without dynamic
 MIG) on the loop itself, where its work is two unsynced file replacements
 and a journal entry (its device nodes come from ``driver.gpu.device_dir``;
-a thread hop costs more than that on a busy node). What keyed claims share (the checkpoint and its holdings index, its
-journal, the CDI and metadata files' spare) is touched only under
-``self._state``, a short thread lock: the device work runs outside it.
+a thread hop costs more than that on a busy node). What keyed claims share
+(the checkpoint and its holdings index, its journal, the CDI and metadata
+files' spare) is touched only under ``self._state``, a short thread lock:
+the device work runs outside it.
 """
 
 from __future__ import annotations
