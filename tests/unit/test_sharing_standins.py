@@ -9,6 +9,8 @@ without a daemon fails as the real one does."""
 from __future__ import annotations
 
 import os
+import select
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -62,11 +64,23 @@ def test_mps_control_daemon_and_client(host: SimHost, pipe_env: dict[str, str]) 
     pipe = Path(pipe_env["CUDA_MPS_PIPE_DIRECTORY"])
     pid = int((pipe / PID_FILE).read_text())
     assert start_time(pid) is not None
-    assert run([control, "-d"], pipe_env) == (1, "An instance of this daemon is already running")
-    assert run([control], pipe_env, "set_default_active_thread_percentage 0\n")[1].startswith(
-        "Invalid"
-    )
-    assert run([control], pipe_env, "set_default_active_thread_percentage 30\n") == (0, "30.0")
-    assert run([control], pipe_env, "get_default_active_thread_percentage\n") == (0, "30.0")
-    assert run([control], pipe_env, "quit\n")[0] == 0
-    assert not (pipe / PID_FILE).exists() and not (pipe / "control").exists()
+    exited = os.pidfd_open(pid)  # readable once the daemon has exited
+    try:
+        assert run([control, "-d"], pipe_env) == (
+            1,
+            "An instance of this daemon is already running",
+        )
+        answer = run([control], pipe_env, "set_default_active_thread_percentage 0\n")
+        assert answer[1].startswith("Invalid")
+        assert run([control], pipe_env, "set_default_active_thread_percentage 30\n") == (0, "30.0")
+        assert run([control], pipe_env, "get_default_active_thread_percentage\n") == (0, "30.0")
+        # The client returns with the daemon's answer and the daemon then
+        # removes its files and exits, as the real one shuts down after it
+        # answers (the driver waits for the pid to go: driver.gpu.sharing.mps).
+        assert run([control], pipe_env, "quit\n")[0] == 0
+        assert select.select([exited], [], [], 30)[0] == [exited], "the daemon did not exit"
+        assert not (pipe / PID_FILE).exists() and not (pipe / "control").exists()
+    finally:
+        if not select.select([exited], [], [], 0)[0]:
+            signal.pidfd_send_signal(exited, signal.SIGKILL)
+        os.close(exited)
