@@ -3,7 +3,10 @@
 A :class:`Contender` is one running plugin process (ours or the reference
 driver's) with pre-made allocated claims for its pool. The bench plays the
 kubelet: one NodePrepareResources then one NodeUnprepareResources per pair,
-over the plugin's real socket, timed at the caller; the plugin's CPU time is
+over the plugin's real socket, timed at the caller, on one gRPC channel per
+plugin for the whole run, as the kubelet keeps one per registered plugin
+(``grpc.NewClient`` at registration, connecting on demand, closed after
+grpc-go's default idle timeout of 30 minutes); the plugin's CPU time is
 read from ``/proc/<pid>/stat`` around each round. Syscalls (fsyncs among
 them) are counted in a separate, untimed phase with ``strace -f -c``
 attached to every thread (its tracing slows the process; none of those
@@ -91,6 +94,18 @@ class Contender:
     fsyncs_per_pair: float | None = None
     fsync_method: str = ""
     syscalls_per_pair: dict[str, float] = field(default_factory=dict)  # strace's names
+    _channel: grpc.Channel | None = field(default=None, repr=False)
+
+    def _stub(self) -> dra_v1_pb2_grpc.DRAPluginStub:
+        """The stub on the run's one channel (module docstring)."""
+        if self._channel is None:
+            self._channel = grpc.insecure_channel(f"unix://{self.endpoint}")
+        return dra_v1_pb2_grpc.DRAPluginStub(self._channel)
+
+    def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
 
     def make_claims(self, api: client.ResourceV1Api, count: int) -> None:
         base = len(self.claims)
@@ -104,19 +119,18 @@ class Contender:
     def hold(self, api: client.ResourceV1Api, devices: Sequence[str]) -> None:
         """Prepare one claim per device and keep them prepared (the idle figure:
         a plugin at rest with claims prepared)."""
-        with grpc.insecure_channel(f"unix://{self.endpoint}") as ch:
-            stub = dra_v1_pb2_grpc.DRAPluginStub(ch)
-            for device in devices:
-                name = f"{self.pool}-held-{device}"
-                uid = allocated_claim(
-                    api, self.namespace, name, self.pool, [device], driver=self.driver
-                )
-                claim = [dra_v1_pb2.Claim(namespace=self.namespace, name=name, uid=uid)]
-                out = stub.NodePrepareResources(
-                    dra_v1_pb2.NodePrepareResourcesRequest(claims=claim), timeout=45
-                )
-                if out.claims[uid].error:
-                    raise RuntimeError(f"{self.label}: prepare failed: {out.claims[uid].error}")
+        stub = self._stub()
+        for device in devices:
+            name = f"{self.pool}-held-{device}"
+            uid = allocated_claim(
+                api, self.namespace, name, self.pool, [device], driver=self.driver
+            )
+            claim = [dra_v1_pb2.Claim(namespace=self.namespace, name=name, uid=uid)]
+            out = stub.NodePrepareResources(
+                dra_v1_pb2.NodePrepareResourcesRequest(claims=claim), timeout=45
+            )
+            if out.claims[uid].error:
+                raise RuntimeError(f"{self.label}: prepare failed: {out.claims[uid].error}")
 
     def _pair(self, stub: dra_v1_pb2_grpc.DRAPluginStub) -> tuple[float, float]:
         name, uid = self.claims.pop(0)
@@ -138,16 +152,15 @@ class Contender:
 
     def run(self, pairs: int, *, record: bool = True) -> None:
         """``pairs`` prepare+unprepare pairs, one after the other."""
-        with grpc.insecure_channel(f"unix://{self.endpoint}") as ch:
-            stub = dra_v1_pb2_grpc.DRAPluginStub(ch)
-            cpu = cpu_seconds(self.pid)
-            for _ in range(pairs):
-                prep, unprep = self._pair(stub)
-                if record:
-                    self.prepare_ms.append(prep)
-                    self.unprepare_ms.append(unprep)
+        stub = self._stub()
+        cpu = cpu_seconds(self.pid)
+        for _ in range(pairs):
+            prep, unprep = self._pair(stub)
             if record:
-                self.cpu_s += cpu_seconds(self.pid) - cpu
+                self.prepare_ms.append(prep)
+                self.unprepare_ms.append(unprep)
+        if record:
+            self.cpu_s += cpu_seconds(self.pid) - cpu
 
     def count_fsyncs(self, pairs: int) -> None:
         """Every syscall per pair, all threads (strace), untimed; fsyncs are
@@ -270,3 +283,29 @@ def table(contenders: list[Contender], ratio_to: list[str]) -> str:
             "  ".join([key.ljust(width), *(x.rjust(w) for x, w in zip(cells, cols, strict=True))])
         )
     return "\n".join(out)
+
+
+def round_spread(contenders: list[Contender], ratio_to: list[str], round_size: int) -> str:
+    """How ours/theirs moves from round to round: the ratio of each round's
+    medians (a round's pairs ran back to back, the contenders' rounds next
+    to one another), min / median / max over the rounds."""
+    ours = contenders[0]
+    by_label = {c.label: c for c in contenders}
+    lines = []
+    for figure in ("prepare_ms", "unprepare_ms"):
+        cells = []
+        for t in ratio_to:
+            mine, theirs = getattr(ours, figure), getattr(by_label[t], figure)
+            ratios = [
+                statistics.median(mine[i : i + round_size])
+                / statistics.median(theirs[i : i + round_size])
+                for i in range(0, min(len(mine), len(theirs)), round_size)
+            ]
+            if ratios:
+                cells.append(
+                    f"{ours.label}/{t} {min(ratios):.2f} / {statistics.median(ratios):.2f}"
+                    f" / {max(ratios):.2f}"
+                )
+        lines.append(f"{figure[:-3]} median per round, min / median / max over the rounds: "
+                     + ", ".join(cells))  # fmt: skip
+    return "\n".join(lines)

@@ -40,6 +40,7 @@ from tests.bench.contenders import (
     alternate,
     cpu_seconds,
     registered_endpoint,
+    round_spread,
     rss_mb,
     syscall_table,
     table,
@@ -111,6 +112,7 @@ def main(argv: list[str]) -> None:
     ours_proc: PluginProcess | None = None
     others: list[int] = []
     bases: list[PluginProcess] = []
+    contenders: list[Contender] = []
     floors: Floors | None = None
     try:
         api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
@@ -130,7 +132,7 @@ def main(argv: list[str]) -> None:
         pid = ours_proc.proc.pid
         ours = Contender("ours", pid, registered_endpoint(run / "reg", pid), "patchbay.dev",
                          "bench", NS, rss_start_mb=rss_mb(pid))  # fmt: skip
-        contenders = [ours]
+        contenders.append(ours)
         if args.baseline_tree is not None:
             core.create_node({"metadata": {"name": "bench-base"}})
             base_host = SimHost.build(TOPOLOGIES["4x-h100"](), run / "host-base", name="bench-base")
@@ -176,6 +178,7 @@ def main(argv: list[str]) -> None:
         print(f"{pairs} pairs per plugin, rounds of {args.round}, alternating; "
               f"fsyncs: {ours.fsync_method}, {args.fsync_pairs} untimed pairs")  # fmt: skip
         print(table(contenders, [c.label for c in contenders[1:]]), flush=True)
+        print(round_spread(contenders, [c.label for c in contenders[1:]], args.round))
         print(floors.describe())
         print(above_floor_table(contenders, floors, [c.label for c in contenders[1:]]))
         print(f"RSS above the import floor (ours): "
@@ -200,6 +203,8 @@ def main(argv: list[str]) -> None:
             f" ({per_min:.1f} per minute; {before:.0f} writes since start)"
         )
     finally:
+        for c in contenders:
+            c.close()
         if floors is not None:
             floors.close()
         for other in others:
