@@ -36,22 +36,10 @@ from tests.harness.cluster import LocalCluster
 from tests.harness.simnode import PluginProcess
 from tests.integration.kubelet import our_slices, wait_registered
 from tests.integration.own_node import own_node
+from tests.integration.rest_compaction import argv_without_rest_compaction
 from tests.kube.claims import allocated_claim
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
-
-# plugin.main's entry point, with no compaction at rest within the test.
-NO_REST_COMPACTION = (
-    "import sys; from driver.claims import compaction; compaction.COMPACT_AT_REST_S = 3600.0; "
-    "from plugin.main import main; sys.exit(main(sys.argv[1:]))"
-)
-_argv = PluginProcess.argv
-
-
-def argv_without_rest_compaction(self: PluginProcess) -> list[str]:
-    python, module_flag, module, *args = _argv(self)
-    assert (module_flag, module) == ("-m", "plugin.main")
-    return [python, "-c", NO_REST_COMPACTION, *args]
 
 
 def lock_waiter(lock: Path, pid: int) -> bool:
