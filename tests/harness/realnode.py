@@ -43,6 +43,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+# The taint TaintNodesByCondition puts on a new Node until it is seen Ready.
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+
 
 class RealCluster:
     """The control plane on the node bridge plus real nodes."""
@@ -89,11 +92,22 @@ class RealCluster:
         return proc
 
     def node_ready(self, name: str) -> bool:
+        """Ready, and no longer tainted not-ready. The apiserver taints a new
+        Node ``node.kubernetes.io/not-ready:NoSchedule`` (TaintNodesByCondition)
+        until the node lifecycle controller sees it Ready, and until then the
+        DaemonSet controller counts the node out: a chart installed meanwhile
+        looked rolled out to helm's --wait (desired 0) with no plugin pod yet
+        (a clean-clone run, the controller-manager's controllers starting a
+        second after the kubelet reported Ready)."""
         out = self.kubectl("get", "node", name, "-o", "json", check=False)
         if out.returncode != 0:
             return False
-        conds = json.loads(out.stdout).get("status", {}).get("conditions", [])
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+        node = json.loads(out.stdout)
+        conds = node.get("status", {}).get("conditions", [])
+        taints = node.get("spec", {}).get("taints") or []
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conds) and not any(
+            t.get("key") == NOT_READY_TAINT for t in taints
+        )
 
     def up(self, *, detach: bool = False) -> RealCluster:
         from tests.harness import images  # the pause, busybox and patchbay archives
