@@ -18,9 +18,9 @@ from typing import Any
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from kubernetes.dynamic import DynamicClient
 
 from tests.cluster_fixtures import missing_prerequisite
+from tests.e2e.discovery import dynamic_client
 
 # Shared cluster: no node may run the chart's pods (other tests' node agents
 # would see them), so every applied workload gets a selector nothing matches.
@@ -64,7 +64,7 @@ class Applier:
     """Server-side apply (PATCH application/apply-patch+yaml) of rendered objects."""
 
     def __init__(self, api: client.ApiClient) -> None:
-        self.dyn = DynamicClient(api)
+        self.dyn = dynamic_client(api)
         self.applied: list[tuple[Any, str, str | None]] = []
 
     def apply(self, doc: dict[str, Any], namespace: str) -> Any:

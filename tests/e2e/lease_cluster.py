@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from kubernetes.dynamic import DynamicClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.chart import Applier, render
+from tests.e2e.discovery import dynamic_client
 from tests.e2e.helpers import events_about, unique, wait_for
 from tests.harness.cluster import LocalCluster
 from tests.harness.cluster_proc import free_port
@@ -50,7 +50,7 @@ def apply_lease_objects(
                    for c in crd.status.conditions or ())  # fmt: skip
 
     wait_for("the DeviceLeasePolicy CRD established", established, timeout=60)
-    return DynamicClient(api_client).resources.get(
+    return dynamic_client(api_client).resources.get(
         api_version="patchbay.dev/v1alpha1", kind="DeviceLeasePolicy"
     )
 

@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from kubernetes.dynamic import DynamicClient
 
 from tests.e2e.admission import refusal, until_refused
 from tests.e2e.chart import Applier, render
+from tests.e2e.discovery import dynamic_client
 from tests.e2e.helpers import unique, wait_for
 from tests.e2e.lease_cluster import apply_lease_objects
 
@@ -144,7 +144,7 @@ def test_a_malformed_policy_is_refused_naming_the_field(
         ),
         timeout=60,
     )
-    policies = DynamicClient(api_client).resources.get(
+    policies = dynamic_client(api_client).resources.get(
         api_version="patchbay.dev/v1alpha1", kind="DeviceLeasePolicy"
     )
     bad = {**POLICY, "metadata": {"name": unique("bad")}}

@@ -22,10 +22,10 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from kubernetes.dynamic import DynamicClient
 
 from tests import monitoring
 from tests.e2e.chart import NO_NODE, Applier, by_kind, cached_tool, render
+from tests.e2e.discovery import dynamic_client
 from tests.e2e.helpers import unique, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -46,7 +46,7 @@ def promtool() -> Path:
 @pytest.fixture(scope="module")
 def operator_crds(api_client: client.ApiClient) -> Iterator[list[str]]:
     crd_dir = cached_tool("prometheus-crds", "prometheus-crds-dir")
-    dyn = DynamicClient(api_client)
+    dyn = dynamic_client(api_client)
     crds = dyn.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
     names = []
     for path in sorted(crd_dir.glob("monitoring.coreos.com_*.yaml")):
