@@ -12,9 +12,9 @@ start-up removes) and can open it ahead of the write
 the apiserver's answer, so the write after it starts with the file open.
 The name is the process's own, not its pid's: the open ahead happens
 outside the lock two plugin processes share in a rolling update, and their
-pids may be equal (each pod in a PID namespace of its own). On a node between calls every
-file-system call costs 3-5x what it does in a loop (docs/figures.md), and a
-prepare writes two such files.
+pids may be equal (each pod in a PID namespace of its own). On a node
+between calls every file-system call costs 3-5x what it does in a loop
+(docs/figures.md), and a prepare writes two such files.
 
 The descriptor opened ahead always refers to the file under the spare's
 name: the write that uses it renames that file, and no other write or

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from driver.atomicfile import remove_stale_temps
+from driver.atomicfile import StrPath, remove_stale_temps
 from driver.cdi import CdiDevice, CdiRegistry, ContainerEdits, canonical_claim_uid
 from driver.checkpoint import DeviceRecord
 from driver.claims.metadata import (
@@ -116,7 +116,7 @@ class MetadataFiles:
         """Remove the claim's files: those of ``requests`` (its records say
         which), or all there are; how many there were."""
         uid = canonical_claim_uid(claim_uid)
-        paths: list[str | Path]
+        paths: list[StrPath]
         if requests is None:
             paths = list(self.root.glob(f"{uid}_*.json")) if self.root.is_dir() else []
         else:

@@ -46,13 +46,22 @@ class DeviceDirectory:
         root: Path,
         clock: Callable[[], int] = time.monotonic_ns,
         wall: Callable[[], int] = time.time_ns,
+        stat: Callable[[str], os.stat_result] = os.stat,
     ) -> None:
-        self._root = root
-        self._paths: dict[str, Path] = {}  # name -> its path, joined once
+        self._root = os.fspath(root)
+        self._paths: dict[str, str] = {}  # name -> its path, joined once
         self._clock = clock  # when the directory was last stat'ed
         self._wall = wall  # against its mtime (the file system's clock)
+        self._stat = stat
         # (checked at, stamp or None when nothing may be kept, {name: stat})
         self._state: tuple[int, Stamp | None, dict[str, os.stat_result | None]] | None = None
+
+    def path(self, name: str) -> str:
+        """The node's path on the host (a few names, each joined once)."""
+        path = self._paths.get(name)
+        if path is None:
+            path = self._paths[name] = f"{self._root}/{name}"
+        return path
 
     def stat(self, name: str) -> os.stat_result | None:
         """The node ``name`` as the directory holds it now (None: not there)."""
@@ -68,11 +77,8 @@ class DeviceDirectory:
         if stamp == _MISSING:
             found = None
         else:
-            path = self._paths.get(name)
-            if path is None:
-                path = self._paths[name] = self._root / name
             try:
-                found = path.stat()
+                found = self._stat(self.path(name))
             except OSError:
                 found = None
         if stamp is not None:
@@ -83,7 +89,7 @@ class DeviceDirectory:
         """(device, inode, mtime) of the directory; :data:`_MISSING` when it
         does not exist; None when what is read from it may not be kept."""
         try:
-            st = self._root.stat()
+            st = self._stat(self._root)
         except FileNotFoundError:
             return _MISSING
         except OSError:

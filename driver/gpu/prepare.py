@@ -61,8 +61,6 @@ class GpuHandler:
         guard: WholeGpuGuard | None = None,
         passthrough: GpuPassthrough | None = None,
     ) -> None:
-        self._dev_root = dev_root
-        self._hosts: dict[str, str] = {}  # device node name -> its path under dev_root
         self._nodes = DeviceDirectory(dev_root)  # the nodes, stat'ed once per change
         self._guard = guard
         self._passthrough = passthrough
@@ -89,16 +87,13 @@ class GpuHandler:
             if default_minor is None:
                 return None
             return DeviceNode(path=f"/dev/{name}", major=NVIDIA_MAJOR, minor=default_minor)
-        host = self._hosts.get(name)
-        if host is None:  # a few names per node, joined once
-            host = self._hosts[name] = str(self._dev_root / name)
         if not stat.S_ISCHR(st.st_mode):
             return DeviceNode(path=f"/dev/{name}", major=NVIDIA_MAJOR, minor=default_minor or 0)
         return DeviceNode(
             path=f"/dev/{name}",
             major=os.major(st.st_rdev),
             minor=os.minor(st.st_rdev),
-            host_path=host,
+            host_path=self._nodes.path(name),
         )
 
     def plan_undo(self, device: Device, config: DeviceConfig | None = None) -> dict[str, Any]:

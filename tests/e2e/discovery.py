@@ -22,5 +22,4 @@ def dynamic_client(api: client.ApiClient) -> DynamicClient:
     """A DynamicClient on ``api`` whose discovery cache is a file of the run
     directory, one per apiserver (a session may run a second cluster)."""
     host = hashlib.sha256(api.configuration.host.encode()).hexdigest()[:16]
-    RUN_DIR.mkdir(parents=True, exist_ok=True)
     return DynamicClient(api, cache_file=str(RUN_DIR / f"discovery-{host}.json"))

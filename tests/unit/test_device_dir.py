@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
-
-import pytest
 
 from driver.gpu.device_dir import RECHECK_NS, SETTLED_NS, DeviceDirectory
 
@@ -24,31 +21,29 @@ class Clocks:
         self.wall += ns
 
 
-def stats(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    seen: list[str] = []
-    real = Path.stat
+class Stats:
+    """The directory's stat calls, by the name of what was stat'ed."""
 
-    def counting(self: Path, **kwargs: Any) -> os.stat_result:
-        seen.append(self.name)
-        return real(self, **kwargs)
+    def __init__(self) -> None:
+        self.seen: list[str] = []
 
-    monkeypatch.setattr(Path, "stat", counting)
-    return seen
-
-
-def directory(tmp_path: Path, clocks: Clocks) -> DeviceDirectory:
-    """``tmp_path`` as /dev, last changed long before the clocks' now."""
-    clocks.wall = tmp_path.stat().st_mtime_ns + 10 * SETTLED_NS
-    return DeviceDirectory(tmp_path, lambda: clocks.mono, lambda: clocks.wall)
+    def __call__(self, path: str) -> os.stat_result:
+        self.seen.append(Path(path).name)
+        return Path(path).stat()
 
 
-def test_nodes_are_read_once_while_the_directory_stays(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def directory(root: Path, clocks: Clocks, stats: Stats, *, settled: bool = True) -> DeviceDirectory:
+    """``root`` as /dev, last changed long before the clocks' now."""
+    if settled:
+        clocks.wall = root.stat().st_mtime_ns + 10 * SETTLED_NS
+    return DeviceDirectory(root, lambda: clocks.mono, lambda: clocks.wall, stats)
+
+
+def test_nodes_are_read_once_while_the_directory_stays(tmp_path: Path) -> None:
     (tmp_path / "nvidiactl").write_text("")
-    clocks = Clocks()
-    dev = directory(tmp_path, clocks)
-    seen = stats(monkeypatch)
+    clocks, stats = Clocks(), Stats()
+    dev = directory(tmp_path, clocks, stats)
+    seen = stats.seen
     assert dev.stat("nvidiactl") is not None and dev.stat("nvidia-uvm") is None
     assert seen == [tmp_path.name, "nvidiactl", "nvidia-uvm"]
     seen.clear()
@@ -59,16 +54,15 @@ def test_nodes_are_read_once_while_the_directory_stays(
     assert seen == [tmp_path.name]  # checked again: unchanged, nothing read again
 
 
-def test_a_node_made_is_seen_once_the_directory_is_checked_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    clocks = Clocks()
-    dev = directory(tmp_path, clocks)
+def test_a_node_made_is_seen_once_the_directory_is_checked_again(tmp_path: Path) -> None:
+    clocks, stats = Clocks(), Stats()
+    dev = directory(tmp_path, clocks, stats)
     assert dev.stat("nvidia-uvm") is None
     (tmp_path / "nvidia-uvm").write_text("")  # the module loaded: the directory changed
     clocks.later(RECHECK_NS)
     clocks.wall = tmp_path.stat().st_mtime_ns  # just now
-    seen = stats(monkeypatch)
+    seen = stats.seen
+    seen.clear()
     assert dev.stat("nvidia-uvm") is not None
     # Changed just now: a second change within the file system clock's tick
     # would keep its mtime, so every lookup reads the node until it settles.
@@ -80,12 +74,10 @@ def test_a_node_made_is_seen_once_the_directory_is_checked_again(
     assert seen == [tmp_path.name, "nvidia-uvm"]
 
 
-def test_a_missing_directory_holds_no_node_until_it_appears(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    clocks = Clocks()
-    dev = DeviceDirectory(tmp_path / "dev", lambda: clocks.mono, lambda: clocks.wall)
-    seen = stats(monkeypatch)
+def test_a_missing_directory_holds_no_node_until_it_appears(tmp_path: Path) -> None:
+    clocks, stats = Clocks(), Stats()
+    dev = directory(tmp_path / "dev", clocks, stats, settled=False)
+    seen = stats.seen
     assert dev.stat("nvidiactl") is None and dev.stat("nvidia-uvm") is None
     assert seen == ["dev"]  # the directory only
     (tmp_path / "dev").mkdir()

@@ -97,7 +97,7 @@ def test_two_processes_with_one_pid_never_write_into_each_others_file(tmp_path: 
     for its GET) while the new pod, holding the claim lock, writes a claim.
     Were spares named by pid alone, both would be ``.x.spare.tmp-1`` and the
     old pod's write would land in the new pod's file."""
-    env = {**os.environ, "PYTHONPATH": str(Path.cwd())}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # the repository
     run = [sys.executable, "-c", _POD, str(tmp_path)]
     old = subprocess.Popen(
         [*run, "a.json", "claim a"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
